@@ -1,0 +1,293 @@
+// c_api.cpp - xmem.h on top of the C++ API: opaque handles, status codes, and a
+// per-thread message. No exception crosses this boundary.
+#include <xmem/xmem.h>
+#include <xmem/xmem.hpp>
+
+#include <cstring>
+#include <new>
+#include <string>
+
+struct xmem_pool {
+	std::shared_ptr<xmem::BufferPool> pool;
+	std::string format; // backs xmem_pool_format()
+};
+
+struct xmem_buffer {
+	xmem::BufferGuard guard;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int fail(const xmem::Error &e)
+{
+	last_error = e.message;
+	return int(e.code);
+}
+
+int fail(int code, const char *message)
+{
+	last_error = message;
+	return code;
+}
+
+template<typename T>
+int status(const xmem::Result<T> &r)
+{
+	return r ? XMEM_OK : fail(r.error());
+}
+
+int put_buffer(xmem::Result<xmem::BufferGuard> &&r, xmem_buffer **out)
+{
+	if (!r)
+		return fail(r.error());
+	auto *b = new (std::nothrow) xmem_buffer{ std::move(r).value() };
+	if (!b)
+		return fail(XMEM_ENOMEM, "out of memory");
+	*out = b;
+	return XMEM_OK;
+}
+
+template<typename F>
+int guarded(F f)
+{
+	try {
+		return f();
+	} catch (const std::bad_alloc &) {
+		return fail(XMEM_ENOMEM, "out of memory");
+	} catch (const std::exception &e) {
+		return fail(XMEM_ESYSTEM, e.what());
+	}
+}
+
+std::chrono::nanoseconds ns(int64_t v) { return std::chrono::nanoseconds(v); }
+
+} // namespace
+
+extern "C" {
+
+const char *xmem_last_error(void) { return last_error.c_str(); }
+
+const char *xmem_status_name(int s)
+{
+	switch (s) {
+	case XMEM_OK: return "XMEM_OK";
+	case XMEM_EINVAL: return "XMEM_EINVAL";
+	case XMEM_ENAME: return "XMEM_ENAME";
+	case XMEM_ENOENT: return "XMEM_ENOENT";
+	case XMEM_EACCES: return "XMEM_EACCES";
+	case XMEM_EBUSY: return "XMEM_EBUSY";
+	case XMEM_ENOTPOOL: return "XMEM_ENOTPOOL";
+	case XMEM_EVERSION: return "XMEM_EVERSION";
+	case XMEM_EBADSEG: return "XMEM_EBADSEG";
+	case XMEM_ERANGE: return "XMEM_ERANGE";
+	case XMEM_ETIMEDOUT: return "XMEM_ETIMEDOUT";
+	case XMEM_ECLOSED: return "XMEM_ECLOSED";
+	case XMEM_EEOS: return "XMEM_EEOS";
+	case XMEM_EFULL: return "XMEM_EFULL";
+	case XMEM_ENOTHELD: return "XMEM_ENOTHELD";
+	case XMEM_EREADONLY: return "XMEM_EREADONLY";
+	case XMEM_EROLE: return "XMEM_EROLE";
+	case XMEM_ESYSTEM: return "XMEM_ESYSTEM";
+	case XMEM_ENOMEM: return "XMEM_ENOMEM";
+	}
+	return "XMEM_UNKNOWN";
+}
+
+void xmem_pool_config_init(xmem_pool_config *c)
+{
+	if (!c)
+		return;
+	*c = xmem_pool_config{};
+	c->slot_count = 8;
+	c->max_consumers = 64;
+	c->policy = XMEM_POLICY_DROP_OLDEST;
+	c->block_timeout_ns = 1000000000;
+	c->mode = 0600;
+}
+
+void xmem_open_options_init(xmem_open_options *o)
+{
+	if (o)
+		*o = xmem_open_options{ 0, 4, nullptr };
+}
+
+int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **out)
+{
+	if (!name || !c || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_create: null argument");
+	return guarded([&] {
+		xmem::PoolConfig config;
+		config.slot_count = c->slot_count;
+		config.slot_size = c->slot_size;
+		config.max_consumers = c->max_consumers ? c->max_consumers : 64;
+		config.policy = xmem::Policy(c->policy);
+		config.block_timeout = ns(c->block_timeout_ns ? int64_t(c->block_timeout_ns) : 1000000000);
+		config.mode = c->mode ? c->mode : 0600;
+		config.format = c->format ? c->format : "";
+		config.producer = c->producer ? c->producer : "";
+		auto r = xmem::BufferPool::create(name, config);
+		if (!r)
+			return fail(r.error());
+		*out = new xmem_pool{ std::move(r).value(), {} };
+		return int(XMEM_OK);
+	});
+}
+
+int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out)
+{
+	if (!name || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_open: null argument");
+	return guarded([&] {
+		xmem::OpenOptions options;
+		if (o) {
+			options.timeout = ns(o->timeout_ns);
+			options.queue_size = o->queue_size;
+			options.client = o->client ? o->client : "";
+		}
+		auto r = xmem::BufferPool::open(name, options);
+		if (!r)
+			return fail(r.error());
+		*out = new xmem_pool{ std::move(r).value(), {} };
+		return int(XMEM_OK);
+	});
+}
+
+void xmem_pool_close(xmem_pool *pool) { delete pool; }
+
+int xmem_pool_acquire(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_acquire: null argument");
+	return guarded([&] { return put_buffer(pool->pool->acquire(ns(timeout_ns)), out); });
+}
+
+int xmem_pool_publish(xmem_pool *pool, xmem_buffer *buffer)
+{
+	if (!pool || !buffer) {
+		delete buffer;
+		return fail(XMEM_EINVAL, "xmem_pool_publish: null argument");
+	}
+	return guarded([&] {
+		auto r = pool->pool->publish(std::move(buffer->guard));
+		delete buffer;
+		return status(r);
+	});
+}
+
+int xmem_pool_set_format(xmem_pool *pool, const char *format)
+{
+	if (!pool || !format)
+		return fail(XMEM_EINVAL, "xmem_pool_set_format: null argument");
+	return guarded([&] { return status(pool->pool->set_format(format)); });
+}
+
+int xmem_pool_end_of_stream(xmem_pool *pool)
+{
+	if (!pool)
+		return fail(XMEM_EINVAL, "xmem_pool_end_of_stream: null argument");
+	return guarded([&] { return status(pool->pool->end_of_stream()); });
+}
+
+int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_receive: null argument");
+	return guarded([&] { return put_buffer(pool->pool->receive(ns(timeout_ns)), out); });
+}
+
+int xmem_pool_fd(const xmem_pool *pool) { return pool ? pool->pool->fd() : -1; }
+
+const char *xmem_pool_format(const xmem_pool *pool)
+{
+	if (!pool)
+		return "";
+	auto *p = const_cast<xmem_pool *>(pool);
+	p->format = pool->pool->format();
+	return p->format.c_str();
+}
+
+int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats)
+{
+	if (!pool || !stats)
+		return fail(XMEM_EINVAL, "xmem_pool_stats_get: null argument");
+	*stats = pool->pool->stats();
+	return XMEM_OK;
+}
+
+uint64_t xmem_pool_slot_size(const xmem_pool *pool) { return pool ? pool->pool->slot_size() : 0; }
+uint32_t xmem_pool_slot_count(const xmem_pool *pool) { return pool ? pool->pool->slot_count() : 0; }
+
+int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_get: null argument");
+	return guarded([&] { return put_buffer(pool->pool->get(index), out); });
+}
+
+int xmem_pool_get_mut(xmem_pool *pool, uint32_t index, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_get_mut: null argument");
+	return guarded([&] { return put_buffer(pool->pool->get_mut(index), out); });
+}
+
+int xmem_pool_add_ref(xmem_pool *pool, uint32_t index)
+{
+	if (!pool)
+		return fail(XMEM_EINVAL, "xmem_pool_add_ref: null argument");
+	return guarded([&] { return status(pool->pool->add_ref(index)); });
+}
+
+int xmem_pool_release(xmem_pool *pool, uint32_t index)
+{
+	if (!pool)
+		return fail(XMEM_EINVAL, "xmem_pool_release: null argument");
+	return guarded([&] { return status(pool->pool->release(index)); });
+}
+
+int xmem_pool_set_ref_count(xmem_pool *pool, uint32_t index, uint32_t count)
+{
+	if (!pool)
+		return fail(XMEM_EINVAL, "xmem_pool_set_ref_count: null argument");
+	return guarded([&] { return status(pool->pool->set_ref_count(index, count)); });
+}
+
+uint32_t xmem_pool_ref_count(const xmem_pool *pool, uint32_t index) { return pool ? pool->pool->ref_count(index) : 0; }
+
+const xmem_frame_meta *xmem_buffer_meta(const xmem_buffer *b) { return b ? &b->guard.meta() : nullptr; }
+
+xmem_frame_meta *xmem_buffer_meta_mut(xmem_buffer *b)
+{
+	if (!b)
+		return nullptr;
+	auto r = b->guard.meta_mut();
+	return r ? r.value() : nullptr;
+}
+
+const void *xmem_buffer_data(const xmem_buffer *b) { return b ? b->guard.data().data() : nullptr; }
+
+void *xmem_buffer_data_mut(xmem_buffer *b)
+{
+	if (!b)
+		return nullptr;
+	auto r = b->guard.data_mut();
+	return r ? r.value().data() : nullptr;
+}
+
+uint64_t xmem_buffer_capacity(const xmem_buffer *b) { return b ? b->guard.capacity() : 0; }
+const char *xmem_buffer_format(const xmem_buffer *b) { return b ? b->guard.format().c_str() : ""; }
+int xmem_buffer_is_writable(const xmem_buffer *b) { return b && b->guard.writable(); }
+int xmem_buffer_is_copy(const xmem_buffer *b) { return b && b->guard.is_copy(); }
+
+int xmem_buffer_clone(const xmem_buffer *b, xmem_buffer **out)
+{
+	if (!b || !out)
+		return fail(XMEM_EINVAL, "xmem_buffer_clone: null argument");
+	return guarded([&] { return put_buffer(b->guard.clone_ref(), out); });
+}
+
+void xmem_buffer_release(xmem_buffer *b) { delete b; }
+
+} // extern "C"

@@ -1,0 +1,208 @@
+/* xmem.h - the C API of libxmem: named pools of shared, reference-counted frames.
+ * Mirrors xmem.hpp for C callers, the GStreamer elements and language bindings. */
+#ifndef XMEM_H
+#define XMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XMEM_MAX_DIMS 8
+#define XMEM_CONTENT_TYPE_MAX 32
+#define XMEM_PRODUCER_MAX 32
+/* Longest format string (GStreamer caps), terminating NUL included. */
+#define XMEM_FORMAT_MAX 2048
+/* Holder bit 0 is the owner; consumers use bits 1..127. */
+#define XMEM_MAX_CONSUMERS 127
+#define XMEM_MAX_SLOTS 1024
+/* "No value" for pts, dts and duration. */
+#define XMEM_NONE UINT64_MAX
+/* Timeout meaning "wait forever". */
+#define XMEM_FOREVER INT64_MAX
+
+/* Every call returns XMEM_OK (0) or one of these negative codes; xmem_last_error()
+ * then holds a message naming the pool and the cause, for the calling thread. */
+typedef enum xmem_status {
+	XMEM_OK = 0,
+	XMEM_EINVAL = -1,           /* bad argument: null pointer, size 0, count out of range */
+	XMEM_ENAME = -2,            /* pool name too long or with illegal characters */
+	XMEM_ENOENT = -3,           /* no pool of that name (no socket, or nobody listening) */
+	XMEM_EACCES = -4,           /* permission denied (file mode or peer credentials) */
+	XMEM_EBUSY = -5,            /* a live owner already holds the name */
+	XMEM_ENOTPOOL = -6,         /* the peer is not an xmem pool, or spoke garbage */
+	XMEM_EVERSION = -7,         /* protocol or ABI version mismatch */
+	XMEM_EBADSEG = -8,          /* control segment with a wrong magic, version or size */
+	XMEM_ERANGE = -9,           /* slot index or size out of range */
+	XMEM_ETIMEDOUT = -10,       /* the wait ran out */
+	XMEM_ECLOSED = -11,         /* the pool's owner went away (closed or died) */
+	XMEM_EEOS = -12,            /* the producer ended the stream (not an error) */
+	XMEM_EFULL = -13,           /* max-consumers already attached */
+	XMEM_ENOTHELD = -14,        /* this process holds no reference to that slot */
+	XMEM_EREADONLY = -15,       /* write access through a read-only guard */
+	XMEM_EROLE = -16,           /* call not allowed for this role (owner vs consumer) */
+	XMEM_ESYSTEM = -17,         /* a system call failed; the message names it */
+	XMEM_ENOMEM = -18,          /* out of memory */
+} xmem_status;
+
+typedef enum xmem_policy {
+	XMEM_POLICY_BLOCK = 0,       /* publisher waits (up to block_timeout_ns), then drops oldest */
+	XMEM_POLICY_DROP_OLDEST = 1, /* the consumer's oldest queued frame is dropped */
+	XMEM_POLICY_DROP_NEW = 2,    /* the new frame is not queued for that consumer */
+} xmem_policy;
+
+typedef enum xmem_storage {
+	XMEM_STORAGE_SYSTEM = 0, /* memfd-backed system memory */
+	XMEM_STORAGE_CUDA = 1,   /* CUDA device memory (reserved; not yet implemented) */
+} xmem_storage;
+
+typedef enum xmem_dtype {
+	XMEM_DTYPE_U8 = 0,
+	XMEM_DTYPE_I8,
+	XMEM_DTYPE_U16,
+	XMEM_DTYPE_I16,
+	XMEM_DTYPE_U32,
+	XMEM_DTYPE_I32,
+	XMEM_DTYPE_U64,
+	XMEM_DTYPE_I64,
+	XMEM_DTYPE_F16,
+	XMEM_DTYPE_BF16,
+	XMEM_DTYPE_F32,
+	XMEM_DTYPE_F64,
+} xmem_dtype;
+
+/* Per-frame metadata, as the seed's BufferMeta plus what a video pipeline needs.
+ * The producer fills it through a writable guard; publish() stamps the fields
+ * marked (set by publish). Consumers read a copy taken when they received it. */
+typedef struct xmem_frame_meta {
+	uint32_t index;        /* slot index (set by the pool) */
+	uint8_t storage_type;  /* xmem_storage (set by the pool) */
+	uint8_t device_id;     /* CUDA device, 0 for system memory (set by the pool) */
+	uint8_t dtype;         /* xmem_dtype */
+	uint8_t ndim;          /* dimensions used in shape/strides, <= XMEM_MAX_DIMS */
+	uint64_t shape[XMEM_MAX_DIMS];
+	uint64_t strides[XMEM_MAX_DIMS]; /* in bytes */
+	uint64_t size;         /* payload bytes, <= slot size */
+	uint64_t timestamp;    /* CLOCK_MONOTONIC ns (set by publish when 0) */
+	uint64_t seq;          /* publish sequence number from 1 (set by publish) */
+	uint64_t pts;          /* ns or XMEM_NONE */
+	uint64_t dts;          /* ns or XMEM_NONE */
+	uint64_t duration;     /* ns or XMEM_NONE */
+	uint32_t flags;        /* free for the application (GstBufferFlags in the elements) */
+	uint32_t producer_pid; /* (set by publish) */
+	uint64_t format_seq;   /* which format (xmem_buffer_format) this frame is in (set by publish) */
+	char content_type[XMEM_CONTENT_TYPE_MAX]; /* e.g. "video/raw", "tensor" */
+	char producer[XMEM_PRODUCER_MAX];         /* producer's name (set by publish) */
+} xmem_frame_meta;
+
+typedef struct xmem_pool_config {
+	uint32_t slot_count;       /* slots to preallocate, 1..XMEM_MAX_SLOTS */
+	uint64_t slot_size;        /* bytes per slot, > 0 */
+	uint32_t max_consumers;    /* 1..XMEM_MAX_CONSUMERS; 0 means 64 */
+	xmem_policy policy;        /* what a full consumer queue does */
+	uint64_t block_timeout_ns; /* with XMEM_POLICY_BLOCK; 0 means 1 s */
+	uint32_t mode;             /* socket and memory file mode; 0 means 0600 */
+	const char *format;        /* initial format string (may be NULL) */
+	const char *producer;      /* producer's name for metadata (may be NULL) */
+} xmem_pool_config;
+
+/* Fills a config with the defaults: 8 slots, no size (must be set), 64 consumers,
+ * drop-oldest, 1 s block timeout, mode 0600. */
+void xmem_pool_config_init(xmem_pool_config *config);
+
+typedef struct xmem_open_options {
+	int64_t timeout_ns;  /* wait this long for the pool to appear; 0 = try once */
+	uint32_t queue_size; /* frames this consumer may have queued; 0 means 4 */
+	const char *client;  /* this consumer's name, shown by xmem-inspect (may be NULL) */
+} xmem_open_options;
+
+void xmem_open_options_init(xmem_open_options *options);
+
+typedef struct xmem_pool_stats {
+	uint64_t published;    /* frames published since the pool was created */
+	uint64_t dropped;      /* frames dropped for all consumers together */
+	uint64_t reaped;       /* consumers whose death was cleaned up */
+	uint32_t consumers;    /* consumers attached now */
+	uint32_t slots_total;
+	uint32_t slots_free;   /* free, or published with no holder left */
+	uint32_t closed;       /* 1 once the owner closed the pool */
+} xmem_pool_stats;
+
+typedef struct xmem_pool xmem_pool;
+typedef struct xmem_buffer xmem_buffer;
+
+/* Message for the last failed call on this thread ("" if none). */
+const char *xmem_last_error(void);
+/* Short fixed name of a status code ("XMEM_ETIMEDOUT"). */
+const char *xmem_status_name(int status);
+
+/* Creates pool NAME and becomes its owner (producer). All slots are allocated here.
+ * Errors: XMEM_ENAME, XMEM_EINVAL, XMEM_EBUSY (live owner), XMEM_EACCES, XMEM_ESYSTEM. */
+int xmem_pool_create(const char *name, const xmem_pool_config *config, xmem_pool **out);
+/* Attaches to pool NAME as a consumer (options may be NULL).
+ * Errors: XMEM_ENAME, XMEM_ENOENT, XMEM_EACCES, XMEM_ENOTPOOL, XMEM_EVERSION, XMEM_EBADSEG,
+ * XMEM_EFULL, XMEM_ETIMEDOUT. */
+int xmem_pool_open(const char *name, const xmem_open_options *options, xmem_pool **out);
+/* Drops the caller's handle. Buffers still alive keep the mapping; an owner's pool
+ * closes now (consumers see XMEM_ECLOSED after their queue) and never waits for them. */
+void xmem_pool_close(xmem_pool *pool);
+
+/* Owner: a free slot for writing, waiting up to timeout_ns. No syscall unless it waits. */
+int xmem_pool_acquire(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
+/* Owner: publishes a writable buffer to every consumer and drops the caller's reference
+ * (buffer is consumed even on error). No syscall unless a consumer sleeps. */
+int xmem_pool_publish(xmem_pool *pool, xmem_buffer *buffer);
+/* Owner: frames published after this carry the new format. */
+int xmem_pool_set_format(xmem_pool *pool, const char *format);
+/* Owner: queues an end-of-stream marker after the frames published so far. */
+int xmem_pool_end_of_stream(xmem_pool *pool);
+/* Consumer: the next frame, waiting up to timeout_ns (0: don't wait). XMEM_EEOS at
+ * end of stream, XMEM_ECLOSED once the owner is gone and the queue is empty. */
+int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
+/* Consumer: a file descriptor that polls readable when receive() may have something
+ * to return (a frame, EOS or closure). Owned by the pool. */
+int xmem_pool_fd(const xmem_pool *pool);
+/* Current format string of the pool (owner: last set; consumer: as of attach or the
+ * last frame received). Valid until the next call on this pool. */
+const char *xmem_pool_format(const xmem_pool *pool);
+int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats);
+uint64_t xmem_pool_slot_size(const xmem_pool *pool);
+uint32_t xmem_pool_slot_count(const xmem_pool *pool);
+
+/* Seed API: reference a published slot by index (read-only / writable, copy-on-write). */
+int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out);
+int xmem_pool_get_mut(xmem_pool *pool, uint32_t index, xmem_buffer **out);
+/* Non-RAII references of this process on a slot it holds. */
+int xmem_pool_add_ref(xmem_pool *pool, uint32_t index);
+int xmem_pool_release(xmem_pool *pool, uint32_t index);
+/* Sets this process's reference count on a slot it holds; 0 releases them all. */
+int xmem_pool_set_ref_count(xmem_pool *pool, uint32_t index, uint32_t count);
+/* This process's references on a slot (0 when not held). */
+uint32_t xmem_pool_ref_count(const xmem_pool *pool, uint32_t index);
+
+/* A buffer is one reference to a slot (or a private copy after copy-on-write). */
+const xmem_frame_meta *xmem_buffer_meta(const xmem_buffer *buffer);
+/* Writable metadata, NULL for a read-only buffer. */
+xmem_frame_meta *xmem_buffer_meta_mut(xmem_buffer *buffer);
+const void *xmem_buffer_data(const xmem_buffer *buffer);
+/* NULL for a read-only buffer. */
+void *xmem_buffer_data_mut(xmem_buffer *buffer);
+/* Capacity: the slot size. */
+uint64_t xmem_buffer_capacity(const xmem_buffer *buffer);
+/* Format string of this frame. */
+const char *xmem_buffer_format(const xmem_buffer *buffer);
+int xmem_buffer_is_writable(const xmem_buffer *buffer);
+/* 1 when copy-on-write gave this buffer a private copy. */
+int xmem_buffer_is_copy(const xmem_buffer *buffer);
+/* A new read-only reference to the same frame. */
+int xmem_buffer_clone(const xmem_buffer *buffer, xmem_buffer **out);
+/* Drops the reference (NULL is fine). */
+void xmem_buffer_release(xmem_buffer *buffer);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XMEM_H */

@@ -1,0 +1,223 @@
+// xmem.hpp - the C++ API of libxmem: named pools of preallocated, reference-counted
+// frames in shared memory, published by one owner and received by many consumers.
+#pragma once
+
+#include <xmem/xmem.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace xmem {
+
+// Error codes are xmem_status values, so the C API passes them through unchanged.
+enum class Errc : int {
+	ok = XMEM_OK,
+	invalid_argument = XMEM_EINVAL,
+	bad_name = XMEM_ENAME,
+	not_found = XMEM_ENOENT,
+	permission_denied = XMEM_EACCES,
+	owner_alive = XMEM_EBUSY,
+	not_a_pool = XMEM_ENOTPOOL,
+	version_mismatch = XMEM_EVERSION,
+	bad_segment = XMEM_EBADSEG,
+	out_of_range = XMEM_ERANGE,
+	timed_out = XMEM_ETIMEDOUT,
+	closed = XMEM_ECLOSED,
+	end_of_stream = XMEM_EEOS,
+	full = XMEM_EFULL,
+	not_held = XMEM_ENOTHELD,
+	read_only = XMEM_EREADONLY,
+	wrong_role = XMEM_EROLE,
+	system = XMEM_ESYSTEM,
+	no_memory = XMEM_ENOMEM,
+};
+
+struct Error {
+	Errc code = Errc::ok;
+	std::string message;
+};
+
+// A value or an Error; the core never throws across its API.
+template<typename T>
+class Result
+{
+public:
+	Result(T value) : v_(std::move(value)) {}
+	Result(Error error) : v_(std::move(error)) {}
+
+	bool ok() const { return v_.index() == 0; }
+	explicit operator bool() const { return ok(); }
+	T &value() & { return std::get<0>(v_); }
+	T &&value() && { return std::get<0>(std::move(v_)); }
+	T &operator*() & { return value(); }
+	T *operator->() { return &std::get<0>(v_); }
+	const Error &error() const { return std::get<1>(v_); }
+	Errc code() const { return ok() ? Errc::ok : error().code; }
+
+private:
+	std::variant<T, Error> v_;
+};
+
+template<>
+class Result<void>
+{
+public:
+	Result() = default;
+	Result(Error error) : error_(std::move(error)) {}
+
+	bool ok() const { return error_.code == Errc::ok; }
+	explicit operator bool() const { return ok(); }
+	const Error &error() const { return error_; }
+	Errc code() const { return error_.code; }
+
+private:
+	Error error_;
+};
+
+using FrameMeta = xmem_frame_meta;
+using PoolStats = xmem_pool_stats;
+
+enum class Policy { block = XMEM_POLICY_BLOCK, drop_oldest = XMEM_POLICY_DROP_OLDEST, drop_new = XMEM_POLICY_DROP_NEW };
+enum class Role { owner, consumer, inspector };
+
+struct PoolConfig {
+	uint32_t slot_count = 8;
+	uint64_t slot_size = 0;
+	uint32_t max_consumers = 64;
+	Policy policy = Policy::drop_oldest;
+	std::chrono::nanoseconds block_timeout = std::chrono::seconds(1);
+	uint32_t mode = 0600;
+	std::string format;
+	std::string producer;
+};
+
+struct OpenOptions {
+	// How long open() waits for the pool to appear (no socket, or a dead owner's).
+	std::chrono::nanoseconds timeout{0};
+	uint32_t queue_size = 4;
+	std::string client;
+	// Attach read-only for inspection: no consumer entry, no frames (xmem-inspect).
+	bool inspect = false;
+};
+
+class BufferPool;
+struct PoolImpl;
+
+// One reference to a slot, released on destruction. Read-only or writable; a
+// writable guard from get_mut() may be a private copy (copy-on-write).
+class BufferGuard
+{
+public:
+	BufferGuard() = default;
+	BufferGuard(BufferGuard &&other) noexcept;
+	BufferGuard &operator=(BufferGuard &&other) noexcept;
+	BufferGuard(const BufferGuard &) = delete;
+	BufferGuard &operator=(const BufferGuard &) = delete;
+	~BufferGuard();
+
+	bool valid() const { return pool_ != nullptr; }
+	uint32_t index() const { return meta_.index; }
+	bool writable() const { return writable_; }
+	bool is_copy() const { return copy_ != nullptr; }
+
+	const FrameMeta &meta() const { return meta_; }
+	// Metadata to fill before publish(); only for writable guards.
+	Result<FrameMeta *> meta_mut();
+	std::span<const std::byte> data() const;
+	Result<std::span<std::byte>> data_mut();
+	uint64_t capacity() const { return capacity_; }
+	// The format string this frame is in.
+	const std::string &format() const;
+
+	// Another read-only reference to the same frame (a private copy is shared as is).
+	Result<BufferGuard> clone_ref() const;
+	// Drops the reference now; the guard becomes empty. Safe to call twice.
+	void reset();
+
+private:
+	friend class BufferPool;
+	friend struct PoolImpl;
+
+	std::shared_ptr<PoolImpl> pool_;
+	FrameMeta meta_{};
+	std::byte *data_ = nullptr;
+	uint64_t capacity_ = 0;
+	bool writable_ = false;
+	// Copy-on-write: the private copy (data_ points into it); no slot reference then.
+	std::shared_ptr<std::byte[]> copy_;
+	std::shared_ptr<const std::string> format_;
+};
+
+// A handle to a pool: its owner (create) or a consumer (open). Thread-safe.
+class BufferPool
+{
+public:
+	// Creates pool NAME (a plain name under $XDG_RUNTIME_DIR/xmem or /tmp/xmem-$UID,
+	// or a socket path if it contains '/'), preallocating every slot. Starts one
+	// thread that accepts consumers and reaps the dead ones.
+	static Result<std::shared_ptr<BufferPool>> create(std::string_view name, const PoolConfig &config);
+	// Attaches to pool NAME as a consumer, waiting up to options.timeout for it.
+	static Result<std::shared_ptr<BufferPool>> open(std::string_view name, const OpenOptions &options = {});
+
+	~BufferPool();
+	BufferPool(const BufferPool &) = delete;
+	BufferPool &operator=(const BufferPool &) = delete;
+
+	Role role() const;
+	const std::string &name() const;
+	// The rendezvous socket's path.
+	const std::string &path() const;
+	uint64_t slot_size() const;
+	uint32_t slot_count() const;
+
+	// Owner: a free slot, writable. Waits up to timeout (no syscall unless it waits);
+	// with drop-oldest it first takes back frames still queued for consumers.
+	Result<BufferGuard> acquire(std::chrono::nanoseconds timeout);
+	// Owner: publishes FRAME to every consumer and consumes the guard.
+	Result<void> publish(BufferGuard &&frame);
+	Result<void> set_format(std::string_view format);
+	Result<void> end_of_stream();
+
+	// Consumer: the next frame. Errc::end_of_stream at EOS; Errc::closed once the
+	// owner is gone and the queue is drained; Errc::timed_out.
+	Result<BufferGuard> receive(std::chrono::nanoseconds timeout);
+	// Consumer: polls readable when receive() may return without waiting.
+	int fd() const;
+	std::string format() const;
+	PoolStats stats() const;
+
+	// Seed API. get(): a read-only reference to published slot INDEX. get_mut(): a
+	// writable one; in place when this process is its only holder, otherwise a
+	// private copy (copy-on-write).
+	Result<BufferGuard> get(uint32_t index);
+	Result<BufferGuard> get_mut(uint32_t index);
+	// References held without RAII, on a slot this process already holds.
+	Result<void> add_ref(uint32_t index);
+	Result<void> release(uint32_t index);
+	// Sets this process's count of references on a slot it holds (0 releases all).
+	// Other processes' counts are theirs alone: that is what makes them crash-safe.
+	Result<void> set_ref_count(uint32_t index, uint32_t count);
+	uint32_t ref_count(uint32_t index) const;
+
+	// For xmem-inspect: the raw control segment of an inspector handle.
+	std::span<const std::byte> control_segment() const;
+
+	explicit BufferPool(std::shared_ptr<PoolImpl> impl);
+
+private:
+	std::shared_ptr<PoolImpl> impl_;
+};
+
+// Where NAME's socket lives, or an error for a bad name.
+Result<std::string> socket_path(std::string_view name);
+// The directory plain names live in.
+std::string default_directory();
+
+} // namespace xmem

@@ -1,0 +1,343 @@
+// pool.cpp - references to slots (guards, add_ref/release, get/get_mut with
+// copy-on-write) and the BufferPool facade shared by owner and consumers.
+#include "pool_impl.hpp"
+
+#include <algorithm>
+#include <thread>
+
+namespace xmem {
+
+using namespace layout;
+
+namespace {
+
+const char *state_name(uint32_t s)
+{
+	switch (s) {
+	case kSlotFree:
+		return "free";
+	case kSlotWriting:
+		return "being written by the owner";
+	case kSlotPublished:
+		return "published";
+	case kSlotExclusive:
+		return "held for writing by its sole holder";
+	case kSlotReclaiming:
+		return "being reclaimed";
+	}
+	return "invalid";
+}
+
+uint64_t holders_of(const SlotRecord &slot)
+{
+	return slot.holders[0].load(std::memory_order_seq_cst) | slot.holders[1].load(std::memory_order_seq_cst);
+}
+
+bool sole_holder(const SlotRecord &slot, uint32_t bit)
+{
+	for (uint32_t w = 0; w < kHolderWords; w++) {
+		uint64_t want = w == bit / 64 ? holder_mask(bit) : 0;
+		if (slot.holders[w].load(std::memory_order_seq_cst) != want)
+			return false;
+	}
+	return true;
+}
+
+} // namespace
+
+PoolImpl::~PoolImpl() { shutdown(); }
+
+BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
+{
+	BufferGuard g;
+	g.pool_ = shared_from_this();
+	g.meta_ = slots[index].meta;
+	g.meta_.index = index;
+	g.data_ = slot_data(index);
+	g.capacity_ = slot_size;
+	g.writable_ = writable;
+	g.format_ = role == Role::owner ? std::atomic_load(&format) : format_of(slots[index]);
+	return g;
+}
+
+void PoolImpl::notify_owner()
+{
+	// Pairs with the owner's owner_waiting increment before it re-checks (seq_cst on
+	// both sides): either it sees our change or we see it waiting. No syscall otherwise.
+	if (header->owner_waiting.load(std::memory_order_seq_cst) != 0) {
+		header->progress.fetch_add(1, std::memory_order_seq_cst);
+		futex_wake_all(&header->progress);
+	}
+}
+
+void PoolImpl::clear_holder_bit(uint32_t index, uint32_t bit)
+{
+	SlotRecord &slot = slots[index];
+	slot.holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+	// An owner's unpublished slot goes straight back to free.
+	if (role == Role::owner && bit == kOwnerBit && slot.state.load(std::memory_order_acquire) == kSlotWriting &&
+	    holders_of(slot) == 0)
+		slot.state.store(kSlotFree, std::memory_order_release);
+	notify_owner();
+}
+
+Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
+{
+	if (role == Role::inspector)
+		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
+	if (index >= slot_count)
+		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range (0.." +
+		                                          std::to_string(slot_count - 1) + ")");
+	SlotRecord &slot = slots[index];
+	std::unique_lock lock(refs_lock);
+	if (local_refs[index] == 0) {
+		uint64_t mask = holder_mask(holder_bit);
+		uint64_t old = slot.holders[holder_bit / 64].fetch_or(mask, std::memory_order_seq_cst);
+		if (old & mask)
+			// The owner set our bit for a frame still in our queue: that reference
+			// belongs to the queue until receive() takes it.
+			return make_error(Errc::not_held, where() + ": slot " + std::to_string(index) +
+			                                      " is queued for this consumer; take it with receive()");
+		// The owner reclaims only after seeing no holder bit (Dekker-style, seq_cst):
+		// either it sees ours, or we see that it moved the slot out of PUBLISHED.
+		uint32_t s;
+		for (int spin = 0;; spin++) {
+			s = slot.state.load(std::memory_order_seq_cst);
+			if (s != kSlotReclaiming || spin > 1000)
+				break;
+			std::this_thread::yield();
+		}
+		if (s != kSlotPublished) {
+			slot.holders[holder_bit / 64].fetch_and(~mask, std::memory_order_seq_cst);
+			return make_error(Errc::not_held, where() + ": slot " + std::to_string(index) + " is " +
+			                                      state_name(s) + ", not published");
+		}
+	}
+	local_refs[index]++;
+
+	if (!writable) {
+		lock.unlock();
+		return make_guard(index, false);
+	}
+
+	// Copy-on-write: in place only when this process is the sole holder and holds it
+	// once; EXCLUSIVE then keeps get() of other processes out until it is released.
+	uint32_t expected = kSlotPublished;
+	if (local_refs[index] == 1 &&
+	    slot.state.compare_exchange_strong(expected, kSlotExclusive, std::memory_order_seq_cst)) {
+		if (sole_holder(slot, holder_bit))
+			return make_guard(index, true);
+		slot.state.store(kSlotPublished, std::memory_order_seq_cst);
+	}
+	lock.unlock();
+
+	BufferGuard shared = make_guard(index, false);
+	uint64_t bytes = std::min<uint64_t>(shared.meta_.size, slot_size);
+	std::shared_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
+	if (!copy)
+		return make_error(Errc::no_memory, where() + ": no memory for a copy of slot " + std::to_string(index));
+	std::memcpy(copy.get(), shared.data_, bytes);
+	BufferGuard g;
+	g.pool_ = shared.pool_;
+	g.meta_ = shared.meta_;
+	g.format_ = shared.format_;
+	g.data_ = copy.get();
+	g.capacity_ = bytes;
+	g.writable_ = true;
+	g.copy_ = std::move(copy);
+	return g; // `shared` releases the slot reference: the copy needs it no more
+}
+
+Result<void> PoolImpl::add_ref(uint32_t index)
+{
+	if (index >= slot_count)
+		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
+	std::lock_guard lock(refs_lock);
+	if (local_refs[index] == 0)
+		return make_error(Errc::not_held, where() + ": add_ref on slot " + std::to_string(index) +
+		                                      ", which this process does not hold (use get())");
+	if (local_refs[index] == UINT32_MAX)
+		return make_error(Errc::out_of_range, where() + ": reference count overflow");
+	local_refs[index]++;
+	return {};
+}
+
+Result<void> PoolImpl::release(uint32_t index)
+{
+	if (index >= slot_count)
+		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
+	std::lock_guard lock(refs_lock);
+	if (local_refs[index] == 0)
+		return make_error(Errc::not_held, where() + ": release of slot " + std::to_string(index) +
+		                                      ", which this process does not hold");
+	if (--local_refs[index] == 0)
+		clear_holder_bit(index, holder_bit);
+	return {};
+}
+
+Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
+{
+	if (index >= slot_count)
+		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
+	std::lock_guard lock(refs_lock);
+	if (local_refs[index] == 0)
+		return make_error(Errc::not_held, where() + ": set_ref_count on slot " + std::to_string(index) +
+		                                      ", which this process does not hold");
+	local_refs[index] = count;
+	if (count == 0)
+		clear_holder_bit(index, holder_bit);
+	return {};
+}
+
+// BufferGuard
+
+BufferGuard::BufferGuard(BufferGuard &&other) noexcept { *this = std::move(other); }
+
+BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
+{
+	if (this != &other) {
+		reset();
+		pool_ = std::move(other.pool_);
+		meta_ = other.meta_;
+		data_ = std::exchange(other.data_, nullptr);
+		capacity_ = std::exchange(other.capacity_, 0);
+		writable_ = std::exchange(other.writable_, false);
+		copy_ = std::move(other.copy_);
+		format_ = std::move(other.format_);
+	}
+	return *this;
+}
+
+BufferGuard::~BufferGuard() { reset(); }
+
+void BufferGuard::reset()
+{
+	std::shared_ptr<PoolImpl> pool = std::move(pool_);
+	if (pool && !copy_)
+		(void)pool->release(meta_.index);
+	copy_.reset();
+	format_.reset();
+	data_ = nullptr;
+	capacity_ = 0;
+	writable_ = false;
+}
+
+Result<FrameMeta *> BufferGuard::meta_mut()
+{
+	if (!valid() || !writable_)
+		return make_error(Errc::read_only, "metadata of a read-only buffer");
+	return &meta_;
+}
+
+std::span<const std::byte> BufferGuard::data() const
+{
+	if (!valid())
+		return {};
+	uint64_t n = writable_ && !copy_ ? capacity_ : std::min(meta_.size, capacity_);
+	return { data_, size_t(n) };
+}
+
+Result<std::span<std::byte>> BufferGuard::data_mut()
+{
+	if (!valid() || !writable_)
+		return make_error(Errc::read_only, "write access through a read-only buffer");
+	return std::span<std::byte>{ data_, size_t(capacity_) };
+}
+
+const std::string &BufferGuard::format() const
+{
+	static const std::string empty;
+	return format_ ? *format_ : empty;
+}
+
+Result<BufferGuard> BufferGuard::clone_ref() const
+{
+	if (!valid())
+		return make_error(Errc::invalid_argument, "clone of an empty buffer");
+	BufferGuard g;
+	if (!copy_) {
+		auto r = pool_->add_ref(meta_.index);
+		if (!r)
+			return r.error();
+	}
+	g.pool_ = pool_;
+	g.meta_ = meta_;
+	g.data_ = data_;
+	g.capacity_ = capacity_;
+	g.copy_ = copy_;
+	g.format_ = format_;
+	return g;
+}
+
+// BufferPool
+
+BufferPool::BufferPool(std::shared_ptr<PoolImpl> impl) : impl_(std::move(impl)) {}
+
+BufferPool::~BufferPool()
+{
+	// The owner closes the pool now, even while guards keep the mappings alive (the
+	// limbo); a consumer detaches when its last guard is gone, so the owner never
+	// reuses a slot this process still reads.
+	if (impl_ && impl_->role == Role::owner)
+		impl_->shutdown();
+}
+
+Role BufferPool::role() const { return impl_->role; }
+const std::string &BufferPool::name() const { return impl_->name; }
+const std::string &BufferPool::path() const { return impl_->path; }
+uint64_t BufferPool::slot_size() const { return impl_->slot_size; }
+uint32_t BufferPool::slot_count() const { return impl_->slot_count; }
+
+Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout) { return impl_->acquire(timeout.count()); }
+Result<void> BufferPool::publish(BufferGuard &&frame) { return impl_->publish(std::move(frame)); }
+Result<void> BufferPool::set_format(std::string_view format) { return impl_->set_format(format); }
+Result<void> BufferPool::end_of_stream() { return impl_->end_of_stream(); }
+Result<BufferGuard> BufferPool::receive(std::chrono::nanoseconds timeout) { return impl_->receive(timeout.count()); }
+int BufferPool::fd() const { return impl_->epoll.valid() ? impl_->epoll.get() : -1; }
+Result<BufferGuard> BufferPool::get(uint32_t index) { return impl_->get(index, false); }
+Result<BufferGuard> BufferPool::get_mut(uint32_t index) { return impl_->get(index, true); }
+Result<void> BufferPool::add_ref(uint32_t index) { return impl_->add_ref(index); }
+Result<void> BufferPool::release(uint32_t index) { return impl_->release(index); }
+Result<void> BufferPool::set_ref_count(uint32_t index, uint32_t count) { return impl_->set_ref_count(index, count); }
+
+uint32_t BufferPool::ref_count(uint32_t index) const
+{
+	if (index >= impl_->slot_count || impl_->local_refs.empty())
+		return 0;
+	std::lock_guard lock(impl_->refs_lock);
+	return impl_->local_refs[index];
+}
+
+std::string BufferPool::format() const
+{
+	auto f = std::atomic_load(&impl_->format);
+	return f ? *f : std::string();
+}
+
+std::span<const std::byte> BufferPool::control_segment() const
+{
+	return { impl_->control.data(), impl_->control.size() };
+}
+
+PoolStats BufferPool::stats() const
+{
+	PoolStats s{};
+	const ControlHeader *h = impl_->header;
+	s.published = h->published.load(std::memory_order_relaxed);
+	s.dropped = h->dropped.load(std::memory_order_relaxed);
+	s.reaped = h->reaped.load(std::memory_order_relaxed);
+	s.closed = h->state.load(std::memory_order_relaxed) == kPoolClosed || impl_->owner_gone.load();
+	s.slots_total = impl_->slot_count;
+	for (uint32_t i = 0; i < impl_->slot_count; i++) {
+		const SlotRecord &slot = impl_->slots[i];
+		uint32_t st = slot.state.load(std::memory_order_relaxed);
+		if (st == kSlotFree || ((st == kSlotPublished || st == kSlotExclusive) && holders_of(slot) == 0))
+			s.slots_free++;
+	}
+	for (uint32_t i = 0; i < impl_->max_consumers; i++)
+		if (impl_->consumer(i)->state.load(std::memory_order_relaxed) == kConsumerActive)
+			s.consumers++;
+	return s;
+}
+
+} // namespace xmem

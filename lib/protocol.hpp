@@ -1,0 +1,79 @@
+// protocol.hpp - the rendezvous protocol spoken once per attach over the pool's
+// SOCK_SEQPACKET unix socket. After it, frames move through shared memory only.
+//
+//   consumer                                   owner (I/O thread)
+//   --------                                   ------------------
+//   connect($dir/NAME)  ---------------------> accept, SO_PEERCRED check
+//   Hello{role, queue_size} + [eventfd] -----> validate, take a ConsumerRecord
+//            <--------------------------------- Welcome{index, sizes, format}
+//                                               + [control memfd, data memfd]
+//            (or Reject{code, message}, then close)
+//   ... frames: rings and holder bits in the control segment, eventfd wakeups ...
+//   exit / crash: socket hang-up ------------> reap: clear the consumer's holder bits
+#pragma once
+
+#include <xmem/xmem.h>
+
+#include <cstdint>
+
+namespace xmem::protocol {
+
+inline constexpr uint32_t kWireMagic = 0x584d4d50; // "PMMX"
+inline constexpr uint16_t kVersion = 1;
+
+enum class MessageType : uint16_t {
+	hello = 1,
+	welcome = 2,
+	reject = 3,
+};
+
+enum class PeerRole : uint32_t {
+	consumer = 1,
+	inspector = 2,
+};
+
+struct MessageHeader {
+	uint32_t magic;
+	uint16_t version;
+	MessageType type;
+	uint32_t size; // whole message, header included
+	uint32_t reserved;
+};
+
+struct Hello {
+	MessageHeader header;
+	PeerRole role;
+	uint32_t queue_size;
+	char client[32];
+	// fds: consumer sends its eventfd; inspector sends none.
+};
+
+struct Welcome {
+	MessageHeader header;
+	uint32_t consumer_index; // UINT32_MAX for an inspector
+	uint32_t reserved;
+	uint64_t control_size;
+	uint64_t data_size;
+	uint64_t format_seq;
+	char format[XMEM_FORMAT_MAX];
+	// fds: control memfd, data memfd.
+};
+
+struct Reject {
+	MessageHeader header;
+	int32_t code; // xmem_status
+	char message[256];
+};
+
+inline constexpr uint32_t kNoConsumer = 0xffffffffu;
+inline constexpr size_t kMaxMessage = sizeof(Welcome);
+static_assert(sizeof(MessageHeader) == 16);
+static_assert(sizeof(Hello) == 56);
+static_assert(sizeof(Reject) == 276);
+
+inline MessageHeader make_header(MessageType type, uint32_t size)
+{
+	return MessageHeader{ kWireMagic, kVersion, type, size, 0 };
+}
+
+} // namespace xmem::protocol

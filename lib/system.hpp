@@ -1,0 +1,133 @@
+// system.hpp - owned OS handles (fds, mappings), errno-to-Error helpers, the
+// monotonic clock and futex calls used by the pool.
+#pragma once
+
+#include <xmem/xmem.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <utility>
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace xmem {
+
+class UniqueFd
+{
+public:
+	UniqueFd() = default;
+	explicit UniqueFd(int fd) : fd_(fd) {}
+	UniqueFd(UniqueFd &&other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+	UniqueFd &operator=(UniqueFd &&other) noexcept
+	{
+		if (this != &other)
+			reset(std::exchange(other.fd_, -1));
+		return *this;
+	}
+	~UniqueFd() { reset(); }
+
+	int get() const { return fd_; }
+	bool valid() const { return fd_ >= 0; }
+	int release() { return std::exchange(fd_, -1); }
+	void reset(int fd = -1)
+	{
+		if (fd_ >= 0)
+			::close(fd_);
+		fd_ = fd;
+	}
+
+private:
+	int fd_ = -1;
+};
+
+class Mapping
+{
+public:
+	Mapping() = default;
+	Mapping(void *addr, size_t size) : addr_(addr), size_(size) {}
+	Mapping(Mapping &&other) noexcept
+		: addr_(std::exchange(other.addr_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+	Mapping &operator=(Mapping &&other) noexcept
+	{
+		if (this != &other) {
+			reset();
+			addr_ = std::exchange(other.addr_, nullptr);
+			size_ = std::exchange(other.size_, 0);
+		}
+		return *this;
+	}
+	~Mapping() { reset(); }
+
+	std::byte *data() const { return static_cast<std::byte *>(addr_); }
+	size_t size() const { return size_; }
+	void reset()
+	{
+		if (addr_)
+			::munmap(addr_, size_);
+		addr_ = nullptr;
+		size_ = 0;
+	}
+
+private:
+	void *addr_ = nullptr;
+	size_t size_ = 0;
+};
+
+inline Error make_error(Errc code, std::string message) { return Error{ code, std::move(message) }; }
+
+// "WHAT: strerror(errno)" as Errc::system, or a more precise code for common errnos.
+inline Error errno_error(std::string what, int err = errno)
+{
+	Errc code = Errc::system;
+	if (err == EACCES || err == EPERM)
+		code = Errc::permission_denied;
+	else if (err == ENOMEM)
+		code = Errc::no_memory;
+	return make_error(code, what + ": " + std::strerror(err));
+}
+
+inline uint64_t monotonic_ns()
+{
+	timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+// Deadline arithmetic that saturates instead of overflowing for "forever".
+inline uint64_t deadline_after(int64_t timeout_ns)
+{
+	if (timeout_ns <= 0)
+		return monotonic_ns();
+	uint64_t now = monotonic_ns();
+	if (uint64_t(timeout_ns) > UINT64_MAX - now)
+		return UINT64_MAX;
+	return now + uint64_t(timeout_ns);
+}
+
+// Shared (not private) futex: waiters and wakers are in different processes.
+inline void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, uint64_t deadline_ns)
+{
+	timespec ts{};
+	timespec *tsp = nullptr;
+	if (deadline_ns != UINT64_MAX) {
+		uint64_t now = monotonic_ns();
+		uint64_t rel = deadline_ns > now ? deadline_ns - now : 0;
+		ts.tv_sec = time_t(rel / 1000000000u);
+		ts.tv_nsec = long(rel % 1000000000u);
+		tsp = &ts;
+	}
+	::syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT, expected, tsp, nullptr, 0);
+}
+
+inline void futex_wake_all(std::atomic<uint32_t> *word)
+{
+	::syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+} // namespace xmem
