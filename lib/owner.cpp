@@ -24,7 +24,13 @@ constexpr uint32_t kDefaultQueueSize = 4;
 
 enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4 };
 
-uint64_t io_data(IoTag tag, uint32_t value) { return uint64_t(tag) << 32 | value; }
+// Event data: tag, consumer index and fd. The fd lets the loop ignore an event for a
+// connection that was already replaced: a registration can outlive close() while a
+// child process, between posix_spawn's clone and exec, still holds a copy of the fd.
+uint64_t io_data(IoTag tag, uint32_t index, int fd)
+{
+	return uint64_t(tag) << 56 | uint64_t(index & 0xffffff) << 32 | uint32_t(fd);
+}
 
 uint64_t holders_of(const SlotRecord &slot)
 {
@@ -479,8 +485,9 @@ void PoolImpl::io_loop()
 		if (n < 0 && errno != EINTR)
 			return;
 		for (int i = 0; i < n; i++) {
-			auto tag = IoTag(events[i].data.u64 >> 32);
-			uint32_t value = uint32_t(events[i].data.u64);
+			auto tag = IoTag(events[i].data.u64 >> 56);
+			uint32_t index = uint32_t(events[i].data.u64 >> 32) & 0xffffff;
+			int fd = int(uint32_t(events[i].data.u64));
 			switch (tag) {
 			case IoTag::stop:
 				return;
@@ -488,20 +495,25 @@ void PoolImpl::io_loop()
 				accept_peers();
 				break;
 			case IoTag::pending:
-				handle_hello(int(value));
+				handle_hello(fd);
 				break;
 			case IoTag::consumer:
 				// Consumers send nothing after Hello: any event is a hang-up (exit,
 				// crash, SIGKILL) or a protocol violation. Either way, reap.
-				reap(value);
+				if (index < max_consumers && consumer_conn[index].get() == fd)
+					reap(index);
+				else
+					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
 				break;
 			}
 		}
 		now = monotonic_ns();
 		for (auto it = pending.begin(); it != pending.end();) {
-			if (it->second.deadline_ns <= now)
-				it = pending.erase(it); // silent peer: closing removes it from epoll
-			else
+			if (it->second.deadline_ns <= now) {
+				// A silent peer. Deregister before closing (see io_data()).
+				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
+				it = pending.erase(it);
+			} else
 				++it;
 		}
 	}
@@ -534,7 +546,7 @@ void PoolImpl::accept_peers()
 		int fd = conn.get();
 		epoll_event ev{};
 		ev.events = EPOLLIN | EPOLLRDHUP;
-		ev.data.u64 = io_data(IoTag::pending, uint32_t(fd));
+		ev.data.u64 = io_data(IoTag::pending, 0, fd);
 		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) < 0)
 			continue;
 		pending[fd] = Pending{ std::move(conn), monotonic_ns() + kHelloTimeoutNs, cred.uid };
@@ -642,7 +654,7 @@ void PoolImpl::handle_hello(int fd)
 	int fds[2] = { control_fd.get(), data_fd.get() };
 	epoll_event ev{};
 	ev.events = EPOLLIN | EPOLLRDHUP;
-	ev.data.u64 = io_data(IoTag::consumer, index);
+	ev.data.u64 = io_data(IoTag::consumer, index, conn.get());
 	int cfd = conn.get();
 	{
 		std::lock_guard lock(publish_lock);
@@ -677,6 +689,10 @@ void PoolImpl::reap(uint32_t c)
 		rec->head.store(0, std::memory_order_relaxed);
 		rec->tail.store(0, std::memory_order_relaxed);
 		if (consumer_conn.size() > c) {
+			// Deregister explicitly: close() alone leaves the registration while
+			// another process holds a copy of the fd.
+			if (consumer_conn[c].valid())
+				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, consumer_conn[c].get(), nullptr);
 			consumer_conn[c].reset();
 			consumer_event[c].reset();
 		}
@@ -742,10 +758,10 @@ Result<std::shared_ptr<BufferPool>> BufferPool::create(std::string_view name, co
 		return errno_error(where + ": epoll/eventfd");
 	epoll_event ev{};
 	ev.events = EPOLLIN;
-	ev.data.u64 = io_data(IoTag::listener, 0);
+	ev.data.u64 = io_data(IoTag::listener, 0, impl->owner_socket.listener.get());
 	if (::epoll_ctl(impl->io_epoll.get(), EPOLL_CTL_ADD, impl->owner_socket.listener.get(), &ev) < 0)
 		return errno_error(where + ": epoll_ctl");
-	ev.data.u64 = io_data(IoTag::stop, 0);
+	ev.data.u64 = io_data(IoTag::stop, 0, impl->io_stop.get());
 	if (::epoll_ctl(impl->io_epoll.get(), EPOLL_CTL_ADD, impl->io_stop.get(), &ev) < 0)
 		return errno_error(where + ": epoll_ctl");
 	// The thread only touches impl through this raw pointer; shutdown() joins it

@@ -1,0 +1,195 @@
+// common.hpp - what the tests share: a private runtime directory per test, spawning
+// real helper processes (posix_spawn, never fork after threads), and waiting on them.
+#pragma once
+
+#include <xmem/xmem.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace xmem::test {
+
+// Every test gets its own XDG_RUNTIME_DIR, so pools never collide across tests
+// run in parallel, and the test can assert the directory is empty afterwards.
+class RuntimeDir
+{
+public:
+	RuntimeDir()
+	{
+		char tmpl[] = "/tmp/xmem-test-XXXXXX";
+		char *d = ::mkdtemp(tmpl);
+		EXPECT_NE(d, nullptr);
+		path_ = d ? d : "/tmp";
+		::setenv("XDG_RUNTIME_DIR", path_.c_str(), 1);
+	}
+	~RuntimeDir()
+	{
+		std::string cmd = "rm -rf '" + path_ + "'";
+		[[maybe_unused]] int r = std::system(cmd.c_str());
+	}
+	const std::string &path() const { return path_; }
+	std::string pool_dir() const { return path_ + "/xmem"; }
+	// Names in the pool directory (sockets and lock files).
+	std::vector<std::string> entries() const
+	{
+		std::vector<std::string> out;
+		if (DIR *d = ::opendir(pool_dir().c_str())) {
+			while (dirent *e = ::readdir(d))
+				if (e->d_name[0] != '.')
+					out.push_back(e->d_name);
+			::closedir(d);
+		}
+		return out;
+	}
+
+private:
+	std::string path_;
+};
+
+// The helper program built next to the tests (tests/peer.cpp).
+inline std::string peer_path()
+{
+	const char *p = std::getenv("XMEM_TEST_PEER");
+	return p ? p : "tests/xmem-test-peer";
+}
+
+class Process
+{
+public:
+	Process() = default;
+	explicit Process(std::vector<std::string> args) { start(std::move(args)); }
+	Process(Process &&o) noexcept
+		: pid_(std::exchange(o.pid_, -1)), status_(o.status_), out_path_(std::move(o.out_path_)) {}
+	Process &operator=(Process &&o) noexcept
+	{
+		kill_wait();
+		pid_ = std::exchange(o.pid_, -1);
+		status_ = o.status_;
+		out_path_ = std::move(o.out_path_);
+		return *this;
+	}
+	~Process()
+	{
+		kill_wait();
+		if (!out_path_.empty())
+			::unlink(out_path_.c_str());
+	}
+
+	// Starts ARGS with its stdout going to a private file (see output()).
+	void start(std::vector<std::string> args)
+	{
+		std::vector<char *> argv;
+		for (auto &a : args)
+			argv.push_back(a.data());
+		argv.push_back(nullptr);
+		char tmpl[] = "/tmp/xmem-test-out-XXXXXX";
+		int fd = ::mkstemp(tmpl);
+		EXPECT_GE(fd, 0);
+		::close(fd);
+		out_path_ = tmpl;
+		posix_spawn_file_actions_t actions;
+		posix_spawn_file_actions_init(&actions);
+		posix_spawn_file_actions_addopen(&actions, 1, out_path_.c_str(), O_WRONLY | O_TRUNC, 0600);
+		int r = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+		posix_spawn_file_actions_destroy(&actions);
+		EXPECT_EQ(r, 0) << "posix_spawn " << args[0];
+		if (r != 0)
+			pid_ = -1;
+	}
+	pid_t pid() const { return pid_; }
+	// Everything the process printed on stdout so far.
+	std::string output() const
+	{
+		std::ifstream in(out_path_);
+		return std::string(std::istreambuf_iterator<char>(in), {});
+	}
+	// Waits until the output contains TEXT.
+	bool wait_output(const std::string &text, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const
+	{
+		auto deadline = std::chrono::steady_clock::now() + timeout;
+		while (output().find(text) == std::string::npos) {
+			if (std::chrono::steady_clock::now() >= deadline)
+				return false;
+			std::this_thread::sleep_for(std::chrono::milliseconds(2));
+		}
+		return true;
+	}
+	// The number after "KEY=" in the output, or -1.
+	long long field(const std::string &key) const
+	{
+		std::string out = output();
+		size_t at = out.rfind(key + "=");
+		return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + key.size() + 1);
+	}
+	bool running() const { return pid_ > 0; }
+	void signal(int sig) const
+	{
+		if (pid_ > 0)
+			::kill(pid_, sig);
+	}
+	// Exit status (or 128 + signal), or -1 if it did not end in time.
+	int wait(std::chrono::milliseconds timeout = std::chrono::seconds(30))
+	{
+		if (pid_ <= 0)
+			return status_;
+		auto deadline = std::chrono::steady_clock::now() + timeout;
+		for (;;) {
+			int st;
+			pid_t r = ::waitpid(pid_, &st, WNOHANG);
+			if (r == pid_) {
+				pid_ = -1;
+				status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+				return status_;
+			}
+			if (std::chrono::steady_clock::now() >= deadline)
+				return -1;
+			std::this_thread::sleep_for(std::chrono::milliseconds(2));
+		}
+	}
+	void kill_wait()
+	{
+		if (pid_ > 0) {
+			::kill(pid_, SIGKILL);
+			int st;
+			::waitpid(pid_, &st, 0);
+			pid_ = -1;
+		}
+	}
+
+private:
+	pid_t pid_ = -1;
+	int status_ = -1;
+	std::string out_path_;
+};
+
+// Polls COND until it holds or TIMEOUT passes.
+template<typename Cond>
+bool eventually(Cond cond, std::chrono::milliseconds timeout = std::chrono::seconds(10))
+{
+	auto deadline = std::chrono::steady_clock::now() + timeout;
+	while (std::chrono::steady_clock::now() < deadline) {
+		if (cond())
+			return true;
+		std::this_thread::sleep_for(std::chrono::milliseconds(2));
+	}
+	return cond();
+}
+
+} // namespace xmem::test

@@ -1,0 +1,295 @@
+// peer.cpp - the separate process the multi-process tests spawn: a producer, a
+// verifying consumer, a consumer that drops privileges, and servers that are not pools.
+#include <xmem/xmem.hpp>
+
+#include "protocol.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <string>
+#include <thread>
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// The payload of frame SEQ: every byte depends on seq and position, so a slot
+// reused (or scribbled on) while a consumer holds it is caught.
+inline uint8_t pattern(uint64_t seq, uint64_t i) { return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff); }
+
+void fill(std::span<std::byte> bytes, uint64_t size, uint64_t seq)
+{
+	for (uint64_t i = 0; i < size; i++)
+		bytes[i] = std::byte(pattern(seq, i));
+}
+
+bool check(std::span<const std::byte> bytes, uint64_t seq)
+{
+	for (uint64_t i = 0; i < bytes.size(); i++)
+		if (bytes[i] != std::byte(pattern(seq, i)))
+			return false;
+	return true;
+}
+
+std::map<std::string, std::string> parse(int argc, char **argv, int from)
+{
+	std::map<std::string, std::string> o;
+	for (int i = from; i < argc; i++) {
+		std::string a = argv[i];
+		if (a.rfind("--", 0) != 0)
+			continue;
+		if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+			o[a.substr(2)] = argv[++i];
+		else
+			o[a.substr(2)] = "1";
+	}
+	return o;
+}
+
+uint64_t num(const std::map<std::string, std::string> &o, const char *key, uint64_t def)
+{
+	auto it = o.find(key);
+	return it == o.end() ? def : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+// produce NAME --frames N --size BYTES --slots K --fps F --policy block|drop-oldest|drop-new
+//         --wait-consumers C --consumers-gone --block-timeout-ms T --format F
+int produce(const std::string &name, const std::map<std::string, std::string> &o)
+{
+	xmem::PoolConfig config;
+	config.slot_count = uint32_t(num(o, "slots", 8));
+	config.slot_size = num(o, "size", 4096);
+	config.max_consumers = uint32_t(num(o, "max-consumers", 64));
+	config.block_timeout = std::chrono::milliseconds(num(o, "block-timeout-ms", 1000));
+	config.producer = "xmem-test-peer";
+	if (o.count("format"))
+		config.format = o.at("format");
+	std::string policy = o.count("policy") ? o.at("policy") : "drop-oldest";
+	config.policy = policy == "block" ? xmem::Policy::block
+	                : policy == "drop-new" ? xmem::Policy::drop_new
+	                                       : xmem::Policy::drop_oldest;
+	auto pool = xmem::BufferPool::create(name, config);
+	if (!pool) {
+		std::fprintf(stderr, "produce: %s\n", pool.error().message.c_str());
+		return 1;
+	}
+	uint64_t frames = num(o, "frames", 100);
+	uint64_t fps = num(o, "fps", 0);
+	uint32_t wait = uint32_t(num(o, "wait-consumers", 0));
+	while ((*pool)->stats().consumers < wait)
+		std::this_thread::sleep_for(1ms);
+	std::printf("ready\n");
+	std::fflush(stdout);
+	auto next = std::chrono::steady_clock::now();
+	uint64_t published = 0, timeouts = 0;
+	for (uint64_t n = 0; n < frames; n++) {
+		auto frame = (*pool)->acquire(5s);
+		if (!frame) {
+			timeouts++;
+			std::fprintf(stderr, "produce: %s\n", frame.error().message.c_str());
+			continue;
+		}
+		uint64_t seq = (*pool)->stats().published + 1; // single publishing thread
+		fill(frame->data_mut().value(), config.slot_size, seq);
+		auto *m = frame->meta_mut().value();
+		m->size = config.slot_size;
+		m->pts = seq * 1000;
+		m->dts = seq * 1000;
+		m->duration = 1000;
+		m->flags = uint32_t(seq);
+		auto r = (*pool)->publish(std::move(*frame));
+		if (!r) {
+			std::fprintf(stderr, "produce: %s\n", r.error().message.c_str());
+			return 1;
+		}
+		published++;
+		if (fps) {
+			next += std::chrono::nanoseconds(1000000000 / fps);
+			std::this_thread::sleep_until(next);
+		}
+	}
+	if (!o.count("no-eos"))
+		(void)(*pool)->end_of_stream();
+	if (o.count("linger-ms"))
+		std::this_thread::sleep_for(std::chrono::milliseconds(num(o, "linger-ms", 0)));
+	// Wait until every consumer took its frames (or detached), so a test can count.
+	if (o.count("drain")) {
+		auto deadline = std::chrono::steady_clock::now() + 20s;
+		while ((*pool)->stats().slots_free != config.slot_count && std::chrono::steady_clock::now() < deadline)
+			std::this_thread::sleep_for(1ms);
+	}
+	auto s = (*pool)->stats();
+	std::printf("published=%llu dropped=%llu timeouts=%llu free=%u\n", (unsigned long long)published,
+	            (unsigned long long)s.dropped, (unsigned long long)timeouts, s.slots_free);
+	return 0;
+}
+
+// consume NAME --frames N (stop after N; 0 = until EOS/closed) --hold K --work-us U
+//         --queue Q --timeout-ms T --reconnect --expect-size S
+int consume(const std::string &name, const std::map<std::string, std::string> &o)
+{
+	xmem::OpenOptions options;
+	options.timeout = std::chrono::milliseconds(num(o, "open-timeout-ms", 10000));
+	options.queue_size = uint32_t(num(o, "queue", 4));
+	options.client = "xmem-test-peer";
+	uint64_t limit = num(o, "frames", 0);
+	size_t hold = size_t(num(o, "hold", 0));
+	uint64_t work_us = num(o, "work-us", 0);
+	auto timeout = std::chrono::milliseconds(num(o, "timeout-ms", 10000));
+	bool reconnect = o.count("reconnect");
+	uint64_t reconnects = 0, received = 0, corrupt = 0, gaps = 0, last = 0;
+	bool eos = false, closed = false;
+
+	for (;;) {
+		auto pool = xmem::BufferPool::open(name, options);
+		if (!pool) {
+			std::fprintf(stderr, "consume: %s\n", pool.error().message.c_str());
+			std::printf("error=%s\n", xmem_status_name(int(pool.code())));
+			return 4;
+		}
+		std::printf("attached format=%s\n", (*pool)->format().c_str());
+		std::fflush(stdout);
+		std::deque<std::pair<xmem::BufferGuard, uint64_t>> held;
+		closed = false;
+		last = 0;
+		while (!limit || received < limit) {
+			auto frame = (*pool)->receive(timeout);
+			if (!frame) {
+				if (frame.code() == xmem::Errc::end_of_stream)
+					eos = true;
+				else if (frame.code() == xmem::Errc::closed)
+					closed = true;
+				else
+					std::fprintf(stderr, "consume: %s\n", frame.error().message.c_str());
+				break;
+			}
+			const auto &m = frame->meta();
+			if (!check(frame->data(), m.seq) || m.pts != m.seq * 1000 || m.flags != uint32_t(m.seq))
+				corrupt++;
+			if (last && m.seq > last + 1)
+				gaps += m.seq - last - 1;
+			if (last && m.seq <= last)
+				corrupt++; // out of order or repeated
+			last = m.seq;
+			received++;
+			held.emplace_back(std::move(*frame), m.seq);
+			// Re-check a frame when letting it go: its slot must not have been reused
+			// while we held it.
+			while (held.size() > hold) {
+				if (!check(held.front().first.data(), held.front().second))
+					corrupt++;
+				held.pop_front();
+			}
+			if (work_us)
+				std::this_thread::sleep_for(std::chrono::microseconds(work_us));
+		}
+		for (auto &[g, seq] : held)
+			if (!check(g.data(), seq))
+				corrupt++;
+		held.clear();
+		if (!(reconnect && closed) || (limit && received >= limit))
+			break;
+		reconnects++;
+	}
+	std::printf("received=%llu gaps=%llu corrupt=%llu eos=%d closed=%d reconnects=%llu\n",
+	            (unsigned long long)received, (unsigned long long)gaps, (unsigned long long)corrupt, int(eos),
+	            int(closed), (unsigned long long)reconnects);
+	return corrupt ? 3 : 0;
+}
+
+// open-as NAME --uid U --gid G: drops privileges, then tries to attach.
+int open_as(const std::string &name, const std::map<std::string, std::string> &o)
+{
+	gid_t gid = gid_t(num(o, "gid", 65534));
+	uid_t uid = uid_t(num(o, "uid", 65534));
+	if (::setgroups(0, nullptr) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0) {
+		std::perror("open-as: cannot drop privileges");
+		return 77;
+	}
+	xmem::OpenOptions options;
+	options.timeout = 0ms;
+	auto pool = xmem::BufferPool::open(name, options);
+	std::printf("%s\n", pool ? "XMEM_OK" : xmem_status_name(int(pool.code())));
+	if (!pool)
+		std::printf("%s\n", pool.error().message.c_str());
+	return 0;
+}
+
+// serve PATH --kind stream|silent|garbage|version|hangup: a socket that is not a
+// pool, or a pool server speaking the wrong protocol. Serves until killed.
+int serve(const std::string &path, const std::map<std::string, std::string> &o)
+{
+	std::string kind = o.count("kind") ? o.at("kind") : "garbage";
+	int type = kind == "stream" ? SOCK_STREAM : SOCK_SEQPACKET;
+	int s = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+	sockaddr_un addr{};
+	addr.sun_family = AF_UNIX;
+	std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+	::unlink(path.c_str());
+	if (::bind(s, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0 || ::listen(s, 16) < 0) {
+		std::perror("serve: bind");
+		return 1;
+	}
+	std::printf("ready\n");
+	std::fflush(stdout);
+	for (;;) {
+		int c = ::accept(s, nullptr, nullptr);
+		if (c < 0)
+			continue;
+		char buf[8192];
+		if (kind == "silent") {
+			std::thread([c] {
+				std::this_thread::sleep_for(60s);
+				::close(c);
+			}).detach();
+			continue;
+		}
+		if (type == SOCK_SEQPACKET)
+			[[maybe_unused]] ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+		if (kind == "garbage") {
+			std::memset(buf, 0x5a, 300);
+			[[maybe_unused]] ssize_t n = ::send(c, buf, 300, MSG_NOSIGNAL);
+		} else if (kind == "version") {
+			xmem::protocol::Reject r{};
+			r.header = xmem::protocol::make_header(xmem::protocol::MessageType::reject, sizeof(r));
+			r.header.version = 99;
+			[[maybe_unused]] ssize_t n = ::send(c, &r, sizeof(r), MSG_NOSIGNAL);
+		} else if (kind == "short") {
+			[[maybe_unused]] ssize_t n = ::send(c, "xm", 2, MSG_NOSIGNAL);
+		}
+		// "hangup" and the rest: close without a word.
+		::close(c);
+	}
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		std::fprintf(stderr, "usage: xmem-test-peer produce|consume|open-as|serve NAME [options]\n");
+		return 2;
+	}
+	std::string mode = argv[1], name = argv[2];
+	auto o = parse(argc, argv, 3);
+	std::setvbuf(stdout, nullptr, _IOLBF, 0);
+	if (mode == "produce")
+		return produce(name, o);
+	if (mode == "consume")
+		return consume(name, o);
+	if (mode == "open-as")
+		return open_as(name, o);
+	if (mode == "serve")
+		return serve(name, o);
+	std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+	return 2;
+}
