@@ -79,8 +79,8 @@ struct alignas(64) ControlHeader {
 
 // The shared copy of a frame's metadata lives in xmem_frame_meta, which is already
 // fixed-layout and pointer-free.
-static_assert(sizeof(xmem_frame_meta) == 264);
-static_assert(offsetof(xmem_frame_meta, content_type) == 200);
+static_assert(sizeof(xmem_frame_meta) == 320);
+static_assert(offsetof(xmem_frame_meta, content_type) == 256);
 
 struct alignas(64) SlotRecord {
 	std::atomic<uint32_t> state; // SlotState [owner; EXCLUSIVE by the sole holder]

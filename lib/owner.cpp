@@ -335,6 +335,9 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 	if (g.meta_.size > slot_size)
 		return make_error(Errc::out_of_range, where() + ": frame size " + std::to_string(g.meta_.size) +
 		                                          " exceeds the slot size " + std::to_string(slot_size));
+	if (g.meta_.n_planes > XMEM_MAX_PLANES)
+		return make_error(Errc::invalid_argument, where() + ": n_planes " + std::to_string(g.meta_.n_planes) +
+		                                              " > " + std::to_string(XMEM_MAX_PLANES));
 	if (g.meta_.ndim > XMEM_MAX_DIMS)
 		return make_error(Errc::invalid_argument, where() + ": ndim " + std::to_string(g.meta_.ndim) + " > " +
 		                                              std::to_string(XMEM_MAX_DIMS));

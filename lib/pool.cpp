@@ -52,7 +52,12 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	BufferGuard g;
 	g.pool_ = shared_from_this();
 	g.meta_ = slots[index].meta;
+	// Another process wrote these: keep counts and strings within their arrays.
 	g.meta_.index = index;
+	g.meta_.ndim = std::min<uint8_t>(g.meta_.ndim, XMEM_MAX_DIMS);
+	g.meta_.n_planes = std::min<uint32_t>(g.meta_.n_planes, XMEM_MAX_PLANES);
+	g.meta_.content_type[XMEM_CONTENT_TYPE_MAX - 1] = '\0';
+	g.meta_.producer[XMEM_PRODUCER_MAX - 1] = '\0';
 	g.data_ = slot_data(index);
 	g.capacity_ = slot_size;
 	g.writable_ = writable;

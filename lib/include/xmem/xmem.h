@@ -11,6 +11,7 @@ extern "C" {
 #endif
 
 #define XMEM_MAX_DIMS 8
+#define XMEM_MAX_PLANES 4
 #define XMEM_CONTENT_TYPE_MAX 32
 #define XMEM_PRODUCER_MAX 32
 /* Longest format string (GStreamer caps), terminating NUL included. */
@@ -93,6 +94,11 @@ typedef struct xmem_frame_meta {
 	uint32_t flags;        /* free for the application (GstBufferFlags in the elements) */
 	uint32_t producer_pid; /* (set by publish) */
 	uint64_t format_seq;   /* which format (xmem_buffer_format) this frame is in (set by publish) */
+	/* Video layout (GstVideoMeta): planes, each at an offset with a row stride. */
+	uint32_t n_planes;     /* 0 when the payload is not planar video */
+	uint32_t plane_stride[XMEM_MAX_PLANES];
+	uint32_t reserved0;
+	uint64_t plane_offset[XMEM_MAX_PLANES];
 	char content_type[XMEM_CONTENT_TYPE_MAX]; /* e.g. "video/raw", "tensor" */
 	char producer[XMEM_PRODUCER_MAX];         /* producer's name (set by publish) */
 } xmem_frame_meta;
