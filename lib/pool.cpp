@@ -125,15 +125,8 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		return make_guard(index, false);
 	}
 
-	// Copy-on-write: in place only when this process is the sole holder and holds it
-	// once; EXCLUSIVE then keeps get() of other processes out until it is released.
-	uint32_t expected = kSlotPublished;
-	if (local_refs[index] == 1 &&
-	    slot.state.compare_exchange_strong(expected, kSlotExclusive, std::memory_order_seq_cst)) {
-		if (sole_holder(slot, holder_bit))
-			return make_guard(index, true);
-		slot.state.store(kSlotPublished, std::memory_order_seq_cst);
-	}
+	if (take_exclusive(index))
+		return make_guard(index, true);
 	lock.unlock();
 
 	BufferGuard shared = make_guard(index, false);
@@ -151,6 +144,22 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 	g.writable_ = true;
 	g.copy_ = std::move(copy);
 	return g; // `shared` releases the slot reference: the copy needs it no more
+}
+
+// Copy-on-write's fast path: in place only when this process is the sole holder and
+// holds it once; EXCLUSIVE then keeps get() of other processes out until released.
+bool PoolImpl::take_exclusive(uint32_t index)
+{
+	SlotRecord &slot = slots[index];
+	if (local_refs[index] != 1)
+		return false;
+	uint32_t expected = kSlotPublished;
+	if (!slot.state.compare_exchange_strong(expected, kSlotExclusive, std::memory_order_seq_cst))
+		return expected == kSlotExclusive && sole_holder(slot, holder_bit);
+	if (sole_holder(slot, holder_bit))
+		return true;
+	slot.state.store(kSlotPublished, std::memory_order_seq_cst);
+	return false;
 }
 
 Result<void> PoolImpl::add_ref(uint32_t index)
@@ -253,6 +262,17 @@ const std::string &BufferGuard::format() const
 {
 	static const std::string empty;
 	return format_ ? *format_ : empty;
+}
+
+bool BufferGuard::try_make_writable()
+{
+	if (!valid() || writable_)
+		return writable_;
+	if (copy_)
+		return false;
+	std::lock_guard lock(pool_->refs_lock);
+	writable_ = pool_->take_exclusive(meta_.index);
+	return writable_;
 }
 
 Result<BufferGuard> BufferGuard::clone_ref() const

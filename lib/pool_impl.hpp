@@ -99,6 +99,7 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	Result<void> release(uint32_t index);
 	Result<void> set_ref_count(uint32_t index, uint32_t count);
 	BufferGuard make_guard(uint32_t index, bool writable);
+	bool take_exclusive(uint32_t index); // refs_lock held
 	void clear_holder_bit(uint32_t index, uint32_t bit);
 	void notify_owner();
 

@@ -142,11 +142,11 @@ TEST(Crash, ConsumersKilledAtRandomMoments)
 	EXPECT_GT(killed_attached, kills / 4) << "too few kills hit attached consumers";
 
 	// xmem-inspect agrees, from another process.
-	if (const char *inspect = std::getenv("XMEM_INSPECT"); inspect && ::access(inspect, X_OK) == 0) {
-		std::string json = run(std::string(inspect) + " crash --json");
-		EXPECT_EQ(json_number(json, "slots_total"), kSlots) << json;
-		EXPECT_EQ(json_number(json, "slots_free"), kSlots) << json;
-	}
+	const char *inspect = std::getenv("XMEM_INSPECT");
+	ASSERT_TRUE(inspect && ::access(inspect, X_OK) == 0) << "XMEM_INSPECT must name the built xmem-inspect";
+	std::string json = run(std::string(inspect) + " crash --json");
+	EXPECT_EQ(json_number(json, "slots_total"), kSlots) << json;
+	EXPECT_EQ(json_number(json, "slots_free"), kSlots) << json;
 
 	// No slot leaked and none is handed out twice: all of them at once, distinct.
 	std::vector<xmem::BufferGuard> all;

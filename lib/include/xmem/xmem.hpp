@@ -136,6 +136,9 @@ public:
 	// The format string this frame is in.
 	const std::string &format() const;
 
+	// Makes a read-only guard writable in place when this process is the frame's only
+	// holder and holds it once; never copies. Returns whether the guard is writable.
+	bool try_make_writable();
 	// Another read-only reference to the same frame (a private copy is shared as is).
 	Result<BufferGuard> clone_ref() const;
 	// Drops the reference now; the guard becomes empty. Safe to call twice.

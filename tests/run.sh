@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# tests/run.sh - the README's test command: installs missing Debian packages,
+# configures, builds and runs the whole suite under meson test.
+#   BUILD=dir        build directory (default: build)
+#   MESON_ARGS="..." extra options for the first `meson setup` (e.g. sanitizers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/bootstrap.sh
+
+xmem_install_packages "${XMEM_PACKAGES[@]}"
+
+build=${BUILD:-build}
+args=(-Dtests=enabled)
+# CI treats warnings as errors; so does anyone who sets CI=true.
+[ "${CI:-}" = "true" ] && args+=(-Dwerror=true)
+# shellcheck disable=SC2206
+args+=(${MESON_ARGS:-})
+xmem_configure "$build" "${args[@]}"
+meson compile -C "$build"
+meson test -C "$build" --print-errorlogs --num-processes "${XMEM_TEST_JOBS:-2}"

@@ -1,0 +1,28 @@
+# bootstrap.sh - sourced by tests/run.sh, pipelines/demo.sh and bench/run.sh: installs
+# the Debian packages the build needs when missing, then configures and builds.
+
+# Packages the build and the test suite need (Debian 12 names).
+XMEM_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev)
+
+xmem_install_packages() {
+	local missing=()
+	local p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "xmem: installing ${missing[*]}" >&2
+	local sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# xmem_configure DIR [meson setup options...]: configures DIR once.
+xmem_configure() {
+	local dir=$1
+	shift
+	if [ ! -f "$dir/build.ninja" ]; then
+		meson setup "$dir" "$@"
+	fi
+}
