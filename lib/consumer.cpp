@@ -118,7 +118,9 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 			return cmap.error();
 		control = std::move(cmap.value());
 		control_fd = std::move(msg->fds[0]);
-		const ControlHeader *h = reinterpret_cast<const ControlHeader *>(control.data());
+		ControlConstants k;
+		std::memcpy(&k, control.data(), sizeof(k));
+		const ControlConstants *h = &k;
 		if (h->magic != kMagic)
 			return segment_error(where(), "wrong magic");
 		if (h->abi_version != kAbiVersion)
@@ -147,13 +149,13 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 			return make_error(Errc::not_a_pool, where() + ": consumer index " + std::to_string(w.consumer_index) +
 			                                        " out of range");
 
-		header = const_cast<ControlHeader *>(h);
-		slot_count = h->slot_count;
-		max_consumers = h->max_consumers;
-		ring_capacity = h->ring_capacity;
-		consumer_record_size = h->consumer_record_size;
-		slot_size = h->slot_size;
-		slot_stride = h->slot_stride;
+		header = reinterpret_cast<ControlHeader *>(control.data());
+		slot_count = k.slot_count;
+		max_consumers = k.max_consumers;
+		ring_capacity = k.ring_capacity;
+		consumer_record_size = k.consumer_record_size;
+		slot_size = k.slot_size;
+		slot_stride = k.slot_stride;
 		slots = reinterpret_cast<SlotRecord *>(control.data() + slots_offset());
 		consumers_base = control.data() + consumers_offset(slot_count);
 		w.format[sizeof(w.format) - 1] = '\0';
@@ -165,7 +167,7 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 			role = Role::inspector;
 			return {};
 		}
-		auto dmap = map_fd(msg->fds[1].get(), h->data_size, where(), "data arena");
+		auto dmap = map_fd(msg->fds[1].get(), k.data_size, where(), "data arena");
 		if (!dmap)
 			return dmap.error();
 		data = std::move(dmap.value());
@@ -175,6 +177,7 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 		self = consumer(consumer_index);
 		local_refs.assign(slot_count, 0);
 		event = std::move(ev);
+		armed_once = true; // the owner arms new consumers (see handle_hello)
 
 		epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 		if (!epoll.valid())
@@ -212,21 +215,38 @@ Result<BufferGuard> PoolImpl::receive(int64_t timeout_ns)
 {
 	if (role != Role::consumer)
 		return make_error(Errc::wrong_role, where() + ": only a consumer receives");
+	// One receiver at a time: the armed/eventfd handshake has a single sleeper, and
+	// a second thread draining the eventfd could leave the first asleep unarmed.
+	std::lock_guard serial(receive_lock);
 	uint64_t deadline = deadline_after(timeout_ns);
 	std::atomic<uint64_t> *ring = ring_of(self);
 	for (;;) {
-		if (must_drain.exchange(false)) {
+		// The owner clears `armed` and then writes the eventfd: read it only then, so
+		// a consumer checking an empty queue makes no syscall. If the write has not
+		// landed yet, keep trying on later calls, or a poller would spin on it.
+		if (drain_pending.load(std::memory_order_relaxed) ||
+		    (armed_once.load(std::memory_order_relaxed) && self->armed.load(std::memory_order_seq_cst) == 0)) {
 			uint64_t count;
-			[[maybe_unused]] ssize_t n = ::read(event.get(), &count, sizeof(count));
+			if (::read(event.get(), &count, sizeof(count)) > 0) {
+				drain_pending.store(false, std::memory_order_relaxed);
+				armed_once.store(false, std::memory_order_relaxed);
+			} else {
+				drain_pending.store(self->armed.load(std::memory_order_seq_cst) == 0, std::memory_order_relaxed);
+			}
 		}
 		uint64_t h = self->head.load(std::memory_order_acquire);
-		uint64_t t = self->tail.load(std::memory_order_acquire);
-		if (t - h > ring_capacity)
+		uint64_t t = self->tail.load(std::memory_order_seq_cst);
+		if (t - h > ring_capacity) {
+			// The owner may have dropped and pushed between our two loads.
+			if (self->head.load(std::memory_order_acquire) != h)
+				continue;
 			return segment_error(where(), "queue indices out of range");
+		}
 		if (h != t) {
 			uint64_t e = ring[h % ring_capacity].load(std::memory_order_acquire);
-			// The owner may drop this entry (drop-oldest) at the same time.
-			if (!self->head.compare_exchange_strong(h, h + 1, std::memory_order_acq_rel))
+			// The owner may drop this entry (drop-oldest) at the same time. seq_cst:
+			// this store pairs with the owner_waiting load in notify_owner().
+			if (!self->head.compare_exchange_strong(h, h + 1, std::memory_order_seq_cst))
 				continue;
 			self->received.fetch_add(1, std::memory_order_relaxed);
 			notify_owner(); // a block-policy publish may wait for this room
@@ -248,19 +268,50 @@ Result<BufferGuard> PoolImpl::receive(int64_t timeout_ns)
 			return make_error(Errc::closed, where() + ": the owner closed the pool");
 		// Arm, then look again: the owner stores tail, then reads armed.
 		self->armed.store(1, std::memory_order_seq_cst);
-		must_drain.store(true);
+		armed_once.store(true, std::memory_order_relaxed);
 		if (self->tail.load(std::memory_order_seq_cst) != h)
 			continue;
 		uint64_t now = monotonic_ns();
-		if (now >= deadline)
-			return make_error(Errc::timed_out, where() + ": no frame within the timeout");
-		int ms = deadline == UINT64_MAX ? -1 : int(std::min<uint64_t>((deadline - now + 999999) / 1000000, INT32_MAX));
-		pollfd fds[2] = { { event.get(), POLLIN, 0 }, { sock.get(), POLLIN | POLLRDHUP, 0 } };
-		int r = ::poll(fds, 2, ms);
+		int ms = 0;
+		if (now < deadline)
+			ms = deadline == UINT64_MAX ? -1
+			                            : int(std::min<uint64_t>((deadline - now + 999999) / 1000000, INT32_MAX));
+		// With nothing to wait for, still notice an owner that died (a hang-up on
+		// the socket), so a poller does not spin on a readable fd().
+		pollfd fds[2] = { { sock.get(), POLLIN | POLLRDHUP, 0 }, { event.get(), POLLIN, 0 } };
+		int r = ::poll(fds, ms == 0 ? 1 : 2, ms);
 		if (r < 0 && errno != EINTR)
 			return errno_error(where() + ": poll");
-		if (r > 0 && fds[1].revents)
+		if (r > 0 && fds[0].revents) {
 			owner_gone.store(true); // the owner never writes after Welcome: hang-up
+			continue;
+		}
+		if (ms == 0)
+			return make_error(Errc::timed_out, where() + ": no frame within the timeout");
+	}
+}
+
+void PoolImpl::detach_queue()
+{
+	if (role != Role::consumer || !self)
+		return;
+	// No more frames for this handle; frames still held by guards stay held.
+	self->detached.store(1, std::memory_order_seq_cst);
+	std::atomic<uint64_t> *ring = ring_of(self);
+	for (;;) {
+		uint64_t h = self->head.load(std::memory_order_acquire);
+		uint64_t t = self->tail.load(std::memory_order_seq_cst);
+		if (h == t || t - h > ring_capacity)
+			return;
+		uint64_t e = ring[h % ring_capacity].load(std::memory_order_acquire);
+		if (!self->head.compare_exchange_strong(h, h + 1, std::memory_order_seq_cst))
+			continue;
+		uint32_t index = uint32_t(e);
+		if (index >= slot_count)
+			continue;
+		std::lock_guard lock(refs_lock);
+		if (local_refs[index] == 0)
+			clear_holder_bit(index, holder_bit);
 	}
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace xmem::layout {
 
@@ -38,9 +39,10 @@ enum ConsumerState : uint32_t {
 	kConsumerDead = 2, // hung up; the owner is releasing what it held
 };
 
-// Written by the owner at create; read-only afterwards. Checked by consumers
-// field by field before anything else in the segment is touched.
-struct alignas(64) ControlHeader {
+// Written by the owner at create; read-only afterwards. Consumers copy it out of
+// the segment once and check the copy field by field before anything else in the
+// segment is touched (another process could change it after a check).
+struct ControlConstants {
 	uint32_t magic;
 	uint32_t abi_version;
 	uint32_t header_size;
@@ -62,7 +64,12 @@ struct alignas(64) ControlHeader {
 	uint64_t block_timeout_ns;
 	uint64_t created_ns;
 	char producer[XMEM_PRODUCER_MAX];
+};
 
+static_assert(sizeof(ControlConstants) == 136);
+static_assert(std::is_trivially_copyable_v<ControlConstants>);
+
+struct alignas(64) ControlHeader : ControlConstants {
 	// Shared, changing. Writer in brackets.
 	alignas(64) std::atomic<uint32_t> state;         // PoolState [owner]
 	std::atomic<uint32_t> progress;                  // futex word: a slot freed or a queue moved [all]
@@ -107,6 +114,7 @@ struct alignas(64) ConsumerRecord {
 	alignas(64) std::atomic<uint64_t> head;  // [consumer, owner]
 	std::atomic<uint64_t> received;          // [consumer]
 	std::atomic<uint32_t> armed;             // consumer sleeps; owner must signal [both]
+	std::atomic<uint32_t> detached;          // handle closed, guards live: queue nothing [consumer]
 	alignas(64) std::atomic<uint64_t> tail;  // [owner]
 	std::atomic<uint64_t> dropped;           // [owner]
 	std::atomic<uint64_t> queued_total;      // [owner]
@@ -142,7 +150,6 @@ inline uint64_t holder_mask(uint32_t bit) { return uint64_t{ 1 } << (bit % 64); 
 static_assert(sizeof(ControlHeader) % 64 == 0);
 static_assert(sizeof(SlotRecord) % 64 == 0);
 static_assert(sizeof(ConsumerRecord) % 64 == 0);
-static_assert(offsetof(ControlHeader, state) == 192);
 static_assert(offsetof(SlotRecord, meta) == 40);
 
 } // namespace xmem::layout

@@ -4,6 +4,7 @@
 #include "protocol.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -127,6 +128,12 @@ Result<void> PoolImpl::create_segments(const PoolConfig &config)
 	header->block_timeout_ns = uint64_t(config.block_timeout.count());
 	header->created_ns = monotonic_ns();
 	copy_string(header->producer, sizeof(header->producer), config.producer);
+	// The owner's own copies: consumers can write to the shared header.
+	config_policy = config.policy;
+	config_block_timeout_ns = uint64_t(config.block_timeout.count());
+	config_mode = config.mode;
+	std::memcpy(config_producer, header->producer, sizeof(config_producer));
+	consumer_queue_size.assign(max_consumers, 0);
 
 	slots = reinterpret_cast<SlotRecord *>(control.data() + slots_offset());
 	for (uint32_t i = 0; i < slot_count; i++) {
@@ -217,15 +224,17 @@ Result<BufferGuard> PoolImpl::acquire(int64_t timeout_ns)
 		return st == kSlotFree || ((st == kSlotPublished || st == kSlotExclusive) && holders_of(s) == 0);
 	};
 	for (;;) {
+		if (shut.load())
+			return make_error(Errc::closed, where() + " is closed");
 		uint32_t start = acquire_cursor.load(std::memory_order_relaxed);
 		for (uint32_t n = 0; n < slot_count; n++) {
 			uint32_t i = (start + n) % slot_count;
 			if (!try_reclaim(i, kSlotWriting))
 				continue;
 			acquire_cursor.store(i + 1, std::memory_order_relaxed);
-			slots[i].holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
 			{
 				std::lock_guard lock(refs_lock);
+				slots[i].holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
 				local_refs[i] = 1;
 			}
 			FrameMeta &m = slots[i].meta;
@@ -233,11 +242,9 @@ Result<BufferGuard> PoolImpl::acquire(int64_t timeout_ns)
 			m.index = i;
 			m.storage_type = XMEM_STORAGE_SYSTEM;
 			m.pts = m.dts = m.duration = XMEM_NONE;
-			BufferGuard g = make_guard(i, true);
-			g.format_ = std::atomic_load(&format);
-			return g;
+			return make_guard(i, true);
 		}
-		if (header->policy == XMEM_POLICY_DROP_OLDEST) {
+		if (config_policy == Policy::drop_oldest) {
 			std::lock_guard lock(publish_lock);
 			if (drop_globally_oldest())
 				continue;
@@ -245,6 +252,8 @@ Result<BufferGuard> PoolImpl::acquire(int64_t timeout_ns)
 		bool any = wait_for_progress(
 			header,
 			[&] {
+				if (shut.load())
+					return true;
 				for (uint32_t i = 0; i < slot_count; i++)
 					if (reclaimable(i))
 						return true;
@@ -283,8 +292,10 @@ bool PoolImpl::drop_oldest(uint32_t c)
 
 bool PoolImpl::drop_globally_oldest()
 {
-	uint32_t victim = UINT32_MAX;
-	uint64_t oldest = UINT64_MAX;
+	// The oldest queued frame, preferring one whose slot this drop frees outright
+	// (no other holder): dropping a frame that is held elsewhere frees nothing yet.
+	uint32_t victim = UINT32_MAX, freeing = UINT32_MAX;
+	uint64_t oldest = UINT64_MAX, oldest_freeing = UINT64_MAX;
 	for (uint32_t c : active) {
 		ConsumerRecord *rec = consumer(c);
 		uint64_t h = rec->head.load(std::memory_order_acquire);
@@ -298,7 +309,18 @@ bool PoolImpl::drop_globally_oldest()
 			oldest = seq;
 			victim = c;
 		}
+		uint32_t bit = 1 + c;
+		bool only_this = true;
+		for (uint32_t w = 0; w < kHolderWords; w++)
+			only_this &= slots[index].holders[w].load(std::memory_order_relaxed) ==
+				     (w == bit / 64 ? holder_mask(bit) : 0);
+		if (only_this && seq < oldest_freeing) {
+			oldest_freeing = seq;
+			freeing = c;
+		}
 	}
+	if (freeing != UINT32_MAX)
+		victim = freeing;
 	return victim != UINT32_MAX && drop_oldest(victim);
 }
 
@@ -327,7 +349,7 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 		return make_error(Errc::invalid_argument, where() + ": publish of a buffer from another pool");
 	if (!g.writable_ || g.copy_)
 		return make_error(Errc::read_only, where() + ": publish needs a buffer from acquire()");
-	uint32_t index = g.meta_.index;
+	uint32_t index = g.index_;
 	SlotRecord &slot = slots[index];
 	if (slot.state.load(std::memory_order_acquire) != kSlotWriting)
 		return make_error(Errc::invalid_argument,
@@ -353,8 +375,8 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 	m.seq = seq;
 	if (m.timestamp == 0)
 		m.timestamp = monotonic_ns();
-	m.producer_pid = header->owner_pid;
-	std::memcpy(m.producer, header->producer, sizeof(m.producer));
+	m.producer_pid = uint32_t(::getpid());
+	std::memcpy(m.producer, config_producer, sizeof(m.producer));
 	m.format_seq = format_seq;
 	m.content_type[sizeof(m.content_type) - 1] = '\0';
 	if (slot.format_seq != format_seq) {
@@ -371,12 +393,13 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 	uint64_t masks[kHolderWords] = {};
 	for (uint32_t c : active) {
 		ConsumerRecord *rec = consumer(c);
+		const uint32_t queue_size = consumer_queue_size[c];
 		uint64_t deadline = 0;
-		bool take = true;
-		for (;;) {
+		bool take = rec->detached.load(std::memory_order_seq_cst) == 0;
+		while (take) {
 			uint64_t h = rec->head.load(std::memory_order_acquire);
 			uint64_t t = rec->tail.load(std::memory_order_relaxed);
-			if (t - h < rec->queue_size)
+			if (t - h < queue_size)
 				break;
 			if (t - h > ring_capacity) {
 				// Its head is garbage: hang up on it, the I/O thread reaps it.
@@ -384,22 +407,22 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 				take = false;
 				break;
 			}
-			if (header->policy == XMEM_POLICY_DROP_NEW) {
+			if (config_policy == Policy::drop_new) {
 				rec->dropped.fetch_add(1, std::memory_order_relaxed);
 				header->dropped.fetch_add(1, std::memory_order_relaxed);
 				take = false;
 				break;
 			}
-			if (header->policy == XMEM_POLICY_BLOCK) {
+			if (config_policy == Policy::block) {
 				if (deadline == 0)
-					deadline = deadline_after(int64_t(header->block_timeout_ns));
+					deadline = deadline_after(int64_t(config_block_timeout_ns));
 				bool moved = wait_for_progress(
 					header,
 					[&] {
 						return rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
 						       rec->tail.load(std::memory_order_relaxed) -
 								       rec->head.load(std::memory_order_seq_cst) <
-							       rec->queue_size;
+							       queue_size;
 					},
 					deadline);
 				if (rec->state.load(std::memory_order_seq_cst) != kConsumerActive) {
@@ -418,12 +441,23 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 	}
 	// Holder bits before the entries become visible, and before the owner's own bit
 	// goes: the slot never looks free while a frame of it is queued.
+	// A consumer's get() probe may have set its bit first (the slot is PUBLISHED
+	// already): one bit cannot stand for two references, so that consumer does not
+	// get this frame queued; its get() holds it instead.
+	uint64_t taken[kHolderWords] = {};
 	for (uint32_t w = 0; w < kHolderWords; w++)
 		if (masks[w])
-			slot.holders[w].fetch_or(masks[w], std::memory_order_seq_cst);
+			taken[w] = slot.holders[w].fetch_or(masks[w], std::memory_order_seq_cst) & masks[w];
 	uint64_t entry = (seq << 32) | index;
-	for (uint32_t i = 0; i < ntargets; i++)
+	for (uint32_t i = 0; i < ntargets; i++) {
+		uint32_t bit = 1 + targets[i];
+		if (taken[bit / 64] & holder_mask(bit)) {
+			consumer(targets[i])->dropped.fetch_add(1, std::memory_order_relaxed);
+			header->dropped.fetch_add(1, std::memory_order_relaxed);
+			continue;
+		}
 		push(targets[i], entry);
+	}
 	lock.unlock();
 	g.reset();
 	return {};
@@ -437,10 +471,16 @@ Result<void> PoolImpl::end_of_stream()
 	uint64_t seq = header->published.load(std::memory_order_relaxed);
 	for (uint32_t c : active) {
 		ConsumerRecord *rec = consumer(c);
-		// EOS may use the ring's spare entry; it is never dropped for the policy.
-		while (rec->tail.load(std::memory_order_relaxed) - rec->head.load(std::memory_order_acquire) >=
-		       ring_capacity)
+		// EOS may use the ring's spare entry, so a full queue does not hold it back.
+		uint64_t queued;
+		while ((queued = rec->tail.load(std::memory_order_relaxed) - rec->head.load(std::memory_order_acquire)) >=
+		       ring_capacity) {
+			if (queued > ring_capacity)
+				break; // garbage head: publish() hangs up on this consumer
 			drop_oldest(c);
+		}
+		if (queued > ring_capacity)
+			continue;
 		push(c, (seq << 32) | kEosEntry);
 	}
 	return {};
@@ -458,6 +498,9 @@ void PoolImpl::shutdown()
 	std::lock_guard lock(publish_lock);
 	if (header) {
 		header->state.store(kPoolClosed, std::memory_order_seq_cst);
+		// Wake this process's own threads waiting in acquire() or publish().
+		header->progress.fetch_add(1, std::memory_order_seq_cst);
+		futex_wake_all(&header->progress);
 		for (uint32_t c : active) {
 			consumer(c)->armed.store(0, std::memory_order_relaxed);
 			uint64_t one = 1;
@@ -526,13 +569,17 @@ void PoolImpl::accept_peers()
 {
 	for (;;) {
 		UniqueFd conn(::accept4(owner_socket.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-		if (!conn.valid())
+		if (!conn.valid()) {
+			// Out of fds: the listener stays readable; don't spin on it.
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				std::this_thread::sleep_for(std::chrono::milliseconds(10));
 			return;
+		}
 		ucred cred{};
 		socklen_t len = sizeof(cred);
 		if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 			continue;
-		uint32_t mode = header->mode;
+		uint32_t mode = config_mode;
 		bool allowed = cred.uid == ::geteuid() || cred.uid == 0 || (mode & 0006) ||
 		               ((mode & 0060) && cred.gid == ::getegid());
 		if (!allowed) {
@@ -597,7 +644,7 @@ void PoolImpl::handle_hello(int fd)
 	protocol::Welcome w{};
 	w.header = protocol::make_header(protocol::MessageType::welcome, sizeof(w));
 	w.control_size = control.size();
-	w.data_size = data.size();
+	w.data_size = this->data.size();
 	{
 		std::lock_guard lock(publish_lock);
 		auto f = std::atomic_load(&format);
@@ -618,6 +665,10 @@ void PoolImpl::handle_hello(int fd)
 	if (msg->fds.size() != 1)
 		return reject(XMEM_EINVAL, "a consumer sends exactly one eventfd");
 	UniqueFd event = std::move(msg->fds[0]);
+	char link[64] = {};
+	std::string proc = "/proc/self/fd/" + std::to_string(event.get());
+	if (::readlink(proc.c_str(), link, sizeof(link) - 1) < 0 || std::string_view(link) != "anon_inode:[eventfd]")
+		return reject(XMEM_EINVAL, "the file descriptor in hello is not an eventfd");
 	::fcntl(event.get(), F_SETFL, ::fcntl(event.get(), F_GETFL) | O_NONBLOCK);
 	uint32_t queue = hello.queue_size ? hello.queue_size : kDefaultQueueSize;
 	queue = std::clamp<uint32_t>(queue, 1, slot_count);
@@ -640,6 +691,8 @@ void PoolImpl::handle_hello(int fd)
 		rec->pid = uint32_t(cred.pid);
 		rec->uid = cred.uid;
 		rec->queue_size = queue;
+		consumer_queue_size[index] = queue;
+		rec->detached.store(0, std::memory_order_relaxed);
 		rec->attach_ns = monotonic_ns();
 		hello.client[sizeof(hello.client) - 1] = '\0';
 		copy_string(rec->client, sizeof(rec->client), hello.client);
@@ -648,7 +701,8 @@ void PoolImpl::handle_hello(int fd)
 		rec->received.store(0, std::memory_order_relaxed);
 		rec->dropped.store(0, std::memory_order_relaxed);
 		rec->queued_total.store(0, std::memory_order_relaxed);
-		rec->armed.store(0, std::memory_order_relaxed);
+		// Armed from the start: fd() polls readable on the first frame.
+		rec->armed.store(1, std::memory_order_relaxed);
 		rec->state.store(kConsumerActive, std::memory_order_seq_cst);
 		active.push_back(index);
 		consumer_event[index] = std::move(event);

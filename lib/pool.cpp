@@ -51,6 +51,7 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 {
 	BufferGuard g;
 	g.pool_ = shared_from_this();
+	g.index_ = index;
 	g.meta_ = slots[index].meta;
 	// Another process wrote these: keep counts and strings within their arrays.
 	g.meta_.index = index;
@@ -79,10 +80,10 @@ void PoolImpl::clear_holder_bit(uint32_t index, uint32_t bit)
 {
 	SlotRecord &slot = slots[index];
 	slot.holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
-	// An owner's unpublished slot goes straight back to free.
-	if (role == Role::owner && bit == kOwnerBit && slot.state.load(std::memory_order_acquire) == kSlotWriting &&
-	    holders_of(slot) == 0)
-		slot.state.store(kSlotFree, std::memory_order_release);
+	// An owner's unpublished slot goes straight back to free. Other bits on a
+	// WRITING slot can only be get() probes, which back off on seeing it.
+	if (role == Role::owner && bit == kOwnerBit && slot.state.load(std::memory_order_acquire) == kSlotWriting)
+		slot.state.store(kSlotFree, std::memory_order_seq_cst);
 	notify_owner();
 }
 
@@ -114,6 +115,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		}
 		if (s != kSlotPublished) {
 			slot.holders[holder_bit / 64].fetch_and(~mask, std::memory_order_seq_cst);
+			notify_owner(); // an acquire() may have seen only our probe
 			return make_error(Errc::not_held, where() + ": slot " + std::to_string(index) + " is " +
 			                                      state_name(s) + ", not published");
 		}
@@ -137,6 +139,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 	std::memcpy(copy.get(), shared.data_, bytes);
 	BufferGuard g;
 	g.pool_ = shared.pool_;
+	g.index_ = shared.index_;
 	g.meta_ = shared.meta_;
 	g.format_ = shared.format_;
 	g.data_ = copy.get();
@@ -212,6 +215,7 @@ BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 	if (this != &other) {
 		reset();
 		pool_ = std::move(other.pool_);
+		index_ = other.index_;
 		meta_ = other.meta_;
 		data_ = std::exchange(other.data_, nullptr);
 		capacity_ = std::exchange(other.capacity_, 0);
@@ -228,7 +232,7 @@ void BufferGuard::reset()
 {
 	std::shared_ptr<PoolImpl> pool = std::move(pool_);
 	if (pool && !copy_)
-		(void)pool->release(meta_.index);
+		(void)pool->release(index_);
 	copy_.reset();
 	format_.reset();
 	data_ = nullptr;
@@ -271,7 +275,7 @@ bool BufferGuard::try_make_writable()
 	if (copy_)
 		return false;
 	std::lock_guard lock(pool_->refs_lock);
-	writable_ = pool_->take_exclusive(meta_.index);
+	writable_ = pool_->take_exclusive(index_);
 	return writable_;
 }
 
@@ -281,11 +285,12 @@ Result<BufferGuard> BufferGuard::clone_ref() const
 		return make_error(Errc::invalid_argument, "clone of an empty buffer");
 	BufferGuard g;
 	if (!copy_) {
-		auto r = pool_->add_ref(meta_.index);
+		auto r = pool_->add_ref(index_);
 		if (!r)
 			return r.error();
 	}
 	g.pool_ = pool_;
+	g.index_ = index_;
 	g.meta_ = meta_;
 	g.data_ = data_;
 	g.capacity_ = capacity_;
@@ -305,7 +310,17 @@ BufferPool::~BufferPool()
 	// reuses a slot this process still reads.
 	if (impl_ && impl_->role == Role::owner)
 		impl_->shutdown();
+	else if (impl_)
+		impl_->detach_queue();
 }
+
+void BufferPool::close()
+{
+	if (impl_->role == Role::owner)
+		impl_->shutdown();
+}
+
+bool BufferPool::owns(const BufferGuard &guard) const { return guard.pool_ == impl_; }
 
 Role BufferPool::role() const { return impl_->role; }
 const std::string &BufferPool::name() const { return impl_->name; }

@@ -46,8 +46,9 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	uint32_t holder_bit = layout::kOwnerBit;
 
 	// This process's references per slot. The 0 <-> 1 transitions set and clear the
-	// holder bit, so they are serialised here. Lock order: publish_lock, then
-	// refs_lock; never held while waiting or signalling another process.
+	// holder bit, so they are serialised here. Lock order: receive_lock or
+	// publish_lock, then refs_lock; never held while waiting (a futex wake of the
+	// owner may happen under it).
 	mutable std::mutex refs_lock;
 	std::vector<uint32_t> local_refs;
 
@@ -62,8 +63,12 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	UniqueFd sock;
 	UniqueFd event;
 	UniqueFd epoll; // event + sock, the pollable fd handed to applications
-	std::atomic<bool> must_drain{ false };
+	// Eventfd bookkeeping of receive(): armed since the last drain; a drain found
+	// the owner between clearing `armed` and writing the eventfd.
+	std::atomic<bool> armed_once{ false };
+	std::atomic<bool> drain_pending{ false };
 	std::atomic<bool> owner_gone{ false };
+	std::mutex receive_lock;
 
 	// Owner.
 	rendezvous::OwnerSocket owner_socket;
@@ -85,6 +90,12 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	};
 	std::map<int, Pending> pending; // I/O thread only
 	std::atomic<uint32_t> acquire_cursor{ 0 };
+	// Configuration as the owner created it; the shared header copy is for peers.
+	Policy config_policy = Policy::drop_oldest;
+	uint64_t config_block_timeout_ns = 0;
+	uint32_t config_mode = 0600;
+	char config_producer[XMEM_PRODUCER_MAX] = {};
+	std::vector<uint32_t> consumer_queue_size; // under publish_lock
 
 	layout::ConsumerRecord *consumer(uint32_t i) const
 	{
@@ -123,6 +134,7 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// Consumer.
 	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
 	Result<BufferGuard> receive(int64_t timeout_ns);
+	void detach_queue();
 	std::shared_ptr<const std::string> format_of(const layout::SlotRecord &slot);
 };
 

@@ -123,7 +123,7 @@ public:
 	~BufferGuard();
 
 	bool valid() const { return pool_ != nullptr; }
-	uint32_t index() const { return meta_.index; }
+	uint32_t index() const { return index_; }
 	bool writable() const { return writable_; }
 	bool is_copy() const { return copy_ != nullptr; }
 
@@ -149,6 +149,8 @@ private:
 	friend struct PoolImpl;
 
 	std::shared_ptr<PoolImpl> pool_;
+	// The slot, kept apart from meta_: callers may overwrite all of meta_mut().
+	uint32_t index_ = 0;
 	FrameMeta meta_{};
 	std::byte *data_ = nullptr;
 	uint64_t capacity_ = 0;
@@ -208,6 +210,12 @@ public:
 	// Other processes' counts are theirs alone: that is what makes them crash-safe.
 	Result<void> set_ref_count(uint32_t index, uint32_t count);
 	uint32_t ref_count(uint32_t index) const;
+
+	// Owner: closes the pool now (as destroying the handle does) although guards
+	// still keep it mapped; frees the name for a new owner. Idempotent.
+	void close();
+	// Whether GUARD refers to a slot of this pool.
+	bool owns(const BufferGuard &guard) const;
 
 	// For xmem-inspect: the raw control segment of an inspector handle.
 	std::span<const std::byte> control_segment() const;

@@ -1,0 +1,818 @@
+// xmem-bench-core.cpp - publish-to-receive latency, throughput and CPU per frame of
+// libxmem alone: one producer process and N consumer processes spawned from itself.
+//
+// The producer writes only the first cache line of each frame (a stamp the
+// consumers check) and the consumers read only that line: what is measured is the
+// zero-copy handoff, which should not depend on the frame size. Consumers send
+// their latencies and CPU time back over a pipe once the stream has ended.
+//
+// --pair eventfd-memfd measures the floor the core is built on instead: a stamp in
+// a shared memfd and one eventfd write per consumer per frame, the same sleep and
+// wake-up path as a sleeping xmem consumer, with no pool at all.
+#include <xmem/xmem.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace {
+
+constexpr uint64_t kStampMagic = 0x504d415453484358; // "XCHSTAMP"
+constexpr uint64_t kReportMagic = 0x54524f5045524258; // "XBREPORT"
+constexpr uint64_t kEndOfStream = UINT64_MAX; // floor pair: the producer is done
+// Where a spawned consumer finds what its producer handed it.
+constexpr int kReportFd = 3;
+constexpr int kStampFd = 4; // floor pair: the shared stamp page
+constexpr int kEventFd = 5; // floor pair: this consumer's eventfd
+constexpr int kFirstPrivateFd = 10; // the producer's own fds live above these
+
+// What the producer writes into the first cache line of a frame.
+struct alignas(64) Stamp {
+	uint64_t magic;
+	uint64_t seq; // the sequence number the frame is published with
+};
+
+// The floor pair's shared page: the stamp, and the metadata xmem would carry.
+struct alignas(64) FloorPage {
+	std::atomic<uint64_t> timestamp;
+	std::atomic<uint64_t> seq;
+};
+
+// What a consumer sends back, followed by `samples` latencies in ns.
+struct Report {
+	uint64_t magic;
+	uint64_t samples;
+	uint64_t missing; // measured frames never received (gaps in seq)
+	uint64_t corrupt; // frames whose stamp did not match their metadata
+	uint64_t cpu_ns; // user + system time over the measured frames
+	int32_t status; // 0, or the xmem error that ended the stream early
+	char error[204];
+};
+
+enum class Pair { xmem_core, eventfd_memfd };
+
+struct Options {
+	Pair pair = Pair::xmem_core;
+	uint32_t width = 640;
+	uint32_t height = 480;
+	uint32_t fps = 60; // 0: unthrottled
+	uint64_t frames = 600;
+	uint64_t warmup = 60;
+	uint32_t consumers = 1;
+	uint32_t slots = 8;
+	uint32_t queue = 4;
+	xmem::Policy policy = xmem::Policy::block;
+	bool spin = false; // xmem consumers poll with receive(0) instead of sleeping
+	bool json = false;
+	std::string mode = "latency"; // a label for the record only
+	std::string consumer_of; // set in a spawned consumer: the pool's name
+	std::string command; // this run's command line, for the record
+};
+
+[[noreturn]] void usage()
+{
+	std::fprintf(stderr,
+		     "usage: xmem-bench-core [--pair xmem-core|eventfd-memfd] [--width W] [--height H]\n"
+		     "                       [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
+		     "                       [--slots S] [--queue Q] [--policy block|drop-oldest|drop-new]\n"
+		     "                       [--spin] [--mode LABEL] [--json]\n");
+	std::exit(2);
+}
+
+bool parse_policy(std::string_view p, xmem::Policy &policy)
+{
+	if (p == "block")
+		policy = xmem::Policy::block;
+	else if (p == "drop-oldest")
+		policy = xmem::Policy::drop_oldest;
+	else if (p == "drop-new")
+		policy = xmem::Policy::drop_new;
+	else
+		return false;
+	return true;
+}
+
+bool parse(int argc, char **argv, Options &o)
+{
+	for (int i = 1; i < argc; i++) {
+		std::string_view a = argv[i];
+		if (a == "--json") {
+			o.json = true;
+			continue;
+		}
+		if (a == "--spin") {
+			o.spin = true;
+			continue;
+		}
+		if (i + 1 >= argc)
+			return false;
+		std::string_view v = argv[++i];
+		char *end = nullptr;
+		unsigned long long n = std::strtoull(v.data(), &end, 10);
+		bool numeric = !v.empty() && end && *end == '\0' && n <= UINT32_MAX;
+		if (a == "--mode")
+			o.mode = v;
+		else if (a == "--consumer")
+			o.consumer_of = v;
+		else if (a == "--pair") {
+			if (v == "xmem-core")
+				o.pair = Pair::xmem_core;
+			else if (v == "eventfd-memfd")
+				o.pair = Pair::eventfd_memfd;
+			else
+				return false;
+		} else if (a == "--policy") {
+			if (!parse_policy(v, o.policy))
+				return false;
+		} else if (!numeric)
+			return false;
+		else if (a == "--width")
+			o.width = uint32_t(n);
+		else if (a == "--height")
+			o.height = uint32_t(n);
+		else if (a == "--fps")
+			o.fps = uint32_t(n);
+		else if (a == "--frames")
+			o.frames = n;
+		else if (a == "--warmup")
+			o.warmup = n;
+		else if (a == "--consumers")
+			o.consumers = uint32_t(n);
+		else if (a == "--slots")
+			o.slots = uint32_t(n);
+		else if (a == "--queue")
+			o.queue = uint32_t(n);
+		else
+			return false;
+	}
+	if (o.pair == Pair::eventfd_memfd && o.fps == 0) {
+		// One stamp, no queue: an unthrottled producer would overwrite it unread.
+		std::fprintf(stderr, "xmem-bench-core: the eventfd-memfd pair needs --fps > 0\n");
+		return false;
+	}
+	return o.width > 0 && o.height > 0 && o.frames > 0 && o.consumers > 0 && o.consumers <= XMEM_MAX_CONSUMERS &&
+	       o.slots > 0 && o.fps <= 1000000;
+}
+
+const char *policy_name(xmem::Policy p)
+{
+	switch (p) {
+	case xmem::Policy::block:
+		return "block";
+	case xmem::Policy::drop_oldest:
+		return "drop-oldest";
+	case xmem::Policy::drop_new:
+		return "drop-new";
+	}
+	return "?";
+}
+
+uint64_t clock_ns(clockid_t clock)
+{
+	timespec ts;
+	clock_gettime(clock, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+uint64_t monotonic_ns()
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+// User + system time of the whole process (every thread), in ns.
+uint64_t process_cpu_ns()
+{
+	rusage ru{};
+	getrusage(RUSAGE_SELF, &ru);
+	auto ns = [](const timeval &tv) {
+		return uint64_t(tv.tv_sec) * 1000000000u + uint64_t(tv.tv_usec) * 1000u;
+	};
+	return ns(ru.ru_utime) + ns(ru.ru_stime);
+}
+
+bool write_all(int fd, const void *buf, size_t len)
+{
+	auto p = static_cast<const char *>(buf);
+	while (len > 0) {
+		ssize_t n = ::write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= size_t(n);
+	}
+	return true;
+}
+
+bool read_all(int fd, void *buf, size_t len)
+{
+	auto p = static_cast<char *>(buf);
+	while (len > 0) {
+		ssize_t n = ::read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= size_t(n);
+	}
+	return true;
+}
+
+// Nearest-rank percentile of SORTED, in µs.
+double percentile_us(const std::vector<uint64_t> &sorted, double q)
+{
+	if (sorted.empty())
+		return 0.0;
+	size_t rank = size_t(q * double(sorted.size()) + 0.999999);
+	rank = std::clamp<size_t>(rank, 1, sorted.size());
+	return double(sorted[rank - 1]) / 1000.0;
+}
+
+std::string json_string(std::string_view v)
+{
+	std::string out = "\"";
+	for (char c : v) {
+		if (c == '"' || c == '\\') {
+			out += '\\';
+			out += c;
+		} else if (static_cast<unsigned char>(c) < 0x20) {
+			char buf[8];
+			std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+			out += buf;
+		} else {
+			out += c;
+		}
+	}
+	return out + "\"";
+}
+
+// Consumers
+
+// What both consumer kinds share: latencies, gaps and CPU time over the measured
+// frames (sequence numbers warmup+1 .. warmup+frames).
+class Recorder
+{
+public:
+	explicit Recorder(const Options &o) : first_(o.warmup + 1), last_(o.warmup + o.frames), expected_(first_)
+	{
+		latencies_.reserve(o.frames);
+		report_.magic = kReportMagic;
+		if (o.warmup == 0)
+			cpu_start_ = process_cpu_ns();
+	}
+
+	void frame(uint64_t seq, uint64_t timestamp, uint64_t now, bool stamp_ok)
+	{
+		if (!stamp_ok)
+			report_.corrupt++;
+		if (seq >= first_ && seq <= last_) {
+			latencies_.push_back(now - timestamp);
+			if (seq > expected_)
+				report_.missing += seq - expected_;
+			expected_ = seq + 1;
+		}
+	}
+
+	// After a frame is released. CPU is counted from the end of the warmup to the
+	// last measured frame: attaching and the first touch of each slot are left out.
+	void released(uint64_t seq)
+	{
+		if (seq + 1 >= first_ && cpu_start_ == 0)
+			cpu_start_ = process_cpu_ns();
+		if (seq >= last_ && cpu_end_ == 0)
+			cpu_end_ = process_cpu_ns();
+	}
+
+	void fail(const xmem::Error &e)
+	{
+		report_.status = int32_t(e.code);
+		std::snprintf(report_.error, sizeof(report_.error), "%s", e.message.c_str());
+	}
+
+	int send()
+	{
+		if (cpu_end_ == 0)
+			cpu_end_ = process_cpu_ns();
+		if (expected_ <= last_)
+			report_.missing += last_ + 1 - expected_;
+		report_.cpu_ns = cpu_start_ && cpu_end_ > cpu_start_ ? cpu_end_ - cpu_start_ : 0;
+		report_.samples = latencies_.size();
+		if (!write_all(kReportFd, &report_, sizeof(report_)) ||
+		    !write_all(kReportFd, latencies_.data(), latencies_.size() * sizeof(uint64_t)))
+			return 1;
+		return report_.status == 0 ? 0 : 1;
+	}
+
+private:
+	uint64_t first_, last_, expected_;
+	uint64_t cpu_start_ = 0, cpu_end_ = 0;
+	std::vector<uint64_t> latencies_;
+	Report report_{};
+};
+
+int run_xmem_consumer(const Options &o)
+{
+	Recorder rec(o);
+	xmem::OpenOptions options;
+	options.timeout = std::chrono::seconds(10);
+	options.queue_size = o.queue;
+	options.client = "xmem-bench-core";
+	auto opened = xmem::BufferPool::open(o.consumer_of, options);
+	if (!opened) {
+		rec.fail(opened.error());
+		return rec.send();
+	}
+	auto pool = std::move(opened.value());
+
+	const auto timeout = o.spin ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(std::chrono::seconds(10));
+	uint64_t idle_since = 0;
+	for (;;) {
+		auto frame = pool->receive(timeout);
+		if (!frame) {
+			if (frame.code() == xmem::Errc::timed_out && o.spin) {
+				uint64_t now = monotonic_ns();
+				if (!idle_since)
+					idle_since = now;
+				if (now - idle_since < 10'000'000'000u)
+					continue;
+			}
+			if (frame.code() != xmem::Errc::end_of_stream)
+				rec.fail(frame.error());
+			break;
+		}
+		idle_since = 0;
+		uint64_t now = monotonic_ns();
+		const xmem::FrameMeta &m = frame->meta();
+		Stamp stamp;
+		std::memcpy(&stamp, frame->data().data(), sizeof(stamp));
+		uint64_t seq = m.seq;
+		rec.frame(seq, m.timestamp, now, stamp.magic == kStampMagic && stamp.seq == seq);
+		frame->reset();
+		rec.released(seq);
+	}
+	return rec.send();
+}
+
+int run_floor_consumer(const Options &o)
+{
+	Recorder rec(o);
+	void *p = ::mmap(nullptr, sizeof(FloorPage), PROT_READ, MAP_SHARED, kStampFd, 0);
+	if (p == MAP_FAILED) {
+		rec.fail({ xmem::Errc::system, std::string("mmap: ") + std::strerror(errno) });
+		return rec.send();
+	}
+	auto page = static_cast<const FloorPage *>(p);
+	for (;;) {
+		pollfd pfd = { kEventFd, POLLIN, 0 };
+		int r = ::poll(&pfd, 1, 10000);
+		if (r == 0) {
+			rec.fail({ xmem::Errc::timed_out, "no frame within 10 s" });
+			break;
+		}
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			rec.fail({ xmem::Errc::system, std::string("poll: ") + std::strerror(errno) });
+			break;
+		}
+		uint64_t count;
+		[[maybe_unused]] ssize_t n = ::read(kEventFd, &count, sizeof(count));
+		uint64_t now = monotonic_ns();
+		uint64_t seq = page->seq.load(std::memory_order_acquire);
+		if (seq == kEndOfStream)
+			break;
+		rec.frame(seq, page->timestamp.load(std::memory_order_relaxed), now, true);
+		rec.released(seq);
+	}
+	return rec.send();
+}
+
+// Producer
+
+struct Child {
+	pid_t pid = -1;
+	int report = -1; // read end of its report pipe
+};
+
+// FD, moved above the fds spawned consumers are handed, close-on-exec.
+int private_fd(int fd)
+{
+	int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, kFirstPrivateFd);
+	::close(fd);
+	return moved;
+}
+
+// Spawns this binary again as a consumer. Never fork(): the pool already runs its
+// I/O thread. EXTRA are (fd, target) pairs to hand over besides the report pipe.
+bool spawn_consumer(const std::vector<std::string> &args, const std::vector<std::pair<int, int>> &extra, Child &child)
+{
+	int fds[2];
+	if (::pipe2(fds, O_CLOEXEC) < 0)
+		return false;
+	// Above every target, so that dup2() onto the target always clears close-on-exec.
+	int rd = private_fd(fds[0]), wr = private_fd(fds[1]);
+	if (rd < 0 || wr < 0)
+		return false;
+
+	std::vector<std::string> copy = args;
+	std::vector<char *> argv;
+	argv.reserve(copy.size() + 1);
+	for (auto &a : copy)
+		argv.push_back(a.data());
+	argv.push_back(nullptr);
+
+	posix_spawn_file_actions_t actions;
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_adddup2(&actions, wr, kReportFd);
+	for (auto [fd, target] : extra)
+		posix_spawn_file_actions_adddup2(&actions, fd, target);
+	// XMEM_BENCH_EXE: under valgrind, /proc/self/exe is valgrind's own tool binary.
+	const char *exe = std::getenv("XMEM_BENCH_EXE");
+	int err =
+		posix_spawn(&child.pid, exe && *exe ? exe : "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+	posix_spawn_file_actions_destroy(&actions);
+	::close(wr);
+	if (err != 0) {
+		::close(rd);
+		errno = err;
+		return false;
+	}
+	child.report = rd;
+	return true;
+}
+
+std::vector<std::string> consumer_args(const Options &o, const std::string &pool)
+{
+	std::vector<std::string> args = { "xmem-bench-core", "--consumer", pool };
+	args.insert(args.end(), { "--pair", o.pair == Pair::xmem_core ? "xmem-core" : "eventfd-memfd" });
+	args.insert(args.end(), { "--frames", std::to_string(o.frames), "--warmup", std::to_string(o.warmup) });
+	args.insert(args.end(), { "--queue", std::to_string(o.queue) });
+	if (o.spin)
+		args.push_back("--spin");
+	return args;
+}
+
+// Median cost of the two clock reads around a measured call, taken off each sample.
+uint64_t thread_clock_overhead_ns()
+{
+	std::vector<uint64_t> d(1001);
+	for (auto &v : d) {
+		uint64_t a = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+		v = clock_ns(CLOCK_THREAD_CPUTIME_ID) - a;
+	}
+	std::nth_element(d.begin(), d.begin() + 500, d.end());
+	return d[500];
+}
+
+struct ProducerRun {
+	bool ok = true;
+	uint64_t published = 0;
+	uint64_t wall_ns = 0;
+	uint64_t process_cpu_ns = 0; // the whole process, pacing sleeps included
+	uint64_t call_cpu_ns = 0; // this thread, inside acquire + stamp + publish only
+	uint64_t clock_overhead_ns = 0;
+	std::vector<uint64_t> call_ns; // wall time of acquire + stamp + publish
+};
+
+// Calls PUBLISH(n) for warmup + frames frames at o.fps (or as fast as it returns),
+// measuring the frames after the warmup. PUBLISH returns false to stop.
+ProducerRun pace(const Options &o, const std::function<bool(uint64_t)> &publish)
+{
+	ProducerRun run;
+	run.call_ns.reserve(o.frames);
+	const uint64_t total = o.warmup + o.frames;
+	const uint64_t period = o.fps ? 1000000000u / o.fps : 0;
+	// Paced, the process also spends CPU sleeping and waking up between frames, so
+	// the calls are timed on their own. Unthrottled, there is nothing else to leave
+	// out and the two system calls per frame would slow the producer down.
+	const bool time_calls = period != 0;
+	if (time_calls)
+		run.clock_overhead_ns = thread_clock_overhead_ns();
+	uint64_t cpu_start = 0, wall_start = 0;
+	timespec next{};
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	for (uint64_t n = 0; n < total; n++) {
+		bool measured = n >= o.warmup;
+		if (n == o.warmup) {
+			cpu_start = process_cpu_ns();
+			wall_start = monotonic_ns();
+		}
+		uint64_t c0 = time_calls ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
+		uint64_t t0 = monotonic_ns();
+		if (!publish(n)) {
+			run.ok = false;
+			break;
+		}
+		uint64_t t1 = monotonic_ns();
+		uint64_t c1 = time_calls ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
+		run.published++;
+		if (measured) {
+			run.call_ns.push_back(t1 - t0);
+			run.call_cpu_ns += c1 - c0 > run.clock_overhead_ns ? c1 - c0 - run.clock_overhead_ns : 0;
+		}
+		if (period) {
+			next.tv_nsec += long(period);
+			while (next.tv_nsec >= 1000000000) {
+				next.tv_nsec -= 1000000000;
+				next.tv_sec++;
+			}
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
+			}
+		}
+	}
+	run.process_cpu_ns = process_cpu_ns() - cpu_start;
+	run.wall_ns = monotonic_ns() - wall_start;
+	if (!time_calls)
+		run.call_cpu_ns = run.process_cpu_ns;
+	return run;
+}
+
+struct Gathered {
+	bool ok = true;
+	std::vector<uint64_t> latencies; // every consumer's, sorted
+	uint64_t cpu_ns = 0;
+	uint64_t missing = 0;
+	uint64_t corrupt = 0;
+};
+
+// Reads every consumer's report and reaps it. Blocks until each has sent it.
+Gathered gather(const Options &o, std::vector<Child> &children)
+{
+	Gathered g;
+	g.latencies.reserve(o.frames * o.consumers);
+	for (auto &c : children) {
+		Report rep{};
+		bool ok = read_all(c.report, &rep, sizeof(rep)) && rep.magic == kReportMagic && rep.samples <= o.frames;
+		if (ok) {
+			size_t at = g.latencies.size();
+			g.latencies.resize(at + rep.samples);
+			ok = read_all(c.report, g.latencies.data() + at, rep.samples * sizeof(uint64_t));
+		}
+		::close(c.report);
+		int ws = 0;
+		::waitpid(c.pid, &ws, 0);
+		if (!ok) {
+			std::fprintf(stderr, "xmem-bench-core: consumer %d sent no report\n", int(c.pid));
+			g.ok = false;
+			g.missing += o.frames;
+			continue;
+		}
+		if (rep.status != 0) {
+			rep.error[sizeof(rep.error) - 1] = '\0';
+			std::fprintf(stderr, "xmem-bench-core: consumer %d: %s\n", int(c.pid), rep.error);
+			g.ok = false;
+		}
+		g.cpu_ns += rep.cpu_ns;
+		g.missing += rep.missing;
+		g.corrupt += rep.corrupt;
+	}
+	std::sort(g.latencies.begin(), g.latencies.end());
+	return g;
+}
+
+void wait_children(std::vector<Child> &children)
+{
+	for (auto &c : children) {
+		if (c.report >= 0)
+			::close(c.report);
+		if (c.pid > 0)
+			::waitpid(c.pid, nullptr, 0);
+	}
+}
+
+int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_dropped)
+{
+	const char *pair = o.pair == Pair::xmem_core ? "xmem-core" : "eventfd-memfd";
+	const uint64_t frame_bytes = uint64_t(o.width) * o.height * 3 / 2;
+	const double frames = double(o.frames);
+	const double producer_cpu = double(run.call_cpu_ns) / 1000.0 / frames;
+	const double producer_process_cpu = double(run.process_cpu_ns) / 1000.0 / frames;
+	const double consumers_cpu = double(g.cpu_ns) / 1000.0 / frames;
+	const double fps = run.wall_ns ? frames * 1e9 / double(run.wall_ns) : 0.0;
+	const double p50 = percentile_us(g.latencies, 0.50), p99 = percentile_us(g.latencies, 0.99);
+	const double max = percentile_us(g.latencies, 1.0);
+	std::sort(run.call_ns.begin(), run.call_ns.end());
+	const double call_p50 = percentile_us(run.call_ns, 0.50), call_p99 = percentile_us(run.call_ns, 0.99);
+	const bool ok = run.ok && g.ok && g.missing == 0 && g.corrupt == 0;
+	const char *wait = o.spin ? "spin" : "sleep";
+
+	if (o.json) {
+		std::string j = "{";
+		auto str = [&](const char *key, std::string_view v) {
+			j += std::string(j.size() > 1 ? ", " : "") + "\"" + key + "\": " + json_string(v);
+		};
+		auto num = [&](const char *key, double v, int decimals) {
+			char buf[64];
+			std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+			j += std::string(j.size() > 1 ? ", " : "") + "\"" + key + "\": " + buf;
+		};
+		str("pair", pair);
+		str("mode", o.mode);
+		str("size", std::to_string(o.width) + "x" + std::to_string(o.height));
+		num("width", o.width, 0);
+		num("height", o.height, 0);
+		num("frame_bytes", double(frame_bytes), 0);
+		num("touched_bytes", sizeof(Stamp), 0);
+		num("fps_target", o.fps, 0);
+		num("frames", double(o.frames), 0);
+		num("warmup", double(o.warmup), 0);
+		num("consumers", o.consumers, 0);
+		num("slots", o.slots, 0);
+		num("queue_size", o.queue, 0);
+		str("policy", policy_name(o.policy));
+		str("consumer_wait", wait);
+		num("p50_us", p50, 1);
+		num("p99_us", p99, 1);
+		num("max_us", max, 1);
+		num("fps", fps, 1);
+		num("producer_cpu_us_per_frame", producer_cpu, 2);
+		num("consumers_cpu_us_per_frame", consumers_cpu, 2);
+		num("cpu_us_per_frame", producer_cpu + consumers_cpu, 2);
+		num("producer_process_cpu_us_per_frame", producer_process_cpu, 2);
+		num("producer_call_p50_us", call_p50, 2);
+		num("producer_call_p99_us", call_p99, 2);
+		num("clock_overhead_us", double(run.clock_overhead_ns) / 1000.0, 2);
+		num("dropped", double(g.missing), 0);
+		num("pool_dropped", double(pool_dropped), 0);
+		num("corrupt", double(g.corrupt), 0);
+		str("command", o.command);
+		j += std::string(", \"ok\": ") + (ok ? "true" : "false") + "}";
+		std::printf("%s\n", j.c_str());
+	} else {
+		std::printf("%s %s: %ux%u NV12 (%" PRIu64 " bytes; the producer writes and the consumers read only the "
+			    "first %zu: the zero-copy handoff), %u consumer(s) %s, %s fps, %s policy, queue %u\n",
+			    pair, o.mode.c_str(), o.width, o.height, frame_bytes, sizeof(Stamp), o.consumers,
+			    o.spin ? "spinning" : "sleeping", o.fps ? std::to_string(o.fps).c_str() : "unthrottled",
+			    policy_name(o.policy), o.queue);
+		std::printf("  publish->receive latency: p50 %.1f us, p99 %.1f us, max %.1f us (%zu samples)\n", p50,
+			    p99, max, g.latencies.size());
+		std::printf("  acquire+stamp+publish:    p50 %.2f us, p99 %.2f us (wall time in the producer)\n",
+			    call_p50, call_p99);
+		std::printf("  frames/s %.1f, dropped %" PRIu64 " (pool counted %" PRIu64 "), corrupt %" PRIu64 "\n",
+			    fps, g.missing, pool_dropped, g.corrupt);
+		std::printf("  CPU us/frame: producer %.2f, consumers %.2f, together %.2f\n", producer_cpu,
+			    consumers_cpu, producer_cpu + consumers_cpu);
+		if (o.fps)
+			std::printf("  (producer: in acquire+stamp+publish; %.2f with its pacing sleeps)\n",
+				    producer_process_cpu);
+	}
+	return ok ? 0 : 1;
+}
+
+int run_xmem_producer(const Options &o)
+{
+	const uint64_t frame_bytes = uint64_t(o.width) * o.height * 3 / 2;
+	const std::string name = "xmem-bench-" + std::to_string(::getpid());
+
+	xmem::PoolConfig config;
+	config.slot_count = o.slots;
+	config.slot_size = frame_bytes;
+	config.policy = o.policy;
+	config.block_timeout = std::chrono::seconds(1);
+	config.producer = "xmem-bench-core";
+	config.format =
+		"video/x-raw,format=NV12,width=" + std::to_string(o.width) + ",height=" + std::to_string(o.height);
+	auto created = xmem::BufferPool::create(name, config);
+	if (!created) {
+		std::fprintf(stderr, "xmem-bench-core: %s\n", created.error().message.c_str());
+		return 1;
+	}
+	auto pool = std::move(created.value());
+
+	std::vector<Child> children(o.consumers);
+	for (auto &c : children) {
+		if (!spawn_consumer(consumer_args(o, name), {}, c)) {
+			std::fprintf(stderr, "xmem-bench-core: cannot spawn a consumer: %s\n", std::strerror(errno));
+			pool.reset();
+			wait_children(children);
+			return 1;
+		}
+	}
+	auto attach_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+	while (pool->stats().consumers < o.consumers) {
+		if (std::chrono::steady_clock::now() > attach_deadline) {
+			std::fprintf(stderr, "xmem-bench-core: only %u of %u consumers attached\n",
+				     pool->stats().consumers, o.consumers);
+			pool.reset();
+			wait_children(children);
+			return 1;
+		}
+		std::this_thread::sleep_for(std::chrono::milliseconds(1));
+	}
+
+	ProducerRun run = pace(o, [&](uint64_t n) {
+		auto frame = pool->acquire(std::chrono::seconds(5));
+		if (!frame) {
+			std::fprintf(stderr, "xmem-bench-core: %s\n", frame.error().message.c_str());
+			return false;
+		}
+		Stamp stamp{ kStampMagic, n + 1 };
+		std::memcpy(frame->data_mut().value().data(), &stamp, sizeof(stamp));
+		xmem::FrameMeta *m = frame->meta_mut().value();
+		m->size = frame_bytes;
+		std::strcpy(m->content_type, "video/raw");
+		m->timestamp = monotonic_ns(); // publish-to-receive: the publish call is included
+		auto r = pool->publish(std::move(frame.value()));
+		if (!r)
+			std::fprintf(stderr, "xmem-bench-core: %s\n", r.error().message.c_str());
+		return r.ok();
+	});
+	(void)pool->end_of_stream();
+	uint64_t pool_dropped = pool->stats().dropped;
+	// The pool stays open until every consumer has reported: they hold its frames.
+	Gathered g = gather(o, children);
+	return report(o, run, g, pool_dropped);
+}
+
+int run_floor_producer(const Options &o)
+{
+	int memfd = ::memfd_create("xmem-bench-floor", MFD_CLOEXEC);
+	if (memfd < 0 || ::ftruncate(memfd, sizeof(FloorPage)) < 0) {
+		std::fprintf(stderr, "xmem-bench-core: memfd: %s\n", std::strerror(errno));
+		return 1;
+	}
+	memfd = private_fd(memfd);
+	void *p = ::mmap(nullptr, sizeof(FloorPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+	if (p == MAP_FAILED) {
+		std::fprintf(stderr, "xmem-bench-core: mmap: %s\n", std::strerror(errno));
+		return 1;
+	}
+	auto page = new (p) FloorPage{};
+
+	std::vector<Child> children(o.consumers);
+	std::vector<int> events;
+	for (auto &c : children) {
+		int ev = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (ev >= 0)
+			ev = private_fd(ev);
+		if (ev < 0 || !spawn_consumer(consumer_args(o, "-"), { { memfd, kStampFd }, { ev, kEventFd } }, c)) {
+			std::fprintf(stderr, "xmem-bench-core: cannot spawn a consumer: %s\n", std::strerror(errno));
+			wait_children(children);
+			return 1;
+		}
+		events.push_back(ev);
+	}
+	// Nothing tells the producer when a consumer sleeps in poll() for the first
+	// time; give them ample time, the warmup covers the rest.
+	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+	auto signal = [&] {
+		uint64_t one = 1;
+		for (int ev : events)
+			[[maybe_unused]] ssize_t n = ::write(ev, &one, sizeof(one));
+	};
+	ProducerRun run = pace(o, [&](uint64_t n) {
+		page->timestamp.store(monotonic_ns(), std::memory_order_relaxed);
+		page->seq.store(n + 1, std::memory_order_release);
+		signal();
+		return true;
+	});
+	// Past the last frame's period, so the last stamp has been read.
+	std::this_thread::sleep_for(std::chrono::milliseconds(100));
+	page->seq.store(kEndOfStream, std::memory_order_release);
+	signal();
+	Gathered g = gather(o, children);
+	for (int ev : events)
+		::close(ev);
+	return report(o, run, g, 0);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	Options o;
+	if (!parse(argc, argv, o))
+		usage();
+	o.command = "xmem-bench-core";
+	for (int i = 1; i < argc; i++)
+		o.command += std::string(" ") + argv[i];
+	if (!o.consumer_of.empty())
+		return o.pair == Pair::xmem_core ? run_xmem_consumer(o) : run_floor_consumer(o);
+	return o.pair == Pair::xmem_core ? run_xmem_producer(o) : run_floor_producer(o);
+}
