@@ -2,7 +2,9 @@
 # the Debian packages the build needs when missing, then configures and builds.
 
 # Packages the build and the test suite need (Debian 12 names).
-XMEM_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev)
+XMEM_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev
+	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev
+	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good)
 
 xmem_install_packages() {
 	local missing=()
@@ -25,4 +27,10 @@ xmem_configure() {
 	if [ ! -f "$dir/build.ninja" ]; then
 		meson setup "$dir" "$@"
 	fi
+}
+
+# Where the built plugin is, for gst-launch-1.0 and gst-inspect-1.0 run from the tree.
+xmem_gst_env() {
+	local dir=${1:-build}
+	export GST_PLUGIN_PATH="$PWD/$dir/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}"
 }

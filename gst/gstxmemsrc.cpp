@@ -1,0 +1,583 @@
+/* gstxmemsrc.cpp - xmemsrc: attaches to an xmem pool, negotiates the producer's
+ * caps, and pushes its frames as GstMemory wrapping the shared slots. */
+
+/**
+ * SECTION:element-xmemsrc
+ * @title: xmemsrc
+ *
+ * Attaches to a named xmem pool (published by xmemsink or the xmem library) and
+ * pushes its frames downstream without copying them: each buffer's memory is the
+ * shared slot itself, read-only unless this process is the frame's only holder.
+ * The frame goes back to the pool when the last buffer referring to it is freed.
+ * Caps come from the producer as soon as the source attaches, so no capsfilter is
+ * needed. When the producer goes away (or is killed), the source waits for a new
+ * owner of the same name and continues, with new caps if the format changed.
+ *
+ * ## Example launch lines
+ * |[
+ * gst-launch-1.0 xmemsrc pool-name=cam0 ! videoconvert ! autovideosink
+ * ]|
+ * |[
+ * gst-launch-1.0 xmemsrc pool-name=cam0 num-buffers=100 ! fakesink
+ * ]|
+ */
+#include "gstxmemsrc.h"
+
+#include "gstxmemmemory.h"
+
+#include <xmem/xmem.hpp>
+
+#include <gst/video/video.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+GST_DEBUG_CATEGORY_STATIC(gst_xmem_src_debug);
+#define GST_CAT_DEFAULT gst_xmem_src_debug
+
+#define DEFAULT_POOL_NAME "xmem"
+#define DEFAULT_IS_LIVE TRUE
+#define DEFAULT_TIMEOUT 0
+#define DEFAULT_RECONNECT TRUE
+#define DEFAULT_QUEUE_SIZE 4
+
+enum {
+	PROP_0,
+	PROP_POOL_NAME,
+	PROP_IS_LIVE,
+	PROP_TIMEOUT,
+	PROP_RECONNECT,
+	PROP_QUEUE_SIZE,
+	PROP_STATS,
+};
+
+namespace {
+
+struct SrcState {
+	/* Guards the properties and `caps`. Never held while waiting for frames. */
+	std::mutex lock;
+	std::string pool_name = DEFAULT_POOL_NAME;
+	bool is_live = DEFAULT_IS_LIVE;
+	guint64 timeout = DEFAULT_TIMEOUT;
+	bool reconnect = DEFAULT_RECONNECT;
+	guint queue_size = DEFAULT_QUEUE_SIZE;
+	GstCaps *caps = nullptr;
+
+	/* Streaming thread only. */
+	std::shared_ptr<xmem::BufferPool> pool;
+	std::string format;
+	GstVideoInfo info{};
+	bool is_video = false;
+	bool discont = true;
+	guint64 last_seq = 0;
+	guint64 received = 0;
+	guint64 gaps = 0;
+	guint64 reconnects = 0;
+
+	/* unlock() writes it to cut any wait short. */
+	int wake = -1;
+	std::atomic<bool> flushing{ false };
+};
+
+} // namespace
+
+struct _GstXmemSrc {
+	GstPushSrc parent;
+	SrcState *state;
+};
+
+#define gst_xmem_src_parent_class parent_class
+G_DEFINE_TYPE_WITH_CODE(GstXmemSrc, gst_xmem_src, GST_TYPE_PUSH_SRC,
+			GST_DEBUG_CATEGORY_INIT(gst_xmem_src_debug, "xmemsrc", 0, "xmem source"))
+GST_ELEMENT_REGISTER_DEFINE(xmemsrc, "xmemsrc", GST_RANK_NONE, GST_TYPE_XMEM_SRC)
+
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE("src", GST_PAD_SRC, GST_PAD_ALWAYS,
+								   GST_STATIC_CAPS_ANY);
+
+/* Sleeps up to MS milliseconds (-1: forever) unless unlocked; false when unlocked. */
+static bool nap(SrcState *s, int ms, int extra_fd = -1)
+{
+	pollfd fds[2] = { { s->wake, POLLIN, 0 }, { extra_fd, POLLIN, 0 } };
+	::poll(fds, extra_fd >= 0 ? 2 : 1, ms);
+	return !s->flushing.load();
+}
+
+static void post_error(GstXmemSrc *self, const xmem::Error &e)
+{
+	switch (e.code) {
+	case xmem::Errc::not_found:
+		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("No such xmem pool."), ("%s", e.message.c_str()));
+		break;
+	case xmem::Errc::permission_denied:
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("Permission denied by the xmem pool."),
+				  ("%s", e.message.c_str()));
+		break;
+	case xmem::Errc::bad_name:
+		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name."), ("%s", e.message.c_str()));
+		break;
+	case xmem::Errc::not_a_pool:
+	case xmem::Errc::bad_segment:
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("Not an xmem pool."), ("%s", e.message.c_str()));
+		break;
+	case xmem::Errc::version_mismatch:
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("xmem protocol version mismatch."),
+				  ("%s", e.message.c_str()));
+		break;
+	case xmem::Errc::timed_out:
+		GST_ELEMENT_ERROR(self, RESOURCE, READ, ("Timed out waiting for the xmem pool."),
+				  ("%s", e.message.c_str()));
+		break;
+	default:
+		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure."), ("%s", e.message.c_str()));
+		break;
+	}
+}
+
+/* Attaches, waiting up to `timeout` for the pool to appear (0: forever). Errors
+ * other than "not there yet" end the wait at once. */
+static GstFlowReturn attach(GstXmemSrc *self)
+{
+	SrcState *s = self->state;
+	std::string name;
+	guint64 timeout;
+	xmem::OpenOptions options;
+	{
+		std::lock_guard lock(s->lock);
+		name = s->pool_name;
+		timeout = s->timeout;
+		options.queue_size = s->queue_size;
+	}
+	options.client = GST_OBJECT_NAME(self);
+	options.timeout = std::chrono::nanoseconds(0);
+	gint64 deadline = timeout ? g_get_monotonic_time() + gint64(timeout / 1000) : G_MAXINT64;
+	bool said = false;
+	for (;;) {
+		auto pool = xmem::BufferPool::open(name, options);
+		if (pool) {
+			s->pool = pool.value();
+			s->discont = true;
+			s->last_seq = 0;
+			GST_INFO_OBJECT(self, "attached to pool '%s' (%s)", name.c_str(), s->pool->path().c_str());
+			return GST_FLOW_OK;
+		}
+		/* A dead owner's socket or none: a new owner may come. */
+		if (pool.code() != xmem::Errc::not_found && pool.code() != xmem::Errc::closed) {
+			post_error(self, pool.error());
+			return GST_FLOW_ERROR;
+		}
+		if (g_get_monotonic_time() >= deadline) {
+			post_error(self, xmem::Error{ xmem::Errc::timed_out, pool.error().message });
+			return GST_FLOW_ERROR;
+		}
+		if (!said) {
+			GST_INFO_OBJECT(self, "waiting for pool '%s': %s", name.c_str(), pool.error().message.c_str());
+			said = true;
+		}
+		if (!nap(s, 10))
+			return GST_FLOW_FLUSHING;
+	}
+}
+
+/* Sets caps from a format string; false (with an error posted) when unusable. */
+static bool apply_format(GstXmemSrc *self, const std::string &format)
+{
+	SrcState *s = self->state;
+	if (format == s->format && s->caps)
+		return true;
+	GstCaps *caps = format.empty() ? nullptr : gst_caps_from_string(format.c_str());
+	if (!caps || !gst_caps_is_fixed(caps)) {
+		GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("The producer's caps are unusable."),
+				  ("pool '%s' publishes format \"%s\"", s->pool_name.c_str(), format.c_str()));
+		if (caps)
+			gst_caps_unref(caps);
+		return false;
+	}
+	GST_INFO_OBJECT(self, "producer caps %" GST_PTR_FORMAT, static_cast<gpointer>(caps));
+	s->is_video = gst_video_info_from_caps(&s->info, caps);
+	{
+		std::lock_guard lock(s->lock);
+		gst_caps_replace(&s->caps, caps);
+	}
+	s->format = format;
+	bool ok = gst_base_src_set_caps(GST_BASE_SRC(self), caps);
+	gst_caps_unref(caps);
+	if (!ok)
+		GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("Downstream refused the producer's caps."),
+				  ("format \"%s\"", format.c_str()));
+	return ok;
+}
+
+static gboolean gst_xmem_src_start(GstBaseSrc *src)
+{
+	auto *self = GST_XMEM_SRC(src);
+	SrcState *s = self->state;
+	std::string name;
+	{
+		std::lock_guard lock(s->lock);
+		name = s->pool_name;
+		gst_base_src_set_live(src, s->is_live);
+	}
+	auto path = xmem::socket_path(name);
+	if (!path) {
+		post_error(self, path.error());
+		return FALSE;
+	}
+	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->wake < 0) {
+		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("eventfd failed."), ("%s", g_strerror(errno)));
+		return FALSE;
+	}
+	s->flushing = false;
+	s->format.clear();
+	s->received = s->gaps = s->reconnects = 0;
+	gst_base_src_set_format(src, GST_FORMAT_TIME);
+	return TRUE;
+}
+
+static gboolean gst_xmem_src_stop(GstBaseSrc *src)
+{
+	SrcState *s = GST_XMEM_SRC(src)->state;
+	s->pool.reset();
+	if (s->wake >= 0)
+		::close(s->wake);
+	s->wake = -1;
+	std::lock_guard lock(s->lock);
+	gst_caps_replace(&s->caps, nullptr);
+	return TRUE;
+}
+
+static gboolean gst_xmem_src_unlock(GstBaseSrc *src)
+{
+	SrcState *s = GST_XMEM_SRC(src)->state;
+	s->flushing = true;
+	uint64_t one = 1;
+	if (s->wake >= 0)
+		[[maybe_unused]] ssize_t n = ::write(s->wake, &one, sizeof(one));
+	return TRUE;
+}
+
+static gboolean gst_xmem_src_unlock_stop(GstBaseSrc *src)
+{
+	SrcState *s = GST_XMEM_SRC(src)->state;
+	s->flushing = false;
+	uint64_t count;
+	if (s->wake >= 0)
+		[[maybe_unused]] ssize_t n = ::read(s->wake, &count, sizeof(count));
+	return TRUE;
+}
+
+/* Caps are set in create() as soon as the pool is attached; until then there is
+ * nothing to negotiate, and waiting here could not be interrupted cleanly. */
+static gboolean gst_xmem_src_negotiate(GstBaseSrc *src)
+{
+	SrcState *s = GST_XMEM_SRC(src)->state;
+	std::lock_guard lock(s->lock);
+	if (s->caps)
+		return gst_base_src_set_caps(src, s->caps);
+	return TRUE;
+}
+
+static GstCaps *gst_xmem_src_get_caps(GstBaseSrc *src, GstCaps *filter)
+{
+	SrcState *s = GST_XMEM_SRC(src)->state;
+	GstCaps *caps;
+	{
+		std::lock_guard lock(s->lock);
+		caps = s->caps ? gst_caps_ref(s->caps) : gst_pad_get_pad_template_caps(GST_BASE_SRC_PAD(src));
+	}
+	if (filter) {
+		GstCaps *tmp = gst_caps_intersect_full(filter, caps, GST_CAPS_INTERSECT_FIRST);
+		gst_caps_unref(caps);
+		caps = tmp;
+	}
+	return caps;
+}
+
+static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame)
+{
+	SrcState *s = self->state;
+	xmem::FrameMeta m = frame.meta();
+	/* In place only when nobody else holds the frame; otherwise writers copy. */
+	frame.try_make_writable();
+	GstBuffer *buf = gst_buffer_new();
+	gst_buffer_append_memory(buf, gst_xmem_memory_wrap(std::move(frame), m.size));
+
+	if (s->is_video && m.n_planes > 0 && m.n_planes == GST_VIDEO_INFO_N_PLANES(&s->info)) {
+		gsize offset[GST_VIDEO_MAX_PLANES] = {};
+		gint stride[GST_VIDEO_MAX_PLANES] = {};
+		for (guint p = 0; p < m.n_planes; p++) {
+			offset[p] = m.plane_offset[p];
+			stride[p] = gint(m.plane_stride[p]);
+		}
+		gst_buffer_add_video_meta_full(buf, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT(&s->info),
+					       GST_VIDEO_INFO_WIDTH(&s->info), GST_VIDEO_INFO_HEIGHT(&s->info),
+					       m.n_planes, offset, stride);
+	}
+
+	GST_BUFFER_FLAGS(buf) = m.flags & ~guint(GST_BUFFER_FLAG_TAG_MEMORY | GST_BUFFER_FLAG_DISCONT);
+	if (s->discont || (s->last_seq && m.seq != s->last_seq + 1)) {
+		GST_BUFFER_FLAG_SET(buf, GST_BUFFER_FLAG_DISCONT);
+		if (s->last_seq && m.seq > s->last_seq + 1)
+			s->gaps += m.seq - s->last_seq - 1;
+	}
+	s->discont = false;
+	s->last_seq = m.seq;
+	GST_BUFFER_OFFSET(buf) = m.seq;
+	GST_BUFFER_DURATION(buf) = m.duration;
+
+	bool live;
+	{
+		std::lock_guard lock(s->lock);
+		live = s->is_live;
+	}
+	if (live) {
+		/* The producer published the frame's clock time on the monotonic system
+		 * clock; in our pipeline that is base time + running time. */
+		GstClock *clock = gst_element_get_clock(GST_ELEMENT(self));
+		GstClockTime base = gst_element_get_base_time(GST_ELEMENT(self));
+		GstClockTime pts = GST_CLOCK_TIME_NONE;
+		if (clock && m.timestamp != 0)
+			pts = m.timestamp > base ? m.timestamp - base : 0;
+		if (clock)
+			gst_object_unref(clock);
+		GST_BUFFER_PTS(buf) = pts;
+		GST_BUFFER_DTS(buf) = GST_CLOCK_TIME_NONE;
+	} else {
+		GST_BUFFER_PTS(buf) = m.pts;
+		GST_BUFFER_DTS(buf) = m.dts;
+	}
+	s->received++;
+	return buf;
+}
+
+static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
+{
+	auto *self = GST_XMEM_SRC(psrc);
+	SrcState *s = self->state;
+	guint64 timeout;
+	bool reconnect;
+	{
+		std::lock_guard lock(s->lock);
+		timeout = s->timeout;
+		reconnect = s->reconnect;
+	}
+	for (;;) {
+		if (s->flushing.load())
+			return GST_FLOW_FLUSHING;
+		if (!s->pool) {
+			GstFlowReturn ret = attach(self);
+			if (ret != GST_FLOW_OK)
+				return ret;
+			if (s->reconnects > 0)
+				GST_INFO_OBJECT(self, "reattached to pool '%s'", s->pool->name().c_str());
+			/* Negotiate now, before the first frame arrives. */
+			if (!apply_format(self, s->pool->format()))
+				return GST_FLOW_NOT_NEGOTIATED;
+		}
+
+		gint64 deadline = timeout ? g_get_monotonic_time() + gint64(timeout / 1000) : G_MAXINT64;
+		for (;;) {
+			auto frame = s->pool->receive(std::chrono::nanoseconds(0));
+			if (frame) {
+				if (!apply_format(self, frame->format()))
+					return GST_FLOW_NOT_NEGOTIATED;
+				*out = wrap_frame(self, std::move(frame.value()));
+				return GST_FLOW_OK;
+			}
+			if (frame.code() == xmem::Errc::end_of_stream) {
+				GST_INFO_OBJECT(self, "end of stream from pool '%s'", s->pool->name().c_str());
+				return GST_FLOW_EOS;
+			}
+			if (frame.code() == xmem::Errc::closed) {
+				if (!reconnect) {
+					GST_ELEMENT_ERROR(self, RESOURCE, READ, ("The xmem pool's producer went away."),
+							  ("%s", frame.error().message.c_str()));
+					return GST_FLOW_ERROR;
+				}
+				GST_INFO_OBJECT(self, "producer of pool '%s' went away; waiting for a new one",
+						s->pool->name().c_str());
+				s->pool.reset();
+				s->reconnects++;
+				break;
+			}
+			if (frame.code() != xmem::Errc::timed_out) {
+				post_error(self, frame.error());
+				return GST_FLOW_ERROR;
+			}
+			gint64 now = g_get_monotonic_time();
+			if (now >= deadline) {
+				GST_ELEMENT_ERROR(self, RESOURCE, READ, ("Timed out waiting for a frame."),
+						  ("no frame from pool '%s' within %" GST_TIME_FORMAT,
+						   s->pool->name().c_str(), GST_TIME_ARGS(timeout)));
+				return GST_FLOW_ERROR;
+			}
+			int ms = deadline == G_MAXINT64 ? -1 : int(std::min<gint64>((deadline - now + 999) / 1000, G_MAXINT));
+			/* The pool's fd polls readable on a frame, EOS or the owner's death. */
+			if (!nap(s, ms, s->pool->fd()))
+				return GST_FLOW_FLUSHING;
+		}
+	}
+}
+
+static gboolean gst_xmem_src_query(GstBaseSrc *src, GstQuery *query)
+{
+	auto *self = GST_XMEM_SRC(src);
+	SrcState *s = self->state;
+	if (GST_QUERY_TYPE(query) == GST_QUERY_LATENCY) {
+		bool live;
+		GstClockTime frame = 0;
+		{
+			std::lock_guard lock(s->lock);
+			live = s->is_live;
+			GstVideoInfo info;
+			if (s->caps && gst_video_info_from_caps(&info, s->caps) && info.fps_n > 0)
+				frame = gst_util_uint64_scale_int(GST_SECOND, info.fps_d, info.fps_n);
+		}
+		/* Frames carry the producer's clock time and arrive microseconds later:
+		 * one frame of latency covers that and the handoff jitter. */
+		gst_query_set_latency(query, live, frame, GST_CLOCK_TIME_NONE);
+		GST_DEBUG_OBJECT(self, "latency: live %d, min %" GST_TIME_FORMAT, live, GST_TIME_ARGS(frame));
+		return TRUE;
+	}
+	return GST_BASE_SRC_CLASS(parent_class)->query(src, query);
+}
+
+static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)
+{
+	SrcState *s = GST_XMEM_SRC(object)->state;
+	std::lock_guard lock(s->lock);
+	switch (prop_id) {
+	case PROP_POOL_NAME:
+		s->pool_name = g_value_get_string(value) ? g_value_get_string(value) : "";
+		break;
+	case PROP_IS_LIVE:
+		s->is_live = g_value_get_boolean(value);
+		break;
+	case PROP_TIMEOUT:
+		s->timeout = g_value_get_uint64(value);
+		break;
+	case PROP_RECONNECT:
+		s->reconnect = g_value_get_boolean(value);
+		break;
+	case PROP_QUEUE_SIZE:
+		s->queue_size = g_value_get_uint(value);
+		break;
+	default:
+		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
+		break;
+	}
+}
+
+static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
+{
+	SrcState *s = GST_XMEM_SRC(object)->state;
+	std::lock_guard lock(s->lock);
+	switch (prop_id) {
+	case PROP_POOL_NAME:
+		g_value_set_string(value, s->pool_name.c_str());
+		break;
+	case PROP_IS_LIVE:
+		g_value_set_boolean(value, s->is_live);
+		break;
+	case PROP_TIMEOUT:
+		g_value_set_uint64(value, s->timeout);
+		break;
+	case PROP_RECONNECT:
+		g_value_set_boolean(value, s->reconnect);
+		break;
+	case PROP_QUEUE_SIZE:
+		g_value_set_uint(value, s->queue_size);
+		break;
+	case PROP_STATS:
+		/* Read racily from the streaming thread's counters: a snapshot. */
+		g_value_take_boxed(value, gst_structure_new("application/x-xmem-src-stats", "received", G_TYPE_UINT64,
+							    s->received, "dropped", G_TYPE_UINT64, s->gaps,
+							    "reconnects", G_TYPE_UINT64, s->reconnects, nullptr));
+		break;
+	default:
+		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
+		break;
+	}
+}
+
+static void gst_xmem_src_finalize(GObject *object)
+{
+	auto *self = GST_XMEM_SRC(object);
+	if (self->state->caps)
+		gst_caps_unref(self->state->caps);
+	delete self->state;
+	G_OBJECT_CLASS(parent_class)->finalize(object);
+}
+
+static void gst_xmem_src_init(GstXmemSrc *self)
+{
+	self->state = new SrcState();
+	gst_base_src_set_live(GST_BASE_SRC(self), DEFAULT_IS_LIVE);
+	gst_base_src_set_format(GST_BASE_SRC(self), GST_FORMAT_TIME);
+}
+
+static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
+{
+	GObjectClass *gobject = G_OBJECT_CLASS(klass);
+	GstElementClass *element = GST_ELEMENT_CLASS(klass);
+	GstBaseSrcClass *basesrc = GST_BASE_SRC_CLASS(klass);
+	GstPushSrcClass *pushsrc = GST_PUSH_SRC_CLASS(klass);
+
+	gobject->set_property = gst_xmem_src_set_property;
+	gobject->get_property = gst_xmem_src_get_property;
+	gobject->finalize = gst_xmem_src_finalize;
+
+	auto flags = GParamFlags(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
+	g_object_class_install_property(
+		gobject, PROP_POOL_NAME,
+		g_param_spec_string("pool-name", "Pool name",
+				    "Name of the pool: a plain name (socket in $XDG_RUNTIME_DIR/xmem, or "
+				    "/tmp/xmem-$UID) or, when it contains '/', the socket path itself",
+				    DEFAULT_POOL_NAME, flags));
+	g_object_class_install_property(gobject, PROP_IS_LIVE,
+					g_param_spec_boolean("is-live", "Is live",
+							     "Act as a live source: timestamps from the producer's "
+							     "clock time (monotonic system clock)",
+							     DEFAULT_IS_LIVE, flags));
+	g_object_class_install_property(
+		gobject, PROP_TIMEOUT,
+		g_param_spec_uint64("timeout", "Timeout",
+				    "How long (ns) to wait for the pool to appear, or for the next frame, before "
+				    "posting an error (0 = forever)",
+				    0, G_MAXUINT64, DEFAULT_TIMEOUT, flags));
+	g_object_class_install_property(gobject, PROP_RECONNECT,
+					g_param_spec_boolean("reconnect", "Reconnect",
+							     "When the producer goes away or is killed (EOS aside), wait "
+							     "for a new owner of the same name and continue",
+							     DEFAULT_RECONNECT, flags));
+	g_object_class_install_property(gobject, PROP_QUEUE_SIZE,
+					g_param_spec_uint("queue-size", "Queue size",
+							  "Frames this consumer may have queued in the pool", 1,
+							  XMEM_MAX_SLOTS, DEFAULT_QUEUE_SIZE, flags));
+	g_object_class_install_property(
+		gobject, PROP_STATS,
+		g_param_spec_boxed("stats", "Statistics", "This consumer's counters: received, dropped, reconnects",
+				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+
+	gst_element_class_add_static_pad_template(element, &src_template);
+	gst_element_class_set_static_metadata(
+		element, "xmem source", "Source/Video/Network",
+		"Attaches to a named pool of shared, reference-counted buffers (xmemsink) and pushes its frames "
+		"without copying; caps come from the producer.\n"
+		"Example: gst-launch-1.0 xmemsrc pool-name=cam0 ! videoconvert ! autovideosink",
+		"xmem developers");
+
+	basesrc->start = GST_DEBUG_FUNCPTR(gst_xmem_src_start);
+	basesrc->stop = GST_DEBUG_FUNCPTR(gst_xmem_src_stop);
+	basesrc->unlock = GST_DEBUG_FUNCPTR(gst_xmem_src_unlock);
+	basesrc->unlock_stop = GST_DEBUG_FUNCPTR(gst_xmem_src_unlock_stop);
+	basesrc->negotiate = GST_DEBUG_FUNCPTR(gst_xmem_src_negotiate);
+	basesrc->get_caps = GST_DEBUG_FUNCPTR(gst_xmem_src_get_caps);
+	basesrc->query = GST_DEBUG_FUNCPTR(gst_xmem_src_query);
+	pushsrc->create = GST_DEBUG_FUNCPTR(gst_xmem_src_create);
+}
