@@ -152,7 +152,9 @@ static GstFlowReturn attach(GstXmemSrc *self)
 		timeout = s->timeout;
 		options.queue_size = s->queue_size;
 	}
-	options.client = GST_OBJECT_NAME(self);
+	/* "program:element", so xmem-inspect tells gst-launch consumers apart. */
+	const gchar *prg = g_get_prgname();
+	options.client = std::string(prg ? prg : "gst") + ":" + GST_OBJECT_NAME(self);
 	options.timeout = std::chrono::nanoseconds(0);
 	gint64 deadline = timeout ? g_get_monotonic_time() + gint64(timeout / 1000) : G_MAXINT64;
 	bool said = false;

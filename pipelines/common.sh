@@ -1,0 +1,40 @@
+# pipelines/common.sh - sourced by the scripts in pipelines/ from the repository root:
+# builds what they run, and reads the overrides the test suite runs their lines with.
+#
+#   XMEM_NUM_BUFFERS=N   the source stops after N buffers (num-buffers=N)
+#   XMEM_SINK="..."      replaces the final display sink (e.g. "fakesink silent=false")
+#   XMEM_GST_ARGS="..."  extra gst-launch-1.0 options (e.g. -v)
+#   XMEM_BUILD_DIR=dir   the build directory (default: build)
+#   XMEM_SKIP_SETUP=1    use that build as it is: no package install, no configure or compile
+
+# shellcheck shell=bash
+. tools/bootstrap.sh
+
+XMEM_BUILD_DIR=${XMEM_BUILD_DIR:-build}
+
+# Installs what is missing, configures and builds the plugin and xmem-inspect (unless
+# XMEM_SKIP_SETUP is set), then points GStreamer at the plugin.
+xmem_pipelines_setup() {
+	if [ -z "${XMEM_SKIP_SETUP:-}" ]; then
+		xmem_install_packages "${XMEM_PACKAGES[@]}"
+		local log
+		if ! log=$({ xmem_configure "$XMEM_BUILD_DIR" && meson compile -C "$XMEM_BUILD_DIR" gstxmem xmem-inspect; } 2>&1); then
+			printf '%s\n' "$log" >&2
+			echo "xmem: the build failed" >&2
+			exit 1
+		fi
+	fi
+	xmem_gst_env "$(realpath --relative-to="$PWD" "$XMEM_BUILD_DIR")"
+	# shellcheck disable=SC2034 # for the scripts that source this file
+	XMEM_INSPECT=$XMEM_BUILD_DIR/tools/xmem-inspect
+}
+
+# Prints the launch line, then replaces the shell with gst-launch-1.0 -e running it,
+# so that Ctrl-C reaches gst-launch and ends the stream with EOS.
+xmem_launch() {
+	local extra=()
+	# shellcheck disable=SC2206 # options are words on purpose
+	extra=(${XMEM_GST_ARGS:-})
+	echo "+ gst-launch-1.0 -e ${extra[*]:+${extra[*]} }$*" >&2
+	exec gst-launch-1.0 -e "${extra[@]}" "$@"
+}
