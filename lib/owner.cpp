@@ -575,31 +575,13 @@ void PoolImpl::accept_peers()
 				std::this_thread::sleep_for(std::chrono::milliseconds(10));
 			return;
 		}
-		ucred cred{};
-		socklen_t len = sizeof(cred);
-		if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-			continue;
-		uint32_t mode = config_mode;
-		bool allowed = cred.uid == ::geteuid() || cred.uid == 0 || (mode & 0006) ||
-		               ((mode & 0060) && cred.gid == ::getegid());
-		if (!allowed) {
-			protocol::Reject r{};
-			r.header = protocol::make_header(protocol::MessageType::reject, sizeof(r));
-			r.code = XMEM_EACCES;
-			copy_string(r.message, sizeof(r.message),
-			            "uid " + std::to_string(cred.uid) + " is not allowed by the pool's mode " +
-			                    std::to_string((mode >> 6) & 7) + std::to_string((mode >> 3) & 7) +
-			                    std::to_string(mode & 7));
-			(void)rendezvous::send_message(conn.get(), &r, sizeof(r), nullptr, 0);
-			continue;
-		}
 		int fd = conn.get();
 		epoll_event ev{};
 		ev.events = EPOLLIN | EPOLLRDHUP;
 		ev.data.u64 = io_data(IoTag::pending, 0, fd);
 		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) < 0)
 			continue;
-		pending[fd] = Pending{ std::move(conn), monotonic_ns() + kHelloTimeoutNs, cred.uid };
+		pending[fd] = Pending{ std::move(conn), monotonic_ns() + kHelloTimeoutNs };
 	}
 }
 
@@ -637,9 +619,19 @@ void PoolImpl::handle_hello(int fd)
 	protocol::Hello hello;
 	std::memcpy(&hello, data.data(), sizeof(hello));
 
+	// Credentials are checked after reading the Hello: closing with it unread would
+	// reset the connection and lose the Reject on the way.
 	ucred cred{};
 	socklen_t len = sizeof(cred);
-	::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len);
+	if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return reject(XMEM_ESYSTEM, "cannot read the peer's credentials");
+	uint32_t mode = config_mode;
+	bool allowed = cred.uid == ::geteuid() || cred.uid == 0 || (mode & 0006) ||
+	               ((mode & 0060) && cred.gid == ::getegid());
+	if (!allowed)
+		return reject(XMEM_EACCES, "uid " + std::to_string(cred.uid) + " is not allowed by the pool's mode " +
+		                                   std::to_string((mode >> 6) & 7) + std::to_string((mode >> 3) & 7) +
+		                                   std::to_string(mode & 7));
 
 	protocol::Welcome w{};
 	w.header = protocol::make_header(protocol::MessageType::welcome, sizeof(w));

@@ -79,6 +79,10 @@ void PoolImpl::notify_owner()
 void PoolImpl::clear_holder_bit(uint32_t index, uint32_t bit)
 {
 	SlotRecord &slot = slots[index];
+	// Only the sole holder can have a slot EXCLUSIVE (get_mut in place): as it lets
+	// go, the frame is published again, so get() works on it as before.
+	uint32_t exclusive = kSlotExclusive;
+	slot.state.compare_exchange_strong(exclusive, kSlotPublished, std::memory_order_seq_cst);
 	slot.holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 	// An owner's unpublished slot goes straight back to free. Other bits on a
 	// WRITING slot can only be get() probes, which back off on seeing it.

@@ -86,7 +86,6 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	struct Pending {
 		UniqueFd conn;
 		uint64_t deadline_ns;
-		uint32_t uid;
 	};
 	std::map<int, Pending> pending; // I/O thread only
 	std::atomic<uint32_t> acquire_cursor{ 0 };

@@ -156,7 +156,17 @@ Result<OwnerSocket> claim(const std::string &path, uint32_t mode)
 			return make_error(Errc::owner_alive, "pool '" + path + "': lock file keeps changing");
 	}
 
-	// We own the name. A socket left by a dead owner goes; anything else stays.
+	// We own the name. From here on, a failure gives the name back.
+	struct Unclaim {
+		OwnerSocket *owner;
+		~Unclaim()
+		{
+			if (owner)
+				::unlink(owner->lock_path.c_str());
+		}
+	} unclaim{ &owner };
+
+	// A socket left by a dead owner goes; anything else stays.
 	struct stat st;
 	if (::lstat(path.c_str(), &st) == 0) {
 		if (!S_ISSOCK(st.st_mode))
@@ -181,6 +191,7 @@ Result<OwnerSocket> claim(const std::string &path, uint32_t mode)
 		::unlink(tmp.c_str());
 		return e;
 	}
+	unclaim.owner = nullptr;
 	return owner;
 }
 

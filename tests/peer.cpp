@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <grp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -224,6 +225,54 @@ int open_as(const std::string &name, const std::map<std::string, std::string> &o
 	return 0;
 }
 
+// connect-as PATH --uid U --gid G --wait-ms W: drops privileges, connects, sends an
+// inspector's Hello by hand and prints the answer: "reject CODE MESSAGE", "welcome",
+// "hangup" or "silent" (nothing within W ms), or "connect ERROR".
+int connect_as(const std::string &path, const std::map<std::string, std::string> &o)
+{
+	gid_t gid = gid_t(num(o, "gid", 65534));
+	uid_t uid = uid_t(num(o, "uid", 65534));
+	if (::setgroups(0, nullptr) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0) {
+		std::perror("connect-as: cannot drop privileges");
+		return 77;
+	}
+	int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	sockaddr_un addr{};
+	addr.sun_family = AF_UNIX;
+	std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+	if (::connect(s, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0) {
+		std::printf("connect %s\n", std::strerror(errno));
+		return 0;
+	}
+	xmem::protocol::Hello hello{};
+	hello.header = xmem::protocol::make_header(xmem::protocol::MessageType::hello, sizeof(hello));
+	hello.role = xmem::protocol::PeerRole::inspector;
+	if (::send(s, &hello, sizeof(hello), MSG_NOSIGNAL) != ssize_t(sizeof(hello))) {
+		std::printf("hangup\n");
+		return 0;
+	}
+	pollfd p{ s, POLLIN, 0 };
+	if (::poll(&p, 1, int(num(o, "wait-ms", 5000))) != 1) {
+		std::printf("silent\n");
+		return 0;
+	}
+	static xmem::protocol::Welcome buf;
+	ssize_t n = ::recv(s, &buf, sizeof(buf), 0);
+	xmem::protocol::Reject r{};
+	std::memcpy(&r, &buf, std::min(sizeof(r), size_t(std::max<ssize_t>(n, 0))));
+	if (n <= 0)
+		std::printf("hangup\n");
+	else if (size_t(n) == sizeof(buf) && buf.header.type == xmem::protocol::MessageType::welcome)
+		std::printf("welcome\n");
+	else if (size_t(n) == sizeof(r) && r.header.magic == xmem::protocol::kWireMagic &&
+	         r.header.type == xmem::protocol::MessageType::reject) {
+		r.message[sizeof(r.message) - 1] = '\0';
+		std::printf("reject %s %s\n", xmem_status_name(r.code), r.message);
+	} else
+		std::printf("other %zd bytes\n", n);
+	return 0;
+}
+
 // serve PATH --kind stream|silent|garbage|version|hangup: a socket that is not a
 // pool, or a pool server speaking the wrong protocol. Serves until killed.
 int serve(const std::string &path, const std::map<std::string, std::string> &o)
@@ -276,7 +325,7 @@ int serve(const std::string &path, const std::map<std::string, std::string> &o)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		std::fprintf(stderr, "usage: xmem-test-peer produce|consume|open-as|serve NAME [options]\n");
+		std::fprintf(stderr, "usage: xmem-test-peer produce|consume|open-as|connect-as|serve NAME [options]\n");
 		return 2;
 	}
 	std::string mode = argv[1], name = argv[2];
@@ -288,6 +337,8 @@ int main(int argc, char **argv)
 		return consume(name, o);
 	if (mode == "open-as")
 		return open_as(name, o);
+	if (mode == "connect-as")
+		return connect_as(name, o);
 	if (mode == "serve")
 		return serve(name, o);
 	std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

@@ -1,0 +1,419 @@
+/* test_c_api.c - the C API end to end from a C11 program: an owner and consumers in
+ * one process, every call once, and the error paths with their messages. Exits 0 or 1. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <xmem/xmem.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond)                                                                                                    \
+	do {                                                                                                           \
+		if (!(cond)) {                                                                                         \
+			fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: '%s')\n", __FILE__, __LINE__, #cond,     \
+				xmem_last_error());                                                                    \
+			failures++;                                                                                    \
+		}                                                                                                      \
+	} while (0)
+
+/* A call that must return STATUS; an error must also leave a message. */
+#define CHECK_STATUS(call, status)                                                                                     \
+	do {                                                                                                           \
+		int got_ = (call);                                                                                     \
+		if (got_ != (status)) {                                                                                \
+			fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: '%s')\n", __FILE__, __LINE__, \
+				#call, xmem_status_name(got_), xmem_status_name(status), xmem_last_error());           \
+			failures++;                                                                                    \
+		} else if (got_ != XMEM_OK && xmem_last_error()[0] == '\0') {                                          \
+			fprintf(stderr, "%s:%d: %s failed without a message\n", __FILE__, __LINE__, #call);            \
+			failures++;                                                                                    \
+		}                                                                                                      \
+	} while (0)
+
+/* Gives up on the rest: what follows needs this to have worked. */
+#define REQUIRE(cond)                                                                                                  \
+	do {                                                                                                           \
+		if (!(cond)) {                                                                                         \
+			fprintf(stderr, "%s:%d: REQUIRE(%s) failed (last error: '%s')\n", __FILE__, __LINE__, #cond,   \
+				xmem_last_error());                                                                    \
+			return 1;                                                                                      \
+		}                                                                                                      \
+	} while (0)
+
+static unsigned char pattern(uint64_t tag, uint64_t i)
+{
+	return (unsigned char)((tag * 131 + i * 7) & 0xff);
+}
+
+static void fill(void *data, uint64_t size, uint64_t tag)
+{
+	unsigned char *p = data;
+	for (uint64_t i = 0; i < size; i++)
+		p[i] = pattern(tag, i);
+}
+
+static int intact(const void *data, uint64_t size, uint64_t tag)
+{
+	const unsigned char *p = data;
+	for (uint64_t i = 0; i < size; i++)
+		if (p[i] != pattern(tag, i))
+			return 0;
+	return 1;
+}
+
+static int readable(int fd, int timeout_ms)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+/* Publishes a frame of SIZE bytes with payload and pts TAG; its slot index. */
+static uint32_t publish(xmem_pool *owner, uint64_t tag, uint64_t size)
+{
+	xmem_buffer *b = NULL;
+	CHECK_STATUS(xmem_pool_acquire(owner, 1000000000, &b), XMEM_OK);
+	if (!b)
+		return UINT32_MAX;
+	fill(xmem_buffer_data_mut(b), size, tag);
+	xmem_frame_meta *m = xmem_buffer_meta_mut(b);
+	m->size = size;
+	m->pts = tag;
+	uint32_t index = xmem_buffer_meta(b)->index;
+	CHECK_STATUS(xmem_pool_publish(owner, b), XMEM_OK);
+	return index;
+}
+
+static int run(const char *runtime)
+{
+	char sock_path[512];
+	snprintf(sock_path, sizeof(sock_path), "%s/xmem/c-pool", runtime);
+
+	/* Defaults. */
+	xmem_pool_config config;
+	memset(&config, 0xff, sizeof(config));
+	xmem_pool_config_init(&config);
+	CHECK(config.slot_count == 8);
+	CHECK(config.slot_size == 0);
+	CHECK(config.max_consumers == 64);
+	CHECK(config.policy == XMEM_POLICY_DROP_OLDEST);
+	CHECK(config.block_timeout_ns == 1000000000u);
+	CHECK(config.mode == 0600);
+	CHECK(config.format == NULL);
+	CHECK(config.producer == NULL);
+	xmem_open_options options;
+	memset(&options, 0xff, sizeof(options));
+	xmem_open_options_init(&options);
+	CHECK(options.timeout_ns == 0);
+	CHECK(options.queue_size == 4);
+	CHECK(options.client == NULL);
+
+	/* Status names. */
+	CHECK(strcmp(xmem_status_name(XMEM_OK), "XMEM_OK") == 0);
+	CHECK(strcmp(xmem_status_name(XMEM_EEOS), "XMEM_EEOS") == 0);
+	CHECK(strcmp(xmem_status_name(XMEM_ENOMEM), "XMEM_ENOMEM") == 0);
+	CHECK(strcmp(xmem_status_name(-999), "XMEM_UNKNOWN") == 0);
+	CHECK(strcmp(xmem_status_name(1), "XMEM_UNKNOWN") == 0);
+
+	/* create() errors. */
+	xmem_pool *owner = NULL;
+	CHECK_STATUS(xmem_pool_create("c-pool", &config, &owner), XMEM_EINVAL); /* slot_size 0 */
+	CHECK(owner == NULL);
+	CHECK(strstr(xmem_last_error(), "slot size") != NULL);
+	config.slot_size = 4096;
+	config.slot_count = XMEM_MAX_SLOTS + 1;
+	CHECK_STATUS(xmem_pool_create("c-pool", &config, &owner), XMEM_EINVAL);
+	config.slot_count = 4;
+	config.mode = 0400;
+	CHECK_STATUS(xmem_pool_create("c-pool", &config, &owner), XMEM_EINVAL);
+	config.mode = 0; /* 0 means 0600 */
+	config.max_consumers = XMEM_MAX_CONSUMERS + 1;
+	CHECK_STATUS(xmem_pool_create("c-pool", &config, &owner), XMEM_EINVAL);
+	config.max_consumers = 0; /* 0 means 64 */
+	CHECK_STATUS(xmem_pool_create("bad name", &config, &owner), XMEM_ENAME);
+	CHECK_STATUS(xmem_pool_create("", &config, &owner), XMEM_ENAME);
+	CHECK_STATUS(xmem_pool_create(NULL, &config, &owner), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_create("c-pool", NULL, &owner), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_create("c-pool", &config, NULL), XMEM_EINVAL);
+	CHECK(owner == NULL);
+
+	/* open() errors. */
+	xmem_pool *consumer = NULL;
+	CHECK_STATUS(xmem_pool_open("c-pool", NULL, &consumer), XMEM_ENOENT);
+	CHECK(strstr(xmem_last_error(), "c-pool") != NULL);
+	CHECK_STATUS(xmem_pool_open("a*b", &options, &consumer), XMEM_ENAME);
+	CHECK_STATUS(xmem_pool_open(NULL, &options, &consumer), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_open("c-pool", &options, NULL), XMEM_EINVAL);
+	CHECK(consumer == NULL);
+
+	/* The owner. */
+	config.format = "video/x-raw,format=RGB";
+	config.producer = "c-producer";
+	config.block_timeout_ns = 0; /* 0 means 1 s */
+	CHECK_STATUS(xmem_pool_create("c-pool", &config, &owner), XMEM_OK);
+	REQUIRE(owner != NULL);
+	struct stat st;
+	CHECK(stat(sock_path, &st) == 0 && S_ISSOCK(st.st_mode));
+	CHECK(xmem_pool_slot_size(owner) == 4096);
+	CHECK(xmem_pool_slot_count(owner) == 4);
+	CHECK(strcmp(xmem_pool_format(owner), "video/x-raw,format=RGB") == 0);
+	CHECK(xmem_pool_fd(owner) == -1);
+	xmem_pool *second = NULL;
+	CHECK_STATUS(xmem_pool_create("c-pool", &config, &second), XMEM_EBUSY);
+	CHECK(second == NULL);
+
+	/* A consumer. */
+	options.client = "c-consumer";
+	options.queue_size = 4;
+	CHECK_STATUS(xmem_pool_open("c-pool", &options, &consumer), XMEM_OK);
+	REQUIRE(consumer != NULL);
+	CHECK(xmem_pool_slot_size(consumer) == 4096);
+	CHECK(xmem_pool_slot_count(consumer) == 4);
+	CHECK(strcmp(xmem_pool_format(consumer), "video/x-raw,format=RGB") == 0);
+	int fd = xmem_pool_fd(consumer);
+	CHECK(fd >= 0);
+
+	xmem_pool_stats stats;
+	CHECK_STATUS(xmem_pool_stats_get(owner, &stats), XMEM_OK);
+	CHECK(stats.published == 0);
+	CHECK(stats.consumers == 1);
+	CHECK(stats.slots_total == 4);
+	CHECK(stats.slots_free == 4);
+	CHECK(stats.closed == 0);
+	CHECK_STATUS(xmem_pool_stats_get(owner, NULL), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_stats_get(NULL, &stats), XMEM_EINVAL);
+
+	/* Wrong roles. */
+	xmem_buffer *b = NULL;
+	CHECK_STATUS(xmem_pool_acquire(consumer, 0, &b), XMEM_EROLE);
+	CHECK_STATUS(xmem_pool_set_format(consumer, "x"), XMEM_EROLE);
+	CHECK_STATUS(xmem_pool_end_of_stream(consumer), XMEM_EROLE);
+	CHECK_STATUS(xmem_pool_receive(owner, 0, &b), XMEM_EROLE);
+	CHECK(b == NULL);
+
+	/* Nothing yet: receive times out and the fd is quiet. */
+	CHECK_STATUS(xmem_pool_receive(consumer, 0, &b), XMEM_ETIMEDOUT);
+	CHECK(strcmp(xmem_status_name(XMEM_ETIMEDOUT), "XMEM_ETIMEDOUT") == 0);
+	CHECK(!readable(fd, 0));
+
+	/* acquire, meta_mut, data_mut, publish. */
+	CHECK_STATUS(xmem_pool_acquire(owner, 1000000000, &b), XMEM_OK);
+	REQUIRE(b != NULL);
+	CHECK(xmem_buffer_is_writable(b) == 1);
+	CHECK(xmem_buffer_is_copy(b) == 0);
+	CHECK(xmem_buffer_capacity(b) == 4096);
+	CHECK(strcmp(xmem_buffer_format(b), "video/x-raw,format=RGB") == 0);
+	xmem_frame_meta *m = xmem_buffer_meta_mut(b);
+	REQUIRE(m != NULL);
+	void *data = xmem_buffer_data_mut(b);
+	REQUIRE(data != NULL);
+	CHECK(m->pts == XMEM_NONE);
+	fill(data, 1500, 77);
+	m->size = 1500;
+	m->pts = 1000;
+	m->dts = 900;
+	m->duration = 40;
+	m->flags = 3;
+	m->dtype = XMEM_DTYPE_U8;
+	m->ndim = 3;
+	m->shape[0] = 10;
+	m->shape[1] = 50;
+	m->shape[2] = 3;
+	strcpy(m->content_type, "video/raw");
+	m->n_planes = 2;
+	m->plane_stride[0] = 30;
+	m->plane_stride[1] = 15;
+	m->plane_offset[1] = 1000;
+	uint32_t index = xmem_buffer_meta(b)->index;
+	CHECK(index < 4);
+	CHECK_STATUS(xmem_pool_stats_get(owner, &stats), XMEM_OK);
+	CHECK(stats.slots_free == 3);
+	CHECK_STATUS(xmem_pool_publish(owner, b), XMEM_OK);
+	b = NULL;
+	CHECK(readable(fd, 5000));
+
+	/* receive, meta, data. */
+	xmem_buffer *r = NULL;
+	CHECK_STATUS(xmem_pool_receive(consumer, 5000000000, &r), XMEM_OK);
+	REQUIRE(r != NULL);
+	const xmem_frame_meta *rm = xmem_buffer_meta(r);
+	REQUIRE(rm != NULL);
+	CHECK(rm->index == index);
+	CHECK(rm->seq == 1);
+	CHECK(rm->size == 1500);
+	CHECK(rm->pts == 1000);
+	CHECK(rm->dts == 900);
+	CHECK(rm->duration == 40);
+	CHECK(rm->flags == 3);
+	CHECK(rm->ndim == 3 && rm->shape[0] == 10 && rm->shape[1] == 50 && rm->shape[2] == 3);
+	CHECK(strcmp(rm->content_type, "video/raw") == 0);
+	CHECK(rm->n_planes == 2 && rm->plane_stride[0] == 30 && rm->plane_stride[1] == 15 &&
+	      rm->plane_offset[1] == 1000);
+	CHECK(strcmp(rm->producer, "c-producer") == 0);
+	CHECK(rm->producer_pid == (uint32_t)getpid());
+	CHECK(rm->timestamp != 0);
+	CHECK(xmem_buffer_is_writable(r) == 0);
+	CHECK(xmem_buffer_meta_mut(r) == NULL);
+	CHECK(xmem_buffer_data_mut(r) == NULL);
+	CHECK(xmem_buffer_data(r) != NULL && intact(xmem_buffer_data(r), 1500, 77));
+	CHECK(strcmp(xmem_buffer_format(r), "video/x-raw,format=RGB") == 0);
+
+	/* References on the received slot. */
+	CHECK(xmem_pool_ref_count(consumer, index) == 1);
+	xmem_buffer *clone = NULL;
+	CHECK_STATUS(xmem_buffer_clone(r, &clone), XMEM_OK);
+	REQUIRE(clone != NULL);
+	CHECK(xmem_buffer_data(clone) == xmem_buffer_data(r));
+	CHECK(xmem_pool_ref_count(consumer, index) == 2);
+	xmem_buffer_release(clone);
+	CHECK(xmem_pool_ref_count(consumer, index) == 1);
+	CHECK_STATUS(xmem_pool_add_ref(consumer, index), XMEM_OK);
+	CHECK(xmem_pool_ref_count(consumer, index) == 2);
+	CHECK_STATUS(xmem_pool_release(consumer, index), XMEM_OK);
+	CHECK(xmem_pool_ref_count(consumer, index) == 1);
+	CHECK_STATUS(xmem_pool_set_ref_count(consumer, index, 3), XMEM_OK);
+	CHECK(xmem_pool_ref_count(consumer, index) == 3);
+	CHECK_STATUS(xmem_pool_set_ref_count(consumer, index, 1), XMEM_OK); /* back to the buffer's own */
+	CHECK(xmem_pool_ref_count(consumer, index) == 1);
+	uint32_t other = (index + 1) % 4;
+	CHECK_STATUS(xmem_pool_release(consumer, other), XMEM_ENOTHELD);
+	CHECK_STATUS(xmem_pool_add_ref(consumer, other), XMEM_ENOTHELD);
+	CHECK_STATUS(xmem_pool_set_ref_count(consumer, other, 0), XMEM_ENOTHELD);
+	CHECK(xmem_pool_ref_count(consumer, other) == 0);
+	CHECK_STATUS(xmem_pool_release(consumer, 4), XMEM_ERANGE);
+	CHECK(xmem_pool_ref_count(consumer, 4) == 0);
+	CHECK_STATUS(xmem_pool_add_ref(NULL, 0), XMEM_EINVAL);
+	CHECK_STATUS(xmem_buffer_clone(NULL, &clone), XMEM_EINVAL);
+
+	/* get and get_mut from a consumer that attached after the publish. */
+	xmem_pool *late = NULL;
+	CHECK_STATUS(xmem_pool_open("c-pool", NULL, &late), XMEM_OK);
+	REQUIRE(late != NULL);
+	xmem_buffer *g = NULL;
+	CHECK_STATUS(xmem_pool_get(late, index, &g), XMEM_OK);
+	REQUIRE(g != NULL);
+	CHECK(xmem_buffer_is_writable(g) == 0);
+	CHECK(intact(xmem_buffer_data(g), 1500, 77));
+	CHECK(xmem_buffer_meta(g)->seq == 1);
+	CHECK(xmem_pool_ref_count(late, index) == 1);
+	xmem_buffer_release(g);
+	CHECK(xmem_pool_ref_count(late, index) == 0);
+	CHECK_STATUS(xmem_pool_get(late, other, &g), XMEM_ENOTHELD); /* free */
+	CHECK_STATUS(xmem_pool_get(late, 4, &g), XMEM_ERANGE);
+	CHECK_STATUS(xmem_pool_get_mut(late, 4, &g), XMEM_ERANGE);
+	CHECK_STATUS(xmem_pool_get(late, index, NULL), XMEM_EINVAL);
+	/* consumer still holds it: copy-on-write. */
+	xmem_buffer *w = NULL;
+	CHECK_STATUS(xmem_pool_get_mut(late, index, &w), XMEM_OK);
+	REQUIRE(w != NULL);
+	CHECK(xmem_buffer_is_writable(w) == 1);
+	CHECK(xmem_buffer_is_copy(w) == 1);
+	CHECK(xmem_buffer_meta_mut(w) != NULL);
+	void *wd = xmem_buffer_data_mut(w);
+	REQUIRE(wd != NULL);
+	CHECK(intact(wd, 1500, 77));
+	fill(wd, 1500, 78);
+	CHECK(intact(xmem_buffer_data(r), 1500, 77)); /* the shared frame is untouched */
+	xmem_buffer_release(w);
+
+	/* Publishing a read-only buffer is refused and consumes it. */
+	xmem_buffer *ro = NULL;
+	CHECK_STATUS(xmem_pool_get(owner, index, &ro), XMEM_OK);
+	REQUIRE(ro != NULL);
+	CHECK_STATUS(xmem_pool_publish(owner, ro), XMEM_EREADONLY);
+	CHECK(xmem_pool_ref_count(owner, index) == 0);
+	CHECK_STATUS(xmem_pool_publish(owner, NULL), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_acquire(owner, 0, NULL), XMEM_EINVAL);
+
+	xmem_buffer_release(r);
+	xmem_buffer_release(NULL);
+	CHECK(xmem_pool_ref_count(consumer, index) == 0);
+
+	/* Format change: the next frame carries it. */
+	CHECK_STATUS(xmem_pool_set_format(owner, "video/x-raw,format=GRAY8"), XMEM_OK);
+	CHECK(strcmp(xmem_pool_format(owner), "video/x-raw,format=GRAY8") == 0);
+	CHECK_STATUS(xmem_pool_set_format(owner, NULL), XMEM_EINVAL);
+	CHECK(strcmp(xmem_pool_format(consumer), "video/x-raw,format=RGB") == 0);
+	publish(owner, 2, 100);
+	CHECK_STATUS(xmem_pool_receive(consumer, 5000000000, &r), XMEM_OK);
+	REQUIRE(r != NULL);
+	CHECK(xmem_buffer_meta(r)->seq == 2);
+	CHECK(xmem_buffer_meta(r)->pts == 2);
+	CHECK(intact(xmem_buffer_data(r), 100, 2));
+	CHECK(strcmp(xmem_buffer_format(r), "video/x-raw,format=GRAY8") == 0);
+	CHECK(strcmp(xmem_pool_format(consumer), "video/x-raw,format=GRAY8") == 0);
+	xmem_buffer_release(r);
+
+	/* End of stream after the queued frames. */
+	publish(owner, 3, 10);
+	CHECK_STATUS(xmem_pool_end_of_stream(owner), XMEM_OK);
+	CHECK_STATUS(xmem_pool_receive(consumer, 5000000000, &r), XMEM_OK);
+	REQUIRE(r != NULL);
+	CHECK(xmem_buffer_meta(r)->pts == 3);
+	xmem_buffer_release(r);
+	r = NULL;
+	CHECK_STATUS(xmem_pool_receive(consumer, 5000000000, &r), XMEM_EEOS);
+	CHECK(r == NULL);
+	CHECK(strcmp(xmem_status_name(XMEM_EEOS), "XMEM_EEOS") == 0);
+
+	CHECK_STATUS(xmem_pool_stats_get(consumer, &stats), XMEM_OK);
+	CHECK(stats.published == 3);
+	CHECK(stats.consumers == 2);
+	CHECK(stats.dropped == 0);
+
+	/* The late consumer saw frames 2 and 3 and EOS. */
+	CHECK_STATUS(xmem_pool_receive(late, 5000000000, &r), XMEM_OK);
+	CHECK(r && xmem_buffer_meta(r)->pts == 2);
+	xmem_buffer_release(r);
+	CHECK_STATUS(xmem_pool_receive(late, 5000000000, &r), XMEM_OK);
+	CHECK(r && xmem_buffer_meta(r)->pts == 3);
+	xmem_buffer_release(r);
+	CHECK_STATUS(xmem_pool_receive(late, 5000000000, &r), XMEM_EEOS);
+	xmem_pool_close(late);
+
+	/* Closing the owner: a queued frame first, then XMEM_ECLOSED. */
+	publish(owner, 4, 10);
+	CHECK_STATUS(xmem_pool_receive(consumer, 5000000000, &r), XMEM_OK);
+	CHECK(r && xmem_buffer_meta(r)->pts == 4);
+	xmem_buffer_release(r);
+	publish(owner, 5, 10);
+	xmem_pool_close(owner);
+	CHECK(stat(sock_path, &st) != 0); /* the socket went with the owner */
+	CHECK_STATUS(xmem_pool_receive(consumer, 5000000000, &r), XMEM_OK);
+	CHECK(r && xmem_buffer_meta(r)->pts == 5 && intact(xmem_buffer_data(r), 10, 5));
+	xmem_buffer_release(r);
+	CHECK_STATUS(xmem_pool_receive(consumer, 5000000000, &r), XMEM_ECLOSED);
+	CHECK_STATUS(xmem_pool_stats_get(consumer, &stats), XMEM_OK);
+	CHECK(stats.closed == 1);
+	xmem_pool_close(consumer);
+	xmem_pool_close(NULL);
+	return failures ? 1 : 0;
+}
+
+int main(void)
+{
+	char tmpl[] = "/tmp/xmem-c-api-XXXXXX";
+	char *dir = mkdtemp(tmpl);
+	if (!dir) {
+		perror("mkdtemp");
+		return 1;
+	}
+	setenv("XDG_RUNTIME_DIR", dir, 1);
+	int rc = run(dir);
+	char pool_dir[512];
+	snprintf(pool_dir, sizeof(pool_dir), "%s/xmem", dir);
+	rmdir(pool_dir); /* empty if every pool cleaned up */
+	if (rmdir(dir) != 0) {
+		fprintf(stderr, "%s not empty after the test: a socket or lock file was left behind\n", dir);
+		rc = 1;
+	}
+	if (rc == 0)
+		printf("c-api: all checks passed\n");
+	return rc;
+}
