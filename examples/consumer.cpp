@@ -62,7 +62,7 @@ int main(int argc, char **argv)
 		if (now - tw >= std::chrono::seconds(1)) {
 			double s = std::chrono::duration<double>(now - tw).count();
 			std::printf("%s: %.1f fps, %llu dropped so far\n", label.c_str(), double(window) / s,
-			            (unsigned long long)gaps);
+				    (unsigned long long)gaps);
 			std::fflush(stdout);
 			window = 0;
 			tw = now;
@@ -70,7 +70,7 @@ int main(int argc, char **argv)
 	}
 	double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 	std::printf("%s: received %llu frames in %.1f s (%.1f fps), %llu dropped, %llu corrupt\n", label.c_str(),
-	            (unsigned long long)received, s, s > 0 ? double(received) / s : 0.0, (unsigned long long)gaps,
-	            (unsigned long long)bad);
+		    (unsigned long long)received, s, s > 0 ? double(received) / s : 0.0, (unsigned long long)gaps,
+		    (unsigned long long)bad);
 	return bad ? 1 : 0;
 }

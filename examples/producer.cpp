@@ -17,7 +17,7 @@ volatile std::sig_atomic_t stop = 0;
 void usage()
 {
 	std::fprintf(stderr, "usage: xmem-demo-producer NAME [--width W] [--height H] [--fps F] [--frames N]\n"
-	                     "                          [--slots S] [--wait-consumers C]\n");
+			     "                          [--slots S] [--wait-consumers C]\n");
 	std::exit(2);
 }
 
@@ -58,14 +58,14 @@ int main(int argc, char **argv)
 	config.slot_size = uint64_t(width) * height * 3 / 2;
 	config.producer = "xmem-demo-producer";
 	config.format = "video/x-raw,format=NV12,width=" + std::to_string(width) + ",height=" + std::to_string(height) +
-	                ",framerate=" + std::to_string(fps) + "/1";
+			",framerate=" + std::to_string(fps) + "/1";
 	auto pool = xmem::BufferPool::create(name, config);
 	if (!pool) {
 		std::fprintf(stderr, "producer: %s\n", pool.error().message.c_str());
 		return 1;
 	}
-	std::printf("producer: pool '%s' at %s, %u slots of %llu bytes\n", name.c_str(), (*pool)->path().c_str(),
-	            slots, (unsigned long long)config.slot_size);
+	std::printf("producer: pool '%s' at %s, %u slots of %llu bytes\n", name.c_str(), (*pool)->path().c_str(), slots,
+		    (unsigned long long)config.slot_size);
 	std::fflush(stdout);
 	while (!stop && (*pool)->stats().consumers < wait_consumers)
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -101,7 +101,7 @@ int main(int argc, char **argv)
 	(void)(*pool)->end_of_stream();
 	auto s = (*pool)->stats();
 	std::printf("producer: published %llu frames, %llu drops across consumers\n", (unsigned long long)s.published,
-	            (unsigned long long)s.dropped);
+		    (unsigned long long)s.dropped);
 	// Give consumers a moment to take the EOS marker before the pool closes.
 	std::this_thread::sleep_for(std::chrono::milliseconds(200));
 	return 0;

@@ -56,7 +56,9 @@ static gpointer xmem_mem_map(GstMemory *mem, gsize, GstMapFlags flags)
 	return const_cast<std::byte *>(root->guard->data().data());
 }
 
-static void xmem_mem_unmap(GstMemory *) {}
+static void xmem_mem_unmap(GstMemory *)
+{
+}
 
 /* Copy-on-write ends here: a write to a read-only slot maps a system-memory copy. */
 static GstMemory *xmem_mem_copy(GstMemory *mem, gssize offset, gssize size)
@@ -91,7 +93,10 @@ static GstMemory *xmem_mem_share(GstMemory *mem, gssize offset, gssize size)
 	return &sub->mem;
 }
 
-static gboolean xmem_mem_is_span(GstMemory *, GstMemory *, gsize *) { return FALSE; }
+static gboolean xmem_mem_is_span(GstMemory *, GstMemory *, gsize *)
+{
+	return FALSE;
+}
 
 static void gst_xmem_allocator_class_init(GstXmemAllocatorClass *klass)
 {
@@ -187,7 +192,10 @@ static gboolean gst_xmem_buffer_pool_set_config(GstBufferPool *pool, GstStructur
 }
 
 /* Nothing to preallocate: the slots already exist in shared memory. */
-static gboolean gst_xmem_buffer_pool_start(GstBufferPool *) { return TRUE; }
+static gboolean gst_xmem_buffer_pool_start(GstBufferPool *)
+{
+	return TRUE;
+}
 
 static GstFlowReturn gst_xmem_buffer_pool_acquire_buffer(GstBufferPool *pool, GstBuffer **buffer,
 							 GstBufferPoolAcquireParams *params)
@@ -246,7 +254,9 @@ static void gst_xmem_buffer_pool_class_init(GstXmemBufferPoolClass *klass)
 	pool->release_buffer = gst_xmem_buffer_pool_release_buffer;
 }
 
-static void gst_xmem_buffer_pool_init(GstXmemBufferPool *) {}
+static void gst_xmem_buffer_pool_init(GstXmemBufferPool *)
+{
+}
 
 GstBufferPool *gst_xmem_buffer_pool_new(std::shared_ptr<xmem::BufferPool> core)
 {

@@ -101,8 +101,8 @@ G_DEFINE_TYPE_WITH_CODE(GstXmemSink, gst_xmem_sink, GST_TYPE_BASE_SINK,
 			GST_DEBUG_CATEGORY_INIT(gst_xmem_sink_debug, "xmemsink", 0, "xmem sink"))
 GST_ELEMENT_REGISTER_DEFINE(xmemsink, "xmemsink", GST_RANK_NONE, GST_TYPE_XMEM_SINK)
 
-static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE("sink", GST_PAD_SINK, GST_PAD_ALWAYS,
-								    GST_STATIC_CAPS_ANY);
+static GstStaticPadTemplate sink_template =
+	GST_STATIC_PAD_TEMPLATE("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS_ANY);
 
 GType gst_xmem_policy_get_type(void)
 {
@@ -136,9 +136,11 @@ GType gst_xmem_memory_kind_get_type(void)
 static void post_pool_error(GstXmemSink *self, const xmem::Error &error)
 {
 	if (error.code == xmem::Errc::permission_denied)
-		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_WRITE, ("Cannot create the xmem pool."), ("%s", error.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_WRITE, ("Cannot create the xmem pool."),
+				  ("%s", error.message.c_str()));
 	else if (error.code == xmem::Errc::owner_alive || error.code == xmem::Errc::bad_name)
-		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Cannot create the xmem pool."), ("%s", error.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Cannot create the xmem pool."),
+				  ("%s", error.message.c_str()));
 	else
 		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure."), ("%s", error.message.c_str()));
 }
@@ -200,7 +202,8 @@ static gboolean gst_xmem_sink_start(GstBaseSink *sink)
 	}
 	auto path = xmem::socket_path(s->pool_name);
 	if (!path) {
-		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name."), ("%s", path.error().message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name."),
+				  ("%s", path.error().message.c_str()));
 		return FALSE;
 	}
 	s->waited = false;
@@ -602,9 +605,8 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 				    "/tmp/xmem-$UID) or, when it contains '/', the socket path itself",
 				    DEFAULT_POOL_NAME, flags));
 	g_object_class_install_property(gobject, PROP_BUFFERS,
-					g_param_spec_uint("buffers", "Buffers",
-							  "Slots to preallocate in shared memory", 1, XMEM_MAX_SLOTS,
-							  DEFAULT_BUFFERS, flags));
+					g_param_spec_uint("buffers", "Buffers", "Slots to preallocate in shared memory",
+							  1, XMEM_MAX_SLOTS, DEFAULT_BUFFERS, flags));
 	g_object_class_install_property(gobject, PROP_POLICY,
 					g_param_spec_enum("policy", "Policy",
 							  "What a consumer's full queue does to a new frame",
@@ -615,21 +617,21 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 				    "With policy=block: how long (ns) to wait for a consumer before dropping its "
 				    "oldest frame",
 				    0, G_MAXUINT64, DEFAULT_BLOCK_TIMEOUT, flags));
-	g_object_class_install_property(
-		gobject, PROP_WAIT_FOR_CONSUMERS,
-		g_param_spec_uint("wait-for-consumers", "Wait for consumers",
-				  "Hold the first frame until this many consumers are attached", 0, XMEM_MAX_CONSUMERS,
-				  DEFAULT_WAIT_FOR_CONSUMERS, flags));
+	g_object_class_install_property(gobject, PROP_WAIT_FOR_CONSUMERS,
+					g_param_spec_uint("wait-for-consumers", "Wait for consumers",
+							  "Hold the first frame until this many consumers are attached",
+							  0, XMEM_MAX_CONSUMERS, DEFAULT_WAIT_FOR_CONSUMERS, flags));
 	g_object_class_install_property(gobject, PROP_MAX_CONSUMERS,
 					g_param_spec_uint("max-consumers", "Max consumers",
 							  "Most consumers attached at once", 1, XMEM_MAX_CONSUMERS,
 							  DEFAULT_MAX_CONSUMERS, flags));
 	g_object_class_install_property(
 		gobject, PROP_PERMS,
-		g_param_spec_uint("perms", "Permissions",
-				  "File mode of the socket and shared memory (e.g. 0660 = 432 to share with the group); "
-				  "must include 0600",
-				  0, 0777, DEFAULT_PERMS, flags));
+		g_param_spec_uint(
+			"perms", "Permissions",
+			"File mode of the socket and shared memory (e.g. 0660 = 432 to share with the group); "
+			"must include 0600",
+			0, 0777, DEFAULT_PERMS, flags));
 	g_object_class_install_property(gobject, PROP_MEMORY,
 					g_param_spec_enum("memory", "Memory", "Where the pool's slots live",
 							  GST_TYPE_XMEM_MEMORY_KIND, DEFAULT_MEMORY, flags));

@@ -96,8 +96,8 @@ G_DEFINE_TYPE_WITH_CODE(GstXmemSrc, gst_xmem_src, GST_TYPE_PUSH_SRC,
 			GST_DEBUG_CATEGORY_INIT(gst_xmem_src_debug, "xmemsrc", 0, "xmem source"))
 GST_ELEMENT_REGISTER_DEFINE(xmemsrc, "xmemsrc", GST_RANK_NONE, GST_TYPE_XMEM_SRC)
 
-static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE("src", GST_PAD_SRC, GST_PAD_ALWAYS,
-								   GST_STATIC_CAPS_ANY);
+static GstStaticPadTemplate src_template =
+	GST_STATIC_PAD_TEMPLATE("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS_ANY);
 
 /* Sleeps up to MS milliseconds (-1: forever) unless unlocked; false when unlocked. */
 static bool nap(SrcState *s, int ms, int extra_fd = -1)
@@ -258,8 +258,8 @@ static gboolean gst_xmem_src_unlock(GstBaseSrc *src)
 	SrcState *s = GST_XMEM_SRC(src)->state;
 	s->flushing = true;
 	uint64_t one = 1;
-	if (s->wake >= 0)
-		[[maybe_unused]] ssize_t n = ::write(s->wake, &one, sizeof(one));
+	if (s->wake >= 0) [[maybe_unused]]
+		ssize_t n = ::write(s->wake, &one, sizeof(one));
 	return TRUE;
 }
 
@@ -268,8 +268,8 @@ static gboolean gst_xmem_src_unlock_stop(GstBaseSrc *src)
 	SrcState *s = GST_XMEM_SRC(src)->state;
 	s->flushing = false;
 	uint64_t count;
-	if (s->wake >= 0)
-		[[maybe_unused]] ssize_t n = ::read(s->wake, &count, sizeof(count));
+	if (s->wake >= 0) [[maybe_unused]]
+		ssize_t n = ::read(s->wake, &count, sizeof(count));
 	return TRUE;
 }
 
@@ -418,7 +418,9 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 						   s->pool->name().c_str(), GST_TIME_ARGS(timeout)));
 				return GST_FLOW_ERROR;
 			}
-			int ms = deadline == G_MAXINT64 ? -1 : int(std::min<gint64>((deadline - now + 999) / 1000, G_MAXINT));
+			int ms = deadline == G_MAXINT64
+					 ? -1
+					 : int(std::min<gint64>((deadline - now + 999) / 1000, G_MAXINT));
 			/* The pool's fd polls readable on a frame, EOS or the owner's death. */
 			if (!nap(s, ms, s->pool->fd()))
 				return GST_FLOW_FLUSHING;
@@ -552,11 +554,12 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 				    "How long (ns) to wait for the pool to appear, or for the next frame, before "
 				    "posting an error (0 = forever)",
 				    0, G_MAXUINT64, DEFAULT_TIMEOUT, flags));
-	g_object_class_install_property(gobject, PROP_RECONNECT,
-					g_param_spec_boolean("reconnect", "Reconnect",
-							     "When the producer goes away or is killed (EOS aside), wait "
-							     "for a new owner of the same name and continue",
-							     DEFAULT_RECONNECT, flags));
+	g_object_class_install_property(
+		gobject, PROP_RECONNECT,
+		g_param_spec_boolean("reconnect", "Reconnect",
+				     "When the producer goes away or is killed (EOS aside), wait "
+				     "for a new owner of the same name and continue",
+				     DEFAULT_RECONNECT, flags));
 	g_object_class_install_property(gobject, PROP_QUEUE_SIZE,
 					g_param_spec_uint("queue-size", "Queue size",
 							  "Frames this consumer may have queued in the pool", 1,

@@ -15,5 +15,5 @@ static gboolean plugin_init(GstPlugin *plugin)
 
 #define PACKAGE "xmem"
 GST_PLUGIN_DEFINE(GST_VERSION_MAJOR, GST_VERSION_MINOR, xmem,
-		  "Zero-copy frame sharing between processes through xmem pools", plugin_init, XMEM_VERSION,
-		  "LGPL", "xmem", "https://github.com/xmem/xmem")
+		  "Zero-copy frame sharing between processes through xmem pools", plugin_init, XMEM_VERSION, "LGPL",
+		  "xmem", "https://github.com/xmem/xmem")

@@ -61,36 +61,61 @@ int guarded(F f)
 	}
 }
 
-std::chrono::nanoseconds ns(int64_t v) { return std::chrono::nanoseconds(v); }
+std::chrono::nanoseconds ns(int64_t v)
+{
+	return std::chrono::nanoseconds(v);
+}
 
 } // namespace
 
 extern "C" {
 
-const char *xmem_last_error(void) { return last_error.c_str(); }
+const char *xmem_last_error(void)
+{
+	return last_error.c_str();
+}
 
 const char *xmem_status_name(int s)
 {
 	switch (s) {
-	case XMEM_OK: return "XMEM_OK";
-	case XMEM_EINVAL: return "XMEM_EINVAL";
-	case XMEM_ENAME: return "XMEM_ENAME";
-	case XMEM_ENOENT: return "XMEM_ENOENT";
-	case XMEM_EACCES: return "XMEM_EACCES";
-	case XMEM_EBUSY: return "XMEM_EBUSY";
-	case XMEM_ENOTPOOL: return "XMEM_ENOTPOOL";
-	case XMEM_EVERSION: return "XMEM_EVERSION";
-	case XMEM_EBADSEG: return "XMEM_EBADSEG";
-	case XMEM_ERANGE: return "XMEM_ERANGE";
-	case XMEM_ETIMEDOUT: return "XMEM_ETIMEDOUT";
-	case XMEM_ECLOSED: return "XMEM_ECLOSED";
-	case XMEM_EEOS: return "XMEM_EEOS";
-	case XMEM_EFULL: return "XMEM_EFULL";
-	case XMEM_ENOTHELD: return "XMEM_ENOTHELD";
-	case XMEM_EREADONLY: return "XMEM_EREADONLY";
-	case XMEM_EROLE: return "XMEM_EROLE";
-	case XMEM_ESYSTEM: return "XMEM_ESYSTEM";
-	case XMEM_ENOMEM: return "XMEM_ENOMEM";
+	case XMEM_OK:
+		return "XMEM_OK";
+	case XMEM_EINVAL:
+		return "XMEM_EINVAL";
+	case XMEM_ENAME:
+		return "XMEM_ENAME";
+	case XMEM_ENOENT:
+		return "XMEM_ENOENT";
+	case XMEM_EACCES:
+		return "XMEM_EACCES";
+	case XMEM_EBUSY:
+		return "XMEM_EBUSY";
+	case XMEM_ENOTPOOL:
+		return "XMEM_ENOTPOOL";
+	case XMEM_EVERSION:
+		return "XMEM_EVERSION";
+	case XMEM_EBADSEG:
+		return "XMEM_EBADSEG";
+	case XMEM_ERANGE:
+		return "XMEM_ERANGE";
+	case XMEM_ETIMEDOUT:
+		return "XMEM_ETIMEDOUT";
+	case XMEM_ECLOSED:
+		return "XMEM_ECLOSED";
+	case XMEM_EEOS:
+		return "XMEM_EEOS";
+	case XMEM_EFULL:
+		return "XMEM_EFULL";
+	case XMEM_ENOTHELD:
+		return "XMEM_ENOTHELD";
+	case XMEM_EREADONLY:
+		return "XMEM_EREADONLY";
+	case XMEM_EROLE:
+		return "XMEM_EROLE";
+	case XMEM_ESYSTEM:
+		return "XMEM_ESYSTEM";
+	case XMEM_ENOMEM:
+		return "XMEM_ENOMEM";
 	}
 	return "XMEM_UNKNOWN";
 }
@@ -154,7 +179,10 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 	});
 }
 
-void xmem_pool_close(xmem_pool *pool) { delete pool; }
+void xmem_pool_close(xmem_pool *pool)
+{
+	delete pool;
+}
 
 int xmem_pool_acquire(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out)
 {
@@ -197,7 +225,10 @@ int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out)
 	return guarded([&] { return put_buffer(pool->pool->receive(ns(timeout_ns)), out); });
 }
 
-int xmem_pool_fd(const xmem_pool *pool) { return pool ? pool->pool->fd() : -1; }
+int xmem_pool_fd(const xmem_pool *pool)
+{
+	return pool ? pool->pool->fd() : -1;
+}
 
 const char *xmem_pool_format(const xmem_pool *pool)
 {
@@ -216,8 +247,14 @@ int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats)
 	return XMEM_OK;
 }
 
-uint64_t xmem_pool_slot_size(const xmem_pool *pool) { return pool ? pool->pool->slot_size() : 0; }
-uint32_t xmem_pool_slot_count(const xmem_pool *pool) { return pool ? pool->pool->slot_count() : 0; }
+uint64_t xmem_pool_slot_size(const xmem_pool *pool)
+{
+	return pool ? pool->pool->slot_size() : 0;
+}
+uint32_t xmem_pool_slot_count(const xmem_pool *pool)
+{
+	return pool ? pool->pool->slot_count() : 0;
+}
 
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out)
 {
@@ -254,9 +291,15 @@ int xmem_pool_set_ref_count(xmem_pool *pool, uint32_t index, uint32_t count)
 	return guarded([&] { return status(pool->pool->set_ref_count(index, count)); });
 }
 
-uint32_t xmem_pool_ref_count(const xmem_pool *pool, uint32_t index) { return pool ? pool->pool->ref_count(index) : 0; }
+uint32_t xmem_pool_ref_count(const xmem_pool *pool, uint32_t index)
+{
+	return pool ? pool->pool->ref_count(index) : 0;
+}
 
-const xmem_frame_meta *xmem_buffer_meta(const xmem_buffer *b) { return b ? &b->guard.meta() : nullptr; }
+const xmem_frame_meta *xmem_buffer_meta(const xmem_buffer *b)
+{
+	return b ? &b->guard.meta() : nullptr;
+}
 
 xmem_frame_meta *xmem_buffer_meta_mut(xmem_buffer *b)
 {
@@ -266,7 +309,10 @@ xmem_frame_meta *xmem_buffer_meta_mut(xmem_buffer *b)
 	return r ? r.value() : nullptr;
 }
 
-const void *xmem_buffer_data(const xmem_buffer *b) { return b ? b->guard.data().data() : nullptr; }
+const void *xmem_buffer_data(const xmem_buffer *b)
+{
+	return b ? b->guard.data().data() : nullptr;
+}
 
 void *xmem_buffer_data_mut(xmem_buffer *b)
 {
@@ -276,10 +322,22 @@ void *xmem_buffer_data_mut(xmem_buffer *b)
 	return r ? r.value().data() : nullptr;
 }
 
-uint64_t xmem_buffer_capacity(const xmem_buffer *b) { return b ? b->guard.capacity() : 0; }
-const char *xmem_buffer_format(const xmem_buffer *b) { return b ? b->guard.format().c_str() : ""; }
-int xmem_buffer_is_writable(const xmem_buffer *b) { return b && b->guard.writable(); }
-int xmem_buffer_is_copy(const xmem_buffer *b) { return b && b->guard.is_copy(); }
+uint64_t xmem_buffer_capacity(const xmem_buffer *b)
+{
+	return b ? b->guard.capacity() : 0;
+}
+const char *xmem_buffer_format(const xmem_buffer *b)
+{
+	return b ? b->guard.format().c_str() : "";
+}
+int xmem_buffer_is_writable(const xmem_buffer *b)
+{
+	return b && b->guard.writable();
+}
+int xmem_buffer_is_copy(const xmem_buffer *b)
+{
+	return b && b->guard.is_copy();
+}
 
 int xmem_buffer_clone(const xmem_buffer *b, xmem_buffer **out)
 {
@@ -288,6 +346,9 @@ int xmem_buffer_clone(const xmem_buffer *b, xmem_buffer **out)
 	return guarded([&] { return put_buffer(b->guard.clone_ref(), out); });
 }
 
-void xmem_buffer_release(xmem_buffer *b) { delete b; }
+void xmem_buffer_release(xmem_buffer *b)
+{
+	delete b;
+}
 
 } // extern "C"

@@ -33,8 +33,8 @@ Result<Mapping> map_fd(int fd, uint64_t min_size, const std::string &where, cons
 	if (::fstat(fd, &st) < 0)
 		return errno_error(where + ": fstat " + what);
 	if (!S_ISREG(st.st_mode) || uint64_t(st.st_size) < min_size)
-		return segment_error(where, std::string(what) + " is " + std::to_string(st.st_size) + " bytes, expected " +
-		                                    std::to_string(min_size));
+		return segment_error(where, std::string(what) + " is " + std::to_string(st.st_size) +
+						    " bytes, expected " + std::to_string(min_size));
 	// Sealed against shrinking, or the owner could make our reads SIGBUS.
 	int seals = ::fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK))
@@ -64,13 +64,14 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 		hello.header = protocol::make_header(protocol::MessageType::hello, sizeof(hello));
 		hello.role = inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer;
 		hello.queue_size = options.queue_size;
-		std::memcpy(hello.client, options.client.data(), std::min(options.client.size(), sizeof(hello.client) - 1));
+		std::memcpy(hello.client, options.client.data(),
+			    std::min(options.client.size(), sizeof(hello.client) - 1));
 		int evfd = ev.get();
 		auto sent = rendezvous::send_message(conn->get(), &hello, sizeof(hello), &evfd, inspect ? 0 : 1);
-		Result<rendezvous::Received> msg = sent ? rendezvous::receive_message(
-							      conn->get(), std::max(deadline_ns, monotonic_ns() + kReplyTimeoutNs),
-							      where())
-							: Result<rendezvous::Received>(sent.error());
+		Result<rendezvous::Received> msg =
+			sent ? rendezvous::receive_message(
+				       conn->get(), std::max(deadline_ns, monotonic_ns() + kReplyTimeoutNs), where())
+			     : Result<rendezvous::Received>(sent.error());
 		if (!msg) {
 			// An owner that dies during the handshake: wait for the next one.
 			if (msg.code() == Errc::closed && monotonic_ns() < deadline_ns) {
@@ -78,23 +79,26 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 				continue;
 			}
 			if (msg.code() == Errc::timed_out)
-				return make_error(Errc::not_a_pool, where() + ": the socket's server did not answer (not an xmem pool?)");
+				return make_error(Errc::not_a_pool,
+						  where() + ": the socket's server did not answer (not an xmem pool?)");
 			if (msg.code() == Errc::closed)
-				return make_error(Errc::not_a_pool, where() + ": the socket's server hung up without answering");
+				return make_error(Errc::not_a_pool,
+						  where() + ": the socket's server hung up without answering");
 			return msg.error();
 		}
 
 		const auto &bytes = msg->data;
 		protocol::MessageHeader mh{};
 		if (bytes.size() < sizeof(mh))
-			return make_error(Errc::not_a_pool, where() + ": reply too short for an xmem message (not an xmem pool?)");
+			return make_error(Errc::not_a_pool,
+					  where() + ": reply too short for an xmem message (not an xmem pool?)");
 		std::memcpy(&mh, bytes.data(), sizeof(mh));
 		if (mh.magic != protocol::kWireMagic)
 			return make_error(Errc::not_a_pool, where() + ": reply has a bad magic (not an xmem pool)");
 		if (mh.version != protocol::kVersion)
-			return make_error(Errc::version_mismatch, where() + ": owner speaks protocol version " +
-			                                              std::to_string(mh.version) + ", this library " +
-			                                              std::to_string(protocol::kVersion));
+			return make_error(Errc::version_mismatch,
+					  where() + ": owner speaks protocol version " + std::to_string(mh.version) +
+						  ", this library " + std::to_string(protocol::kVersion));
 		if (mh.type == protocol::MessageType::reject && bytes.size() == sizeof(protocol::Reject)) {
 			protocol::Reject r;
 			std::memcpy(&r, bytes.data(), sizeof(r));
@@ -109,8 +113,9 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 		std::memcpy(&w, bytes.data(), sizeof(w));
 		size_t want_fds = inspect ? 1 : 2;
 		if (msg->fds.size() != want_fds)
-			return make_error(Errc::not_a_pool, where() + ": owner sent " + std::to_string(msg->fds.size()) +
-			                                        " file descriptors, expected " + std::to_string(want_fds));
+			return make_error(Errc::not_a_pool,
+					  where() + ": owner sent " + std::to_string(msg->fds.size()) +
+						  " file descriptors, expected " + std::to_string(want_fds));
 
 		// The header first, on its own, before any size from it is trusted.
 		auto cmap = map_fd(msg->fds[0].get(), sizeof(ControlHeader), where(), "control segment");
@@ -124,30 +129,33 @@ Result<void> PoolImpl::attach(const OpenOptions &options, uint64_t deadline_ns)
 		if (h->magic != kMagic)
 			return segment_error(where(), "wrong magic");
 		if (h->abi_version != kAbiVersion)
-			return make_error(Errc::version_mismatch, where() + ": control segment ABI version " +
-			                                              std::to_string(h->abi_version) + ", this library " +
-			                                              std::to_string(kAbiVersion));
+			return make_error(Errc::version_mismatch,
+					  where() + ": control segment ABI version " + std::to_string(h->abi_version) +
+						  ", this library " + std::to_string(kAbiVersion));
 		if (h->header_size != sizeof(ControlHeader) || h->slot_record_size != sizeof(SlotRecord))
 			return segment_error(where(), "record sizes differ from this library's");
 		if (h->slot_count < 1 || h->slot_count > XMEM_MAX_SLOTS)
 			return segment_error(where(), "slot count " + std::to_string(h->slot_count) + " out of range");
 		if (h->max_consumers < 1 || h->max_consumers > XMEM_MAX_CONSUMERS)
-			return segment_error(where(), "max consumers " + std::to_string(h->max_consumers) + " out of range");
+			return segment_error(where(),
+					     "max consumers " + std::to_string(h->max_consumers) + " out of range");
 		if (h->ring_capacity != h->slot_count + 1 ||
 		    h->consumer_record_size != layout::consumer_record_size(h->ring_capacity))
 			return segment_error(where(), "ring size inconsistent");
 		if (h->control_size != layout::control_size(h->slot_count, h->max_consumers, h->ring_capacity) ||
 		    h->control_size > control.size())
-			return segment_error(where(), "control size " + std::to_string(h->control_size) + " inconsistent");
+			return segment_error(where(),
+					     "control size " + std::to_string(h->control_size) + " inconsistent");
 		if (h->slot_size == 0 || h->slot_stride < h->slot_size || h->slot_stride % 64 != 0 ||
 		    h->slot_stride > (uint64_t{ 1 } << 41) || h->data_size != h->slot_stride * h->slot_count)
 			return segment_error(where(), "slot sizes inconsistent");
 		if (h->storage_type != XMEM_STORAGE_SYSTEM)
-			return make_error(Errc::not_a_pool, where() + ": storage type " + std::to_string(h->storage_type) +
-			                                        " is not supported by this library");
+			return make_error(Errc::not_a_pool, where() + ": storage type " +
+								    std::to_string(h->storage_type) +
+								    " is not supported by this library");
 		if (!inspect && w.consumer_index >= h->max_consumers)
-			return make_error(Errc::not_a_pool, where() + ": consumer index " + std::to_string(w.consumer_index) +
-			                                        " out of range");
+			return make_error(Errc::not_a_pool, where() + ": consumer index " +
+								    std::to_string(w.consumer_index) + " out of range");
 
 		header = reinterpret_cast<ControlHeader *>(control.data());
 		slot_count = k.slot_count;
@@ -231,7 +239,8 @@ Result<BufferGuard> PoolImpl::receive(int64_t timeout_ns)
 				drain_pending.store(false, std::memory_order_relaxed);
 				armed_once.store(false, std::memory_order_relaxed);
 			} else {
-				drain_pending.store(self->armed.load(std::memory_order_seq_cst) == 0, std::memory_order_relaxed);
+				drain_pending.store(self->armed.load(std::memory_order_seq_cst) == 0,
+						    std::memory_order_relaxed);
 			}
 		}
 		uint64_t h = self->head.load(std::memory_order_acquire);
@@ -254,7 +263,8 @@ Result<BufferGuard> PoolImpl::receive(int64_t timeout_ns)
 			if (index == kEosEntry)
 				return make_error(Errc::end_of_stream, where() + ": end of stream");
 			if (index >= slot_count)
-				return segment_error(where(), "queued slot index " + std::to_string(index) + " out of range");
+				return segment_error(where(),
+						     "queued slot index " + std::to_string(index) + " out of range");
 			{
 				std::lock_guard lock(refs_lock);
 				local_refs[index]++; // the queue's holder bit becomes this reference
@@ -274,8 +284,9 @@ Result<BufferGuard> PoolImpl::receive(int64_t timeout_ns)
 		uint64_t now = monotonic_ns();
 		int ms = 0;
 		if (now < deadline)
-			ms = deadline == UINT64_MAX ? -1
-			                            : int(std::min<uint64_t>((deadline - now + 999999) / 1000000, INT32_MAX));
+			ms = deadline == UINT64_MAX
+				     ? -1
+				     : int(std::min<uint64_t>((deadline - now + 999999) / 1000000, INT32_MAX));
 		// With nothing to wait for, still notice an owner that died (a hang-up on
 		// the socket), so a poller does not spin on a readable fd().
 		pollfd fds[2] = { { sock.get(), POLLIN | POLLRDHUP, 0 }, { event.get(), POLLIN, 0 } };

@@ -157,7 +157,8 @@ Result<void> PoolImpl::set_format(std::string_view f)
 		return make_error(Errc::wrong_role, where() + ": only the owner sets the format");
 	if (f.size() >= XMEM_FORMAT_MAX)
 		return make_error(Errc::invalid_argument, where() + ": format is " + std::to_string(f.size()) +
-		                                              " bytes, the limit is " + std::to_string(XMEM_FORMAT_MAX - 1));
+								  " bytes, the limit is " +
+								  std::to_string(XMEM_FORMAT_MAX - 1));
 	if (f.find('\0') != std::string_view::npos)
 		return make_error(Errc::invalid_argument, where() + ": format contains a NUL byte");
 	std::lock_guard lock(publish_lock);
@@ -262,7 +263,7 @@ Result<BufferGuard> PoolImpl::acquire(int64_t timeout_ns)
 			deadline);
 		if (!any)
 			return make_error(Errc::timed_out, where() + ": no free slot within the timeout (all " +
-			                                       std::to_string(slot_count) + " slots are held)");
+								   std::to_string(slot_count) + " slots are held)");
 	}
 }
 
@@ -352,17 +353,17 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 	uint32_t index = g.index_;
 	SlotRecord &slot = slots[index];
 	if (slot.state.load(std::memory_order_acquire) != kSlotWriting)
-		return make_error(Errc::invalid_argument,
-		                  where() + ": slot " + std::to_string(index) + " is not being written (published twice?)");
+		return make_error(Errc::invalid_argument, where() + ": slot " + std::to_string(index) +
+								  " is not being written (published twice?)");
 	if (g.meta_.size > slot_size)
 		return make_error(Errc::out_of_range, where() + ": frame size " + std::to_string(g.meta_.size) +
-		                                          " exceeds the slot size " + std::to_string(slot_size));
+							      " exceeds the slot size " + std::to_string(slot_size));
 	if (g.meta_.n_planes > XMEM_MAX_PLANES)
 		return make_error(Errc::invalid_argument, where() + ": n_planes " + std::to_string(g.meta_.n_planes) +
-		                                              " > " + std::to_string(XMEM_MAX_PLANES));
+								  " > " + std::to_string(XMEM_MAX_PLANES));
 	if (g.meta_.ndim > XMEM_MAX_DIMS)
 		return make_error(Errc::invalid_argument, where() + ": ndim " + std::to_string(g.meta_.ndim) + " > " +
-		                                              std::to_string(XMEM_MAX_DIMS));
+								  std::to_string(XMEM_MAX_DIMS));
 	if (shut.load())
 		return make_error(Errc::closed, where() + " is closed");
 
@@ -473,8 +474,8 @@ Result<void> PoolImpl::end_of_stream()
 		ConsumerRecord *rec = consumer(c);
 		// EOS may use the ring's spare entry, so a full queue does not hold it back.
 		uint64_t queued;
-		while ((queued = rec->tail.load(std::memory_order_relaxed) - rec->head.load(std::memory_order_acquire)) >=
-		       ring_capacity) {
+		while ((queued = rec->tail.load(std::memory_order_relaxed) -
+				 rec->head.load(std::memory_order_acquire)) >= ring_capacity) {
 			if (queued > ring_capacity)
 				break; // garbage head: publish() hangs up on this consumer
 			drop_oldest(c);
@@ -612,8 +613,9 @@ void PoolImpl::handle_hello(int fd)
 	if (mh.magic != protocol::kWireMagic)
 		return reject(XMEM_ENOTPOOL, "not an xmem hello (bad magic)");
 	if (mh.version != protocol::kVersion)
-		return reject(XMEM_EVERSION, "protocol version " + std::to_string(mh.version) + " is not supported (owner speaks " +
-		                                     std::to_string(protocol::kVersion) + ")");
+		return reject(XMEM_EVERSION, "protocol version " + std::to_string(mh.version) +
+						     " is not supported (owner speaks " +
+						     std::to_string(protocol::kVersion) + ")");
 	if (mh.type != protocol::MessageType::hello || data.size() != sizeof(protocol::Hello) || mh.size != data.size())
 		return reject(XMEM_ENOTPOOL, "malformed hello");
 	protocol::Hello hello;
@@ -626,12 +628,12 @@ void PoolImpl::handle_hello(int fd)
 	if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return reject(XMEM_ESYSTEM, "cannot read the peer's credentials");
 	uint32_t mode = config_mode;
-	bool allowed = cred.uid == ::geteuid() || cred.uid == 0 || (mode & 0006) ||
-	               ((mode & 0060) && cred.gid == ::getegid());
+	bool allowed =
+		cred.uid == ::geteuid() || cred.uid == 0 || (mode & 0006) || ((mode & 0060) && cred.gid == ::getegid());
 	if (!allowed)
 		return reject(XMEM_EACCES, "uid " + std::to_string(cred.uid) + " is not allowed by the pool's mode " +
-		                                   std::to_string((mode >> 6) & 7) + std::to_string((mode >> 3) & 7) +
-		                                   std::to_string(mode & 7));
+						   std::to_string((mode >> 6) & 7) + std::to_string((mode >> 3) & 7) +
+						   std::to_string(mode & 7));
 
 	protocol::Welcome w{};
 	w.header = protocol::make_header(protocol::MessageType::welcome, sizeof(w));
@@ -678,7 +680,7 @@ void PoolImpl::handle_hello(int fd)
 		}
 		if (index == UINT32_MAX)
 			return reject(XMEM_EFULL, "pool has its maximum of " + std::to_string(max_consumers) +
-			                                  " consumers attached");
+							  " consumers attached");
 		ConsumerRecord *rec = consumer(index);
 		rec->pid = uint32_t(cred.pid);
 		rec->uid = cred.uid;
@@ -731,7 +733,8 @@ void PoolImpl::reap(uint32_t c)
 		// died on (docs/design.md, "Invariants").
 		uint32_t bit = 1 + c;
 		for (uint32_t i = 0; i < slot_count; i++) {
-			uint64_t old = slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+			uint64_t old =
+				slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 			if (old & holder_mask(bit))
 				try_reclaim(i, kSlotFree);
 		}
@@ -760,13 +763,14 @@ Result<std::shared_ptr<BufferPool>> BufferPool::create(std::string_view name, co
 	std::string where = "pool '" + std::string(name) + "'";
 	if (config.slot_count < 1 || config.slot_count > XMEM_MAX_SLOTS)
 		return make_error(Errc::invalid_argument, where + ": slot count " + std::to_string(config.slot_count) +
-		                                              " out of range 1.." + std::to_string(XMEM_MAX_SLOTS));
+								  " out of range 1.." + std::to_string(XMEM_MAX_SLOTS));
 	if (config.slot_size == 0 || config.slot_size > kMaxSlotSize)
 		return make_error(Errc::invalid_argument, where + ": slot size " + std::to_string(config.slot_size) +
-		                                              " out of range 1.." + std::to_string(kMaxSlotSize));
+								  " out of range 1.." + std::to_string(kMaxSlotSize));
 	if (config.max_consumers < 1 || config.max_consumers > XMEM_MAX_CONSUMERS)
-		return make_error(Errc::invalid_argument, where + ": max consumers " + std::to_string(config.max_consumers) +
-		                                              " out of range 1.." + std::to_string(XMEM_MAX_CONSUMERS));
+		return make_error(Errc::invalid_argument,
+				  where + ": max consumers " + std::to_string(config.max_consumers) +
+					  " out of range 1.." + std::to_string(XMEM_MAX_CONSUMERS));
 	if (config.policy != Policy::block && config.policy != Policy::drop_oldest && config.policy != Policy::drop_new)
 		return make_error(Errc::invalid_argument, where + ": unknown policy");
 	if (config.mode & ~0777u)
@@ -777,7 +781,7 @@ Result<std::shared_ptr<BufferPool>> BufferPool::create(std::string_view name, co
 		return make_error(Errc::invalid_argument, where + ": negative block timeout");
 	if (config.producer.size() >= XMEM_PRODUCER_MAX)
 		return make_error(Errc::invalid_argument, where + ": producer name longer than " +
-		                                              std::to_string(XMEM_PRODUCER_MAX - 1) + " bytes");
+								  std::to_string(XMEM_PRODUCER_MAX - 1) + " bytes");
 	uint64_t stride = round_up(config.slot_size, 4096);
 	if (stride * config.slot_count / config.slot_count != stride)
 		return make_error(Errc::invalid_argument, where + ": slots too large");

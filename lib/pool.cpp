@@ -45,7 +45,10 @@ bool sole_holder(const SlotRecord &slot, uint32_t bit)
 
 } // namespace
 
-PoolImpl::~PoolImpl() { shutdown(); }
+PoolImpl::~PoolImpl()
+{
+	shutdown();
+}
 
 BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 {
@@ -96,8 +99,9 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
 	if (index >= slot_count)
-		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range (0.." +
-		                                          std::to_string(slot_count - 1) + ")");
+		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) +
+							      " out of range (0.." + std::to_string(slot_count - 1) +
+							      ")");
 	SlotRecord &slot = slots[index];
 	std::unique_lock lock(refs_lock);
 	if (local_refs[index] == 0) {
@@ -106,8 +110,9 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		if (old & mask)
 			// The owner set our bit for a frame still in our queue: that reference
 			// belongs to the queue until receive() takes it.
-			return make_error(Errc::not_held, where() + ": slot " + std::to_string(index) +
-			                                      " is queued for this consumer; take it with receive()");
+			return make_error(Errc::not_held,
+					  where() + ": slot " + std::to_string(index) +
+						  " is queued for this consumer; take it with receive()");
 		// The owner reclaims only after seeing no holder bit (Dekker-style, seq_cst):
 		// either it sees ours, or we see that it moved the slot out of PUBLISHED.
 		uint32_t s;
@@ -121,7 +126,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 			slot.holders[holder_bit / 64].fetch_and(~mask, std::memory_order_seq_cst);
 			notify_owner(); // an acquire() may have seen only our probe
 			return make_error(Errc::not_held, where() + ": slot " + std::to_string(index) + " is " +
-			                                      state_name(s) + ", not published");
+								  state_name(s) + ", not published");
 		}
 	}
 	local_refs[index]++;
@@ -176,7 +181,7 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
 		return make_error(Errc::not_held, where() + ": add_ref on slot " + std::to_string(index) +
-		                                      ", which this process does not hold (use get())");
+							  ", which this process does not hold (use get())");
 	if (local_refs[index] == UINT32_MAX)
 		return make_error(Errc::out_of_range, where() + ": reference count overflow");
 	local_refs[index]++;
@@ -190,7 +195,7 @@ Result<void> PoolImpl::release(uint32_t index)
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
 		return make_error(Errc::not_held, where() + ": release of slot " + std::to_string(index) +
-		                                      ", which this process does not hold");
+							  ", which this process does not hold");
 	if (--local_refs[index] == 0)
 		clear_holder_bit(index, holder_bit);
 	return {};
@@ -203,7 +208,7 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
 		return make_error(Errc::not_held, where() + ": set_ref_count on slot " + std::to_string(index) +
-		                                      ", which this process does not hold");
+							  ", which this process does not hold");
 	local_refs[index] = count;
 	if (count == 0)
 		clear_holder_bit(index, holder_bit);
@@ -212,7 +217,10 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 
 // BufferGuard
 
-BufferGuard::BufferGuard(BufferGuard &&other) noexcept { *this = std::move(other); }
+BufferGuard::BufferGuard(BufferGuard &&other) noexcept
+{
+	*this = std::move(other);
+}
 
 BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 {
@@ -230,7 +238,10 @@ BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 	return *this;
 }
 
-BufferGuard::~BufferGuard() { reset(); }
+BufferGuard::~BufferGuard()
+{
+	reset();
+}
 
 void BufferGuard::reset()
 {
@@ -305,7 +316,9 @@ Result<BufferGuard> BufferGuard::clone_ref() const
 
 // BufferPool
 
-BufferPool::BufferPool(std::shared_ptr<PoolImpl> impl) : impl_(std::move(impl)) {}
+BufferPool::BufferPool(std::shared_ptr<PoolImpl> impl) : impl_(std::move(impl))
+{
+}
 
 BufferPool::~BufferPool()
 {
@@ -324,25 +337,76 @@ void BufferPool::close()
 		impl_->shutdown();
 }
 
-bool BufferPool::owns(const BufferGuard &guard) const { return guard.pool_ == impl_; }
+bool BufferPool::owns(const BufferGuard &guard) const
+{
+	return guard.pool_ == impl_;
+}
 
-Role BufferPool::role() const { return impl_->role; }
-const std::string &BufferPool::name() const { return impl_->name; }
-const std::string &BufferPool::path() const { return impl_->path; }
-uint64_t BufferPool::slot_size() const { return impl_->slot_size; }
-uint32_t BufferPool::slot_count() const { return impl_->slot_count; }
+Role BufferPool::role() const
+{
+	return impl_->role;
+}
+const std::string &BufferPool::name() const
+{
+	return impl_->name;
+}
+const std::string &BufferPool::path() const
+{
+	return impl_->path;
+}
+uint64_t BufferPool::slot_size() const
+{
+	return impl_->slot_size;
+}
+uint32_t BufferPool::slot_count() const
+{
+	return impl_->slot_count;
+}
 
-Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout) { return impl_->acquire(timeout.count()); }
-Result<void> BufferPool::publish(BufferGuard &&frame) { return impl_->publish(std::move(frame)); }
-Result<void> BufferPool::set_format(std::string_view format) { return impl_->set_format(format); }
-Result<void> BufferPool::end_of_stream() { return impl_->end_of_stream(); }
-Result<BufferGuard> BufferPool::receive(std::chrono::nanoseconds timeout) { return impl_->receive(timeout.count()); }
-int BufferPool::fd() const { return impl_->epoll.valid() ? impl_->epoll.get() : -1; }
-Result<BufferGuard> BufferPool::get(uint32_t index) { return impl_->get(index, false); }
-Result<BufferGuard> BufferPool::get_mut(uint32_t index) { return impl_->get(index, true); }
-Result<void> BufferPool::add_ref(uint32_t index) { return impl_->add_ref(index); }
-Result<void> BufferPool::release(uint32_t index) { return impl_->release(index); }
-Result<void> BufferPool::set_ref_count(uint32_t index, uint32_t count) { return impl_->set_ref_count(index, count); }
+Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout)
+{
+	return impl_->acquire(timeout.count());
+}
+Result<void> BufferPool::publish(BufferGuard &&frame)
+{
+	return impl_->publish(std::move(frame));
+}
+Result<void> BufferPool::set_format(std::string_view format)
+{
+	return impl_->set_format(format);
+}
+Result<void> BufferPool::end_of_stream()
+{
+	return impl_->end_of_stream();
+}
+Result<BufferGuard> BufferPool::receive(std::chrono::nanoseconds timeout)
+{
+	return impl_->receive(timeout.count());
+}
+int BufferPool::fd() const
+{
+	return impl_->epoll.valid() ? impl_->epoll.get() : -1;
+}
+Result<BufferGuard> BufferPool::get(uint32_t index)
+{
+	return impl_->get(index, false);
+}
+Result<BufferGuard> BufferPool::get_mut(uint32_t index)
+{
+	return impl_->get(index, true);
+}
+Result<void> BufferPool::add_ref(uint32_t index)
+{
+	return impl_->add_ref(index);
+}
+Result<void> BufferPool::release(uint32_t index)
+{
+	return impl_->release(index);
+}
+Result<void> BufferPool::set_ref_count(uint32_t index, uint32_t count)
+{
+	return impl_->set_ref_count(index, count);
+}
 
 uint32_t BufferPool::ref_count(uint32_t index) const
 {

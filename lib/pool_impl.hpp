@@ -98,7 +98,8 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 
 	layout::ConsumerRecord *consumer(uint32_t i) const
 	{
-		return reinterpret_cast<layout::ConsumerRecord *>(consumers_base + uint64_t{ i } * consumer_record_size);
+		return reinterpret_cast<layout::ConsumerRecord *>(consumers_base +
+								  uint64_t{ i } * consumer_record_size);
 	}
 	std::byte *slot_data(uint32_t i) const { return data.data() + uint64_t{ i } * slot_stride; }
 	std::string where() const { return "pool '" + name + "'"; }

@@ -25,8 +25,8 @@ constexpr size_t kMaxName = 64;
 
 bool valid_name_char(char c)
 {
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-	       c == '-' || c == '.';
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+	       c == '.';
 }
 
 sockaddr_un make_address(const std::string &path)
@@ -53,7 +53,7 @@ Result<void> ensure_directory(const std::string &dir, uint32_t mode)
 		return make_error(Errc::permission_denied, "pool directory " + dir + " is not a directory");
 	if (st.st_uid != ::geteuid())
 		return make_error(Errc::permission_denied,
-		                  "pool directory " + dir + " belongs to uid " + std::to_string(st.st_uid));
+				  "pool directory " + dir + " belongs to uid " + std::to_string(st.st_uid));
 	// Peers allowed by MODE must be able to reach the socket through the directory.
 	mode_t want = st.st_mode & 07777;
 	if (mode & 0060)
@@ -103,18 +103,19 @@ Result<std::string> socket_path(std::string_view name)
 	} else {
 		if (name.size() > kMaxName)
 			return make_error(Errc::bad_name, "pool name '" + std::string(name) + "' is longer than " +
-			                                      std::to_string(kMaxName) + " characters");
+								  std::to_string(kMaxName) + " characters");
 		if (name[0] == '.')
 			return make_error(Errc::bad_name, "pool name '" + std::string(name) + "' starts with '.'");
 		for (char c : name)
 			if (!valid_name_char(c))
-				return make_error(Errc::bad_name, "pool name '" + std::string(name) +
-				                                      "' has an illegal character (allowed: A-Z a-z 0-9 _ - .)");
+				return make_error(Errc::bad_name,
+						  "pool name '" + std::string(name) +
+							  "' has an illegal character (allowed: A-Z a-z 0-9 _ - .)");
 		path = default_directory() + "/" + std::string(name);
 	}
 	if (path.size() > kMaxPath)
 		return make_error(Errc::bad_name, "pool socket path '" + path + "' is longer than " +
-		                                      std::to_string(kMaxPath) + " bytes");
+							  std::to_string(kMaxPath) + " bytes");
 	return path;
 }
 
@@ -144,7 +145,7 @@ Result<OwnerSocket> claim(const std::string &path, uint32_t mode)
 				return errno_error("cannot lock " + owner.lock_path);
 			pid_t pid = owner_pid(path);
 			return make_error(Errc::owner_alive, "pool '" + path + "' is owned by a live process" +
-			                                         (pid ? " (pid " + std::to_string(pid) + ")" : ""));
+								     (pid ? " (pid " + std::to_string(pid) + ")" : ""));
 		}
 		struct stat held, now;
 		if (::fstat(lock.get(), &held) == 0 && ::stat(owner.lock_path.c_str(), &now) == 0 &&
@@ -219,7 +220,7 @@ Result<UniqueFd> connect(const std::string &path, uint64_t deadline_ns)
 			return make_error(Errc::permission_denied, "pool '" + path + "': permission denied");
 		if (err == EPROTOTYPE)
 			return make_error(Errc::not_a_pool,
-			                  "pool '" + path + "': the socket is not an xmem pool (wrong socket type)");
+					  "pool '" + path + "': the socket is not an xmem pool (wrong socket type)");
 		struct stat st;
 		bool exists = ::lstat(path.c_str(), &st) == 0;
 		if (exists && !S_ISSOCK(st.st_mode))
@@ -227,10 +228,9 @@ Result<UniqueFd> connect(const std::string &path, uint64_t deadline_ns)
 		if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN)
 			return errno_error("pool '" + path + "': connect", err);
 		if (monotonic_ns() >= deadline_ns)
-			return make_error(Errc::not_found, "pool '" + path + "' not found (" +
-			                                       (exists ? "nobody listening: its owner is gone"
-			                                               : "no socket") +
-			                                       ")");
+			return make_error(Errc::not_found,
+					  "pool '" + path + "' not found (" +
+						  (exists ? "nobody listening: its owner is gone" : "no socket") + ")");
 		// Waiting for an owner to appear: a short sleep keeps this simple and cheap.
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
 	}
@@ -258,7 +258,7 @@ Result<void> send_message(int sock, const void *data, size_t size, const int *fd
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == EPIPE || errno == ECONNRESET ? make_error(Errc::closed, "peer hung up")
-		                                             : errno_error("sendmsg");
+							     : errno_error("sendmsg");
 	if (size_t(n) != size)
 		return make_error(Errc::system, "sendmsg: short write");
 	return {};
@@ -270,7 +270,10 @@ Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::stri
 		uint64_t now = monotonic_ns();
 		int timeout_ms = -1;
 		if (deadline_ns != UINT64_MAX)
-			timeout_ms = deadline_ns > now ? int(std::min<uint64_t>((deadline_ns - now + 999999) / 1000000, INT32_MAX)) : 0;
+			timeout_ms =
+				deadline_ns > now
+					? int(std::min<uint64_t>((deadline_ns - now + 999999) / 1000000, INT32_MAX))
+					: 0;
 		pollfd pfd{ sock, POLLIN, 0 };
 		int r = ::poll(&pfd, 1, timeout_ms);
 		if (r < 0 && errno == EINTR)
@@ -297,7 +300,7 @@ Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::stri
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == ECONNRESET ? make_error(Errc::closed, what + ": peer hung up")
-		                           : errno_error(what + ": recvmsg");
+					   : errno_error(what + ": recvmsg");
 	// Take ownership of every fd first, so none leaks on the error paths below.
 	for (cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
 		if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)

@@ -52,7 +52,9 @@ public:
 	Mapping() = default;
 	Mapping(void *addr, size_t size) : addr_(addr), size_(size) {}
 	Mapping(Mapping &&other) noexcept
-		: addr_(std::exchange(other.addr_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+		: addr_(std::exchange(other.addr_, nullptr)), size_(std::exchange(other.size_, 0))
+	{
+	}
 	Mapping &operator=(Mapping &&other) noexcept
 	{
 		if (this != &other) {
@@ -79,7 +81,10 @@ private:
 	size_t size_ = 0;
 };
 
-inline Error make_error(Errc code, std::string message) { return Error{ code, std::move(message) }; }
+inline Error make_error(Errc code, std::string message)
+{
+	return Error{ code, std::move(message) };
+}
 
 // "WHAT: strerror(errno)" as Errc::system, or a more precise code for common errnos.
 inline Error errno_error(std::string what, int err = errno)

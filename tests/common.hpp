@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,7 +76,9 @@ public:
 	Process() = default;
 	explicit Process(std::vector<std::string> args) { start(std::move(args)); }
 	Process(Process &&o) noexcept
-		: pid_(std::exchange(o.pid_, -1)), status_(o.status_), out_path_(std::move(o.out_path_)) {}
+		: pid_(std::exchange(o.pid_, -1)), status_(o.status_), out_path_(std::move(o.out_path_))
+	{
+	}
 	Process &operator=(Process &&o) noexcept
 	{
 		kill_wait();

@@ -25,7 +25,10 @@ namespace {
 
 // The payload of frame SEQ: every byte depends on seq and position, so a slot
 // reused (or scribbled on) while a consumer holds it is caught.
-inline uint8_t pattern(uint64_t seq, uint64_t i) { return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff); }
+inline uint8_t pattern(uint64_t seq, uint64_t i)
+{
+	return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff);
+}
 
 void fill(std::span<std::byte> bytes, uint64_t size, uint64_t seq)
 {
@@ -75,9 +78,9 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 	if (o.count("format"))
 		config.format = o.at("format");
 	std::string policy = o.count("policy") ? o.at("policy") : "drop-oldest";
-	config.policy = policy == "block" ? xmem::Policy::block
-	                : policy == "drop-new" ? xmem::Policy::drop_new
-	                                       : xmem::Policy::drop_oldest;
+	config.policy = policy == "block"      ? xmem::Policy::block
+			: policy == "drop-new" ? xmem::Policy::drop_new
+					       : xmem::Policy::drop_oldest;
 	auto pool = xmem::BufferPool::create(name, config);
 	if (!pool) {
 		std::fprintf(stderr, "produce: %s\n", pool.error().message.c_str());
@@ -130,7 +133,7 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 	}
 	auto s = (*pool)->stats();
 	std::printf("published=%llu dropped=%llu timeouts=%llu free=%u\n", (unsigned long long)published,
-	            (unsigned long long)s.dropped, (unsigned long long)timeouts, s.slots_free);
+		    (unsigned long long)s.dropped, (unsigned long long)timeouts, s.slots_free);
 	return 0;
 }
 
@@ -202,8 +205,8 @@ int consume(const std::string &name, const std::map<std::string, std::string> &o
 		reconnects++;
 	}
 	std::printf("received=%llu gaps=%llu corrupt=%llu eos=%d closed=%d reconnects=%llu\n",
-	            (unsigned long long)received, (unsigned long long)gaps, (unsigned long long)corrupt, int(eos),
-	            int(closed), (unsigned long long)reconnects);
+		    (unsigned long long)received, (unsigned long long)gaps, (unsigned long long)corrupt, int(eos),
+		    int(closed), (unsigned long long)reconnects);
 	return corrupt ? 3 : 0;
 }
 
@@ -265,7 +268,7 @@ int connect_as(const std::string &path, const std::map<std::string, std::string>
 	else if (size_t(n) == sizeof(buf) && buf.header.type == xmem::protocol::MessageType::welcome)
 		std::printf("welcome\n");
 	else if (size_t(n) == sizeof(r) && r.header.magic == xmem::protocol::kWireMagic &&
-	         r.header.type == xmem::protocol::MessageType::reject) {
+		 r.header.type == xmem::protocol::MessageType::reject) {
 		r.message[sizeof(r.message) - 1] = '\0';
 		std::printf("reject %s %s\n", xmem_status_name(r.code), r.message);
 	} else
@@ -302,8 +305,8 @@ int serve(const std::string &path, const std::map<std::string, std::string> &o)
 			}).detach();
 			continue;
 		}
-		if (type == SOCK_SEQPACKET)
-			[[maybe_unused]] ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+		if (type == SOCK_SEQPACKET) [[maybe_unused]]
+			ssize_t n = ::recv(c, buf, sizeof(buf), 0);
 		if (kind == "garbage") {
 			std::memset(buf, 0x5a, 300);
 			[[maybe_unused]] ssize_t n = ::send(c, buf, 300, MSG_NOSIGNAL);

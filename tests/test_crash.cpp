@@ -14,9 +14,15 @@ using xmem::test::RuntimeDir;
 
 namespace {
 
-std::string peer() { return xmem::test::peer_path(); }
+std::string peer()
+{
+	return xmem::test::peer_path();
+}
 
-inline uint8_t pattern(uint64_t seq, uint64_t i) { return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff); }
+inline uint8_t pattern(uint64_t seq, uint64_t i)
+{
+	return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff);
+}
 
 int kills_wanted()
 {
@@ -90,7 +96,7 @@ TEST(Crash, ConsumersKilledAtRandomMoments)
 	// Two survivors verify every frame they hold, the whole time.
 	Process survivor1({ peer(), "consume", "crash", "--hold", "3", "--timeout-ms", "30000" });
 	Process survivor2({ peer(), "consume", "crash", "--hold", "1", "--work-us", "500", "--queue", "2",
-	                    "--timeout-ms", "30000" });
+			    "--timeout-ms", "30000" });
 
 	std::mt19937 rng(12345);
 	const int kills = kills_wanted();
@@ -100,8 +106,8 @@ TEST(Crash, ConsumersKilledAtRandomMoments)
 		for (auto &v : victims) {
 			if (!v.running()) {
 				std::uniform_int_distribution<int> hold(0, 6);
-				v.start({ peer(), "consume", "crash", "--hold", std::to_string(hold(rng)), "--frames", "1000000000",
-				          "--timeout-ms", "30000" });
+				v.start({ peer(), "consume", "crash", "--hold", std::to_string(hold(rng)), "--frames",
+					  "1000000000", "--timeout-ms", "30000" });
 			}
 		}
 		std::uniform_int_distribution<size_t> pick(0, victims.size() - 1);
@@ -117,7 +123,7 @@ TEST(Crash, ConsumersKilledAtRandomMoments)
 		v.kill_wait();
 	uint64_t published = owner->stats().published;
 	std::printf("killed %d consumers (%d surely attached) over %llu frames\n", killed, killed_attached,
-	            (unsigned long long)published);
+		    (unsigned long long)published);
 	EXPECT_GT(published, 1000u) << "the producer must keep going while consumers die";
 
 	// Survivors: end them with EOS, and they must have seen nothing corrupt.
@@ -132,10 +138,13 @@ TEST(Crash, ConsumersKilledAtRandomMoments)
 	EXPECT_GT(survivor1.field("received"), 100);
 
 	// Every consumer is reaped and every slot is free again.
-	ASSERT_TRUE(eventually([&] {
-		auto s = owner->stats();
-		return s.consumers == 0 && s.slots_free == kSlots;
-	}, 20s)) << "free " << owner->stats().slots_free << " consumers " << owner->stats().consumers;
+	ASSERT_TRUE(eventually(
+		[&] {
+			auto s = owner->stats();
+			return s.consumers == 0 && s.slots_free == kSlots;
+		},
+		20s))
+		<< "free " << owner->stats().slots_free << " consumers " << owner->stats().consumers;
 	// Some victims died before they attached; those that said so must be reaped.
 	EXPECT_GE(owner->stats().reaped, uint64_t(killed_attached) + 2);
 	EXPECT_LE(owner->stats().reaped, uint64_t(killed) + 2);
@@ -166,19 +175,19 @@ TEST(Crash, ProducerKilledAtRandomMoments)
 {
 	RuntimeDir dir;
 	Process consumer({ peer(), "consume", "owner-crash", "--hold", "2", "--reconnect", "--timeout-ms", "20000",
-	                   "--open-timeout-ms", "20000" });
+			   "--open-timeout-ms", "20000" });
 	std::mt19937 rng(777);
 	const int rounds = 20;
 	for (int r = 0; r < rounds; r++) {
 		Process producer({ peer(), "produce", "owner-crash", "--frames", "100000000", "--fps", "2000",
-		                   "--wait-consumers", "1", "--no-eos" });
+				   "--wait-consumers", "1", "--no-eos" });
 		ASSERT_TRUE(producer.wait_output("ready", 20s)) << "round " << r << ": " << consumer.output();
 		std::uniform_int_distribution<int> delay_us(0, 30000);
 		std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
 		producer.kill_wait();
 	}
-	Process last({ peer(), "produce", "owner-crash", "--frames", "20", "--wait-consumers", "1", "--linger-ms",
-	               "200" });
+	Process last(
+		{ peer(), "produce", "owner-crash", "--frames", "20", "--wait-consumers", "1", "--linger-ms", "200" });
 	EXPECT_EQ(last.wait(30s), 0) << last.output();
 	EXPECT_EQ(consumer.wait(30s), 0) << consumer.output();
 	EXPECT_EQ(consumer.field("corrupt"), 0) << consumer.output();

@@ -227,7 +227,7 @@ private:
 		if (i_ < s_.size() && s_[i_] == '-')
 			i_++;
 		while (i_ < s_.size() && ((s_[i_] >= '0' && s_[i_] <= '9') || s_[i_] == '.' || s_[i_] == 'e' ||
-		                          s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
+					  s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
 			i_++;
 		if (i_ == start)
 			return false;
@@ -302,8 +302,8 @@ Json inspect_json(const std::vector<std::string> &args)
 }
 
 std::shared_ptr<xmem::BufferPool> make_owner(const std::string &name, uint32_t slots,
-                                             const std::string &format = "video/x-raw",
-                                             const std::string &producer = "inspect-test")
+					     const std::string &format = "video/x-raw",
+					     const std::string &producer = "inspect-test")
 {
 	xmem::PoolConfig config;
 	config.slot_count = slots;
@@ -568,7 +568,7 @@ TEST(Inspect, ListsPoolsAndWhetherTheirOwnerIsAlive)
 	EXPECT_EQ(run.status, 0) << run.err;
 	EXPECT_NE(run.out.find("\"alive\""), std::string::npos) << run.out;
 	EXPECT_NE(run.out.find("live (owner pid " + std::to_string(::getpid()) + "): 3 slots of 4096 bytes"),
-	          std::string::npos)
+		  std::string::npos)
 		<< run.out;
 	EXPECT_NE(run.out.find("1 consumers, 1 published"), std::string::npos) << run.out;
 	EXPECT_NE(run.out.find("\"dead\""), std::string::npos) << run.out;
@@ -601,12 +601,9 @@ TEST(Inspect, ErrorsExitOneWithTheLibraryMessage)
 		std::string message;
 	};
 	const Case cases[] = {
-		{ { "nosuchpool" }, "not found" },
-		{ { "--json", "nosuchpool" }, "not found" },
-		{ { "dead" }, "owner is gone" },
-		{ { "plainfile" }, "not a socket" },
-		{ { "bad name!" }, "illegal character" },
-		{ { std::string(100, 'x') }, "longer than" },
+		{ { "nosuchpool" }, "not found" },	  { { "--json", "nosuchpool" }, "not found" },
+		{ { "dead" }, "owner is gone" },	  { { "plainfile" }, "not a socket" },
+		{ { "bad name!" }, "illegal character" }, { { std::string(100, 'x') }, "longer than" },
 	};
 	for (const Case &c : cases) {
 		ToolRun run = run_inspect(c.args);

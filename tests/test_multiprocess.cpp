@@ -11,13 +11,19 @@ using xmem::test::RuntimeDir;
 
 namespace {
 
-std::string peer() { return xmem::test::peer_path(); }
+std::string peer()
+{
+	return xmem::test::peer_path();
+}
 
 // The same payload the peer writes (tests/peer.cpp).
-inline uint8_t pattern(uint64_t seq, uint64_t i) { return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff); }
+inline uint8_t pattern(uint64_t seq, uint64_t i)
+{
+	return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff);
+}
 
 std::shared_ptr<xmem::BufferPool> make_owner(const std::string &name, xmem::Policy policy, uint32_t slots = 8,
-                                             std::chrono::milliseconds block_timeout = 1000ms)
+					     std::chrono::milliseconds block_timeout = 1000ms)
 {
 	xmem::PoolConfig config;
 	config.slot_count = slots;
@@ -51,10 +57,11 @@ TEST(MultiProcess, FanOutToThreeConsumersBitExact)
 {
 	RuntimeDir dir;
 	Process producer({ peer(), "produce", "fan", "--frames", "300", "--policy", "block", "--wait-consumers", "3",
-	                   "--size", "65536", "--drain" });
+			   "--size", "65536", "--drain" });
 	std::vector<Process> consumers;
 	for (int i = 0; i < 3; i++)
-		consumers.emplace_back(std::vector<std::string>{ peer(), "consume", "fan", "--hold", std::to_string(i) });
+		consumers.emplace_back(
+			std::vector<std::string>{ peer(), "consume", "fan", "--hold", std::to_string(i) });
 	for (auto &c : consumers) {
 		EXPECT_EQ(c.wait(60s), 0) << c.output();
 		EXPECT_EQ(c.field("received"), 300) << c.output();
@@ -91,7 +98,7 @@ TEST(MultiProcess, SlowConsumerDropOldestKeepsProducerGoing)
 {
 	RuntimeDir dir;
 	Process producer({ peer(), "produce", "slow", "--frames", "400", "--policy", "drop-oldest", "--wait-consumers",
-	                   "2", "--fps", "2000" });
+			   "2", "--fps", "2000" });
 	Process fast({ peer(), "consume", "slow" });
 	Process slow({ peer(), "consume", "slow", "--work-us", "3000", "--queue", "2", "--hold", "1" });
 	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
@@ -175,7 +182,7 @@ TEST(MultiProcess, ProducerKilledAndRestartedWithAnotherFormat)
 {
 	RuntimeDir dir;
 	Process first({ peer(), "produce", "restart", "--frames", "100000", "--fps", "500", "--format",
-	                "video/x-raw,width=640,height=480", "--no-eos" });
+			"video/x-raw,width=640,height=480", "--no-eos" });
 	ASSERT_TRUE(first.wait_output("ready"));
 	Process consumer({ peer(), "consume", "restart", "--hold", "3", "--reconnect", "--timeout-ms", "20000" });
 	ASSERT_TRUE(consumer.wait_output("attached format=video/x-raw,width=640,height=480"));
@@ -184,7 +191,7 @@ TEST(MultiProcess, ProducerKilledAndRestartedWithAnotherFormat)
 	first.wait();
 	// The dead owner's socket stays behind until the next owner replaces it.
 	Process second({ peer(), "produce", "restart", "--frames", "50", "--fps", "500", "--format",
-	                 "video/x-raw,width=1280,height=720", "--wait-consumers", "1", "--linger-ms", "200" });
+			 "video/x-raw,width=1280,height=720", "--wait-consumers", "1", "--linger-ms", "200" });
 	EXPECT_EQ(second.wait(30s), 0) << second.output();
 	EXPECT_EQ(consumer.wait(30s), 0) << consumer.output();
 	EXPECT_NE(consumer.output().find("attached format=video/x-raw,width=1280,height=720"), std::string::npos)

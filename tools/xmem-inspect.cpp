@@ -33,17 +33,17 @@ constexpr int kExitUsage = 2;
 void usage(std::FILE *out)
 {
 	std::fprintf(out,
-	             "usage: xmem-inspect [--json] [NAME]\n"
-	             "\n"
-	             "Without NAME, lists the pools in %s and whether a live owner answers.\n"
-	             "With NAME (a pool name, or a socket path containing '/'), attaches as an\n"
-	             "inspector and prints the pool's header, slots, consumers and counters.\n"
-	             "\n"
-	             "  --json      print one JSON object instead of text\n"
-	             "  -h, --help  print this help\n"
-	             "\n"
-	             "Exit status: 0 on success, 1 when the pool cannot be inspected, 2 on bad usage.\n",
-	             xmem::default_directory().c_str());
+		     "usage: xmem-inspect [--json] [NAME]\n"
+		     "\n"
+		     "Without NAME, lists the pools in %s and whether a live owner answers.\n"
+		     "With NAME (a pool name, or a socket path containing '/'), attaches as an\n"
+		     "inspector and prints the pool's header, slots, consumers and counters.\n"
+		     "\n"
+		     "  --json      print one JSON object instead of text\n"
+		     "  -h, --help  print this help\n"
+		     "\n"
+		     "Exit status: 0 on success, 1 when the pool cannot be inspected, 2 on bad usage.\n",
+		     xmem::default_directory().c_str());
 }
 
 int fail(const std::string &message)
@@ -56,8 +56,12 @@ int fail(const std::string &message)
 // from other processes, so JSON output must not pass on bytes that make it invalid.
 size_t utf8_length(std::string_view s, size_t i)
 {
-	auto at = [&](size_t k) -> uint8_t { return k < s.size() ? uint8_t(s[k]) : 0; };
-	auto cont = [&](size_t k) { return (at(k) & 0xc0) == 0x80; };
+	auto at = [&](size_t k) -> uint8_t {
+		return k < s.size() ? uint8_t(s[k]) : 0;
+	};
+	auto cont = [&](size_t k) {
+		return (at(k) & 0xc0) == 0x80;
+	};
 	uint8_t c = at(i);
 	if (c < 0x80)
 		return 1;
@@ -343,7 +347,7 @@ struct SlotView {
 
 struct QueueEntry {
 	uint32_t slot; // kEosEntry for end of stream
-	uint32_t seq;  // low 32 bits of the frame's sequence number
+	uint32_t seq; // low 32 bits of the frame's sequence number
 };
 
 struct ConsumerView {
@@ -391,10 +395,12 @@ xmem::Result<PoolView> read_pool(const xmem::BufferPool &pool)
 	PoolView v;
 	v.name = pool.name();
 	v.path = pool.path();
-	v.header = HeaderView{ h.magic, h.abi_version, h.header_size, h.slot_record_size, h.consumer_record_size,
-	                       h.slot_count, h.max_consumers, h.ring_capacity, h.control_size, h.slot_size,
-	                       h.slot_stride, h.data_size, h.storage_type, h.policy, h.mode, h.owner_pid,
-	                       h.owner_uid, h.block_timeout_ns, h.created_ns, field_string(h.producer) };
+	v.header = HeaderView{
+		h.magic,       h.abi_version,	h.header_size,	    h.slot_record_size, h.consumer_record_size,
+		h.slot_count,  h.max_consumers, h.ring_capacity,    h.control_size,	h.slot_size,
+		h.slot_stride, h.data_size,	h.storage_type,	    h.policy,		h.mode,
+		h.owner_pid,   h.owner_uid,	h.block_timeout_ns, h.created_ns,	field_string(h.producer)
+	};
 	const HeaderView &hv = v.header;
 
 	// The layout follows the slot count validated at attach, not a re-read of the
@@ -402,7 +408,7 @@ xmem::Result<PoolView> read_pool(const xmem::BufferPool &pool)
 	uint32_t slot_count = pool.slot_count();
 	if (hv.slot_count != slot_count)
 		v.warnings.push_back("header slot count " + std::to_string(hv.slot_count) + " differs from " +
-		                     std::to_string(slot_count) + " at attach");
+				     std::to_string(slot_count) + " at attach");
 	uint64_t slots_fit = (segment.size() - slots_offset()) / sizeof(SlotRecord);
 	uint32_t slots_shown = uint32_t(std::min<uint64_t>(slot_count, slots_fit));
 
@@ -413,14 +419,14 @@ xmem::Result<PoolView> read_pool(const xmem::BufferPool &pool)
 	if (ring_capacity > XMEM_MAX_SLOTS + 1 || record_size % 64 != 0 ||
 	    record_size < consumer_record_size(ring_capacity)) {
 		v.warnings.push_back("consumer record size " + std::to_string(record_size) +
-		                     " does not fit a ring of " + std::to_string(ring_capacity) +
-		                     " entries: consumers not shown");
+				     " does not fit a ring of " + std::to_string(ring_capacity) +
+				     " entries: consumers not shown");
 		max_consumers = 0;
 	} else {
 		uint64_t fit = base < segment.size() ? (segment.size() - base) / record_size : 0;
 		if (fit < max_consumers) {
 			v.warnings.push_back("only " + std::to_string(fit) + " of " + std::to_string(max_consumers) +
-			                     " consumer records fit in the mapping");
+					     " consumer records fit in the mapping");
 			max_consumers = uint32_t(fit);
 		}
 	}
@@ -621,11 +627,11 @@ void print_text(const PoolView &v)
 	std::printf("  magic            0x%08x%s\n", h.magic, h.magic == kMagic ? "" : " (wrong)");
 	std::printf("  abi version      %u\n", h.abi_version);
 	std::printf("  record sizes     header %u, slot %u, consumer %u bytes\n", h.header_size, h.slot_record_size,
-	            h.consumer_record_size);
+		    h.consumer_record_size);
 	std::printf("  segments         control %llu, data %llu bytes\n", (unsigned long long)h.control_size,
-	            (unsigned long long)h.data_size);
+		    (unsigned long long)h.data_size);
 	std::printf("  slots            %u of %llu bytes, stride %llu\n", h.slot_count, (unsigned long long)h.slot_size,
-	            (unsigned long long)h.slot_stride);
+		    (unsigned long long)h.slot_stride);
 	std::printf("  consumers        up to %u, rings of %u entries\n", h.max_consumers, h.ring_capacity);
 	std::printf("  policy           %s", policy_name(h.policy));
 	if (h.policy == XMEM_POLICY_BLOCK)
@@ -637,7 +643,7 @@ void print_text(const PoolView &v)
 	std::printf("  state            %s\n", pool_state_name(v.state));
 	if (v.format)
 		std::printf("  format           %s (seq %llu)\n", quoted(v.format->text, false).c_str(),
-		            (unsigned long long)v.format->seq);
+			    (unsigned long long)v.format->seq);
 	else
 		std::printf("  format           (being rewritten by the owner)\n");
 
@@ -657,24 +663,24 @@ void print_text(const PoolView &v)
 		if (holders.empty())
 			holders = "-";
 		std::printf("  %5u  %-10s  %10llu  %s\n", s.index, slot_state_name(s.state), (unsigned long long)s.seq,
-		            holders.c_str());
+			    holders.c_str());
 	}
 
 	std::printf("\nconsumers: %u attached\n", v.consumers_attached);
 	if (!v.consumers.empty()) {
 		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %10s  %10s  %5s\n", "index", "pid", "client", "state",
-		            "alive", "queued", "received", "dropped", "queue");
+			    "alive", "queued", "received", "dropped", "queue");
 		for (const ConsumerView &c : v.consumers) {
 			std::string queued = c.queued ? std::to_string(*c.queued) : "?";
 			std::printf("  %5u  %8u  %-20s  %-6s  %-5s  %6s  %10llu  %10llu  %5u\n", c.index, c.pid,
-			            quoted(c.client, false).c_str(), consumer_state_name(c.state),
-			            c.alive ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
-			            (unsigned long long)c.dropped, c.queue_size);
+				    quoted(c.client, false).c_str(), consumer_state_name(c.state),
+				    c.alive ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
+				    (unsigned long long)c.dropped, c.queue_size);
 		}
 	}
 
 	std::printf("\ncounters: published %llu, dropped %llu, reaped %llu\n", (unsigned long long)v.published,
-	            (unsigned long long)v.dropped, (unsigned long long)v.reaped);
+		    (unsigned long long)v.dropped, (unsigned long long)v.reaped);
 	for (const std::string &w : v.warnings)
 		std::printf("warning: %s\n", w.c_str());
 }
@@ -736,8 +742,8 @@ int list(bool json)
 		l.path += '/';
 		l.path += n;
 		xmem::OpenOptions options{ .timeout = std::chrono::nanoseconds(0),
-		                           .client = "xmem-inspect",
-		                           .inspect = true };
+					   .client = "xmem-inspect",
+					   .inspect = true };
 		auto pool = xmem::BufferPool::open(l.path, options);
 		if (pool) {
 			l.stats = (*pool)->stats();
@@ -788,10 +794,10 @@ int list(bool json)
 	for (const Listed &l : pools) {
 		if (l.stats)
 			std::printf("  %-24s live (owner pid %u): %u slots of %llu bytes, %u free, %u consumers, "
-			            "%llu published\n",
-			            quoted(l.name, false).c_str(), l.owner_pid, l.stats->slots_total,
-			            (unsigned long long)l.slot_size, l.stats->slots_free, l.stats->consumers,
-			            (unsigned long long)l.stats->published);
+				    "%llu published\n",
+				    quoted(l.name, false).c_str(), l.owner_pid, l.stats->slots_total,
+				    (unsigned long long)l.slot_size, l.stats->slots_free, l.stats->consumers,
+				    (unsigned long long)l.stats->published);
 		else
 			std::printf("  %-24s no live owner: %s\n", quoted(l.name, false).c_str(), l.error.c_str());
 	}
@@ -820,7 +826,7 @@ int main(int argc, char **argv)
 			return kExitUsage;
 		} else if (name) {
 			std::fprintf(stderr, "xmem-inspect: more than one pool name ('%s', '%s')\n", name->c_str(),
-			             argv[i]);
+				     argv[i]);
 			usage(stderr);
 			return kExitUsage;
 		} else {

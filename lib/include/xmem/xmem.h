@@ -28,35 +28,35 @@ extern "C" {
  * then holds a message naming the pool and the cause, for the calling thread. */
 typedef enum xmem_status {
 	XMEM_OK = 0,
-	XMEM_EINVAL = -1,           /* bad argument: null pointer, size 0, count out of range */
-	XMEM_ENAME = -2,            /* pool name too long or with illegal characters */
-	XMEM_ENOENT = -3,           /* no pool of that name (no socket, or nobody listening) */
-	XMEM_EACCES = -4,           /* permission denied (file mode or peer credentials) */
-	XMEM_EBUSY = -5,            /* a live owner already holds the name */
-	XMEM_ENOTPOOL = -6,         /* the peer is not an xmem pool, or spoke garbage */
-	XMEM_EVERSION = -7,         /* protocol or ABI version mismatch */
-	XMEM_EBADSEG = -8,          /* control segment with a wrong magic, version or size */
-	XMEM_ERANGE = -9,           /* slot index or size out of range */
-	XMEM_ETIMEDOUT = -10,       /* the wait ran out */
-	XMEM_ECLOSED = -11,         /* the pool's owner went away (closed or died) */
-	XMEM_EEOS = -12,            /* the producer ended the stream (not an error) */
-	XMEM_EFULL = -13,           /* max-consumers already attached */
-	XMEM_ENOTHELD = -14,        /* this process holds no reference to that slot */
-	XMEM_EREADONLY = -15,       /* write access through a read-only guard */
-	XMEM_EROLE = -16,           /* call not allowed for this role (owner vs consumer) */
-	XMEM_ESYSTEM = -17,         /* a system call failed; the message names it */
-	XMEM_ENOMEM = -18,          /* out of memory */
+	XMEM_EINVAL = -1, /* bad argument: null pointer, size 0, count out of range */
+	XMEM_ENAME = -2, /* pool name too long or with illegal characters */
+	XMEM_ENOENT = -3, /* no pool of that name (no socket, or nobody listening) */
+	XMEM_EACCES = -4, /* permission denied (file mode or peer credentials) */
+	XMEM_EBUSY = -5, /* a live owner already holds the name */
+	XMEM_ENOTPOOL = -6, /* the peer is not an xmem pool, or spoke garbage */
+	XMEM_EVERSION = -7, /* protocol or ABI version mismatch */
+	XMEM_EBADSEG = -8, /* control segment with a wrong magic, version or size */
+	XMEM_ERANGE = -9, /* slot index or size out of range */
+	XMEM_ETIMEDOUT = -10, /* the wait ran out */
+	XMEM_ECLOSED = -11, /* the pool's owner went away (closed or died) */
+	XMEM_EEOS = -12, /* the producer ended the stream (not an error) */
+	XMEM_EFULL = -13, /* max-consumers already attached */
+	XMEM_ENOTHELD = -14, /* this process holds no reference to that slot */
+	XMEM_EREADONLY = -15, /* write access through a read-only guard */
+	XMEM_EROLE = -16, /* call not allowed for this role (owner vs consumer) */
+	XMEM_ESYSTEM = -17, /* a system call failed; the message names it */
+	XMEM_ENOMEM = -18, /* out of memory */
 } xmem_status;
 
 typedef enum xmem_policy {
-	XMEM_POLICY_BLOCK = 0,       /* publisher waits (up to block_timeout_ns), then drops oldest */
+	XMEM_POLICY_BLOCK = 0, /* publisher waits (up to block_timeout_ns), then drops oldest */
 	XMEM_POLICY_DROP_OLDEST = 1, /* the consumer's oldest queued frame is dropped */
-	XMEM_POLICY_DROP_NEW = 2,    /* the new frame is not queued for that consumer */
+	XMEM_POLICY_DROP_NEW = 2, /* the new frame is not queued for that consumer */
 } xmem_policy;
 
 typedef enum xmem_storage {
 	XMEM_STORAGE_SYSTEM = 0, /* memfd-backed system memory */
-	XMEM_STORAGE_CUDA = 1,   /* CUDA device memory (reserved; not yet implemented) */
+	XMEM_STORAGE_CUDA = 1, /* CUDA device memory (reserved; not yet implemented) */
 } xmem_storage;
 
 typedef enum xmem_dtype {
@@ -78,40 +78,40 @@ typedef enum xmem_dtype {
  * The producer fills it through a writable guard; publish() stamps the fields
  * marked (set by publish). Consumers read a copy taken when they received it. */
 typedef struct xmem_frame_meta {
-	uint32_t index;        /* slot index (set by the pool) */
-	uint8_t storage_type;  /* xmem_storage (set by the pool) */
-	uint8_t device_id;     /* CUDA device, 0 for system memory (set by the pool) */
-	uint8_t dtype;         /* xmem_dtype */
-	uint8_t ndim;          /* dimensions used in shape/strides, <= XMEM_MAX_DIMS */
+	uint32_t index; /* slot index (set by the pool) */
+	uint8_t storage_type; /* xmem_storage (set by the pool) */
+	uint8_t device_id; /* CUDA device, 0 for system memory (set by the pool) */
+	uint8_t dtype; /* xmem_dtype */
+	uint8_t ndim; /* dimensions used in shape/strides, <= XMEM_MAX_DIMS */
 	uint64_t shape[XMEM_MAX_DIMS];
 	uint64_t strides[XMEM_MAX_DIMS]; /* in bytes */
-	uint64_t size;         /* payload bytes, <= slot size */
-	uint64_t timestamp;    /* CLOCK_MONOTONIC ns (set by publish when 0) */
-	uint64_t seq;          /* publish sequence number from 1 (set by publish) */
-	uint64_t pts;          /* ns or XMEM_NONE */
-	uint64_t dts;          /* ns or XMEM_NONE */
-	uint64_t duration;     /* ns or XMEM_NONE */
-	uint32_t flags;        /* free for the application (GstBufferFlags in the elements) */
+	uint64_t size; /* payload bytes, <= slot size */
+	uint64_t timestamp; /* CLOCK_MONOTONIC ns (set by publish when 0) */
+	uint64_t seq; /* publish sequence number from 1 (set by publish) */
+	uint64_t pts; /* ns or XMEM_NONE */
+	uint64_t dts; /* ns or XMEM_NONE */
+	uint64_t duration; /* ns or XMEM_NONE */
+	uint32_t flags; /* free for the application (GstBufferFlags in the elements) */
 	uint32_t producer_pid; /* (set by publish) */
-	uint64_t format_seq;   /* which format (xmem_buffer_format) this frame is in (set by publish) */
+	uint64_t format_seq; /* which format (xmem_buffer_format) this frame is in (set by publish) */
 	/* Video layout (GstVideoMeta): planes, each at an offset with a row stride. */
-	uint32_t n_planes;     /* 0 when the payload is not planar video */
+	uint32_t n_planes; /* 0 when the payload is not planar video */
 	uint32_t plane_stride[XMEM_MAX_PLANES];
 	uint32_t reserved0;
 	uint64_t plane_offset[XMEM_MAX_PLANES];
 	char content_type[XMEM_CONTENT_TYPE_MAX]; /* e.g. "video/raw", "tensor" */
-	char producer[XMEM_PRODUCER_MAX];         /* producer's name (set by publish) */
+	char producer[XMEM_PRODUCER_MAX]; /* producer's name (set by publish) */
 } xmem_frame_meta;
 
 typedef struct xmem_pool_config {
-	uint32_t slot_count;       /* slots to preallocate, 1..XMEM_MAX_SLOTS */
-	uint64_t slot_size;        /* bytes per slot, > 0 */
-	uint32_t max_consumers;    /* 1..XMEM_MAX_CONSUMERS; 0 means 64 */
-	xmem_policy policy;        /* what a full consumer queue does */
+	uint32_t slot_count; /* slots to preallocate, 1..XMEM_MAX_SLOTS */
+	uint64_t slot_size; /* bytes per slot, > 0 */
+	uint32_t max_consumers; /* 1..XMEM_MAX_CONSUMERS; 0 means 64 */
+	xmem_policy policy; /* what a full consumer queue does */
 	uint64_t block_timeout_ns; /* with XMEM_POLICY_BLOCK; 0 means 1 s */
-	uint32_t mode;             /* socket and memory file mode; 0 means 0600 */
-	const char *format;        /* initial format string (may be NULL) */
-	const char *producer;      /* producer's name for metadata (may be NULL) */
+	uint32_t mode; /* socket and memory file mode; 0 means 0600 */
+	const char *format; /* initial format string (may be NULL) */
+	const char *producer; /* producer's name for metadata (may be NULL) */
 } xmem_pool_config;
 
 /* Fills a config with the defaults: 8 slots, no size (must be set), 64 consumers,
@@ -119,21 +119,21 @@ typedef struct xmem_pool_config {
 void xmem_pool_config_init(xmem_pool_config *config);
 
 typedef struct xmem_open_options {
-	int64_t timeout_ns;  /* wait this long for the pool to appear; 0 = try once */
+	int64_t timeout_ns; /* wait this long for the pool to appear; 0 = try once */
 	uint32_t queue_size; /* frames this consumer may have queued; 0 means 4 */
-	const char *client;  /* this consumer's name, shown by xmem-inspect (may be NULL) */
+	const char *client; /* this consumer's name, shown by xmem-inspect (may be NULL) */
 } xmem_open_options;
 
 void xmem_open_options_init(xmem_open_options *options);
 
 typedef struct xmem_pool_stats {
-	uint64_t published;    /* frames published since the pool was created */
-	uint64_t dropped;      /* frames dropped for all consumers together */
-	uint64_t reaped;       /* consumers whose death was cleaned up */
-	uint32_t consumers;    /* consumers attached now */
+	uint64_t published; /* frames published since the pool was created */
+	uint64_t dropped; /* frames dropped for all consumers together */
+	uint64_t reaped; /* consumers whose death was cleaned up */
+	uint32_t consumers; /* consumers attached now */
 	uint32_t slots_total;
-	uint32_t slots_free;   /* free, or published with no holder left */
-	uint32_t closed;       /* 1 once the owner closed the pool */
+	uint32_t slots_free; /* free, or published with no holder left */
+	uint32_t closed; /* 1 once the owner closed the pool */
 } xmem_pool_stats;
 
 typedef struct xmem_pool xmem_pool;

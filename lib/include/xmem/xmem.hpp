@@ -100,7 +100,7 @@ struct PoolConfig {
 
 struct OpenOptions {
 	// How long open() waits for the pool to appear (no socket, or a dead owner's).
-	std::chrono::nanoseconds timeout{0};
+	std::chrono::nanoseconds timeout{ 0 };
 	uint32_t queue_size = 4;
 	std::string client;
 	// Attach read-only for inspection: no consumer entry, no frames (xmem-inspect).
