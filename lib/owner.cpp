@@ -368,7 +368,8 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 		return make_error(Errc::closed, where() + " is closed");
 
 	std::unique_lock lock(publish_lock);
-	uint64_t seq = header->published.load(std::memory_order_relaxed) + 1;
+	// Numbered from the owner's own count: consumers can write the shared one.
+	uint64_t seq = ++published_count;
 	FrameMeta m = g.meta_;
 	m.index = index;
 	m.storage_type = XMEM_STORAGE_SYSTEM;
@@ -420,13 +421,14 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 				bool moved = wait_for_progress(
 					header,
 					[&] {
-						return rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
+						return shut.load() ||
+						       rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
 						       rec->tail.load(std::memory_order_relaxed) -
 								       rec->head.load(std::memory_order_seq_cst) <
 							       queue_size;
 					},
 					deadline);
-				if (rec->state.load(std::memory_order_seq_cst) != kConsumerActive) {
+				if (shut.load() || rec->state.load(std::memory_order_seq_cst) != kConsumerActive) {
 					take = false;
 					break;
 				}
@@ -458,6 +460,12 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 			continue;
 		}
 		push(targets[i], entry);
+		// A consumer that detached after we looked drains its queue, then stops;
+		// we stored tail, then read `detached` (it does the reverse): one of us
+		// takes this entry back.
+		if (consumer(targets[i])->detached.load(std::memory_order_seq_cst))
+			for (uint32_t n = 0; n <= ring_capacity && drop_oldest(targets[i]); n++)
+				;
 	}
 	lock.unlock();
 	g.reset();
@@ -469,7 +477,7 @@ Result<void> PoolImpl::end_of_stream()
 	if (role != Role::owner)
 		return make_error(Errc::wrong_role, where() + ": only the owner ends the stream");
 	std::lock_guard lock(publish_lock);
-	uint64_t seq = header->published.load(std::memory_order_relaxed);
+	uint64_t seq = published_count;
 	for (uint32_t c : active) {
 		ConsumerRecord *rec = consumer(c);
 		// EOS may use the ring's spare entry, so a full queue does not hold it back.
@@ -491,6 +499,12 @@ void PoolImpl::shutdown()
 {
 	if (role != Role::owner || shut.exchange(true))
 		return;
+	// Wake this process's threads waiting in acquire() or a block-policy publish()
+	// first: the latter holds publish_lock, which we take below.
+	if (header) {
+		header->progress.fetch_add(1, std::memory_order_seq_cst);
+		futex_wake_all(&header->progress);
+	}
 	if (io_thread.joinable()) {
 		uint64_t one = 1;
 		[[maybe_unused]] ssize_t n = ::write(io_stop.get(), &one, sizeof(one));
@@ -661,7 +675,9 @@ void PoolImpl::handle_hello(int fd)
 	UniqueFd event = std::move(msg->fds[0]);
 	char link[64] = {};
 	std::string proc = "/proc/self/fd/" + std::to_string(event.get());
-	if (::readlink(proc.c_str(), link, sizeof(link) - 1) < 0 || std::string_view(link) != "anon_inode:[eventfd]")
+	// Without /proc mounted the check cannot be made; the fd is only ever written.
+	bool have_proc = ::readlink(proc.c_str(), link, sizeof(link) - 1) >= 0;
+	if ((have_proc && std::string_view(link) != "anon_inode:[eventfd]") || (!have_proc && errno != ENOENT))
 		return reject(XMEM_EINVAL, "the file descriptor in hello is not an eventfd");
 	::fcntl(event.get(), F_SETFL, ::fcntl(event.get(), F_GETFL) | O_NONBLOCK);
 	uint32_t queue = hello.queue_size ? hello.queue_size : kDefaultQueueSize;
