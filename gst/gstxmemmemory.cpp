@@ -50,6 +50,10 @@ static gpointer xmem_mem_map(GstMemory *mem, gsize, GstMapFlags flags)
 	if (!root->guard || !root->guard->valid())
 		return nullptr;
 	if (flags & GST_MAP_WRITE) {
+		/* Decided now, not when the frame arrived: the owner or other consumers
+		 * may have let go of it since. */
+		if (!root->guard->writable() && !root->guard->try_make_writable())
+			return nullptr;
 		auto bytes = root->guard->data_mut();
 		return bytes ? bytes->data() : nullptr;
 	}
@@ -128,13 +132,13 @@ GstAllocator *gst_xmem_allocator_get()
 	return allocator;
 }
 
-GstMemory *gst_xmem_memory_wrap(xmem::BufferGuard &&guard, gsize size)
+GstMemory *gst_xmem_memory_wrap(xmem::BufferGuard &&guard, gsize size, bool copy_on_write)
 {
 	auto *m = static_cast<XmemMemory *>(g_malloc0(sizeof(XmemMemory)));
 	gsize maxsize = gsize(guard.capacity());
 	size = std::min(size, maxsize);
 	int flags = 0;
-	if (!guard.writable())
+	if (!guard.writable() && !copy_on_write)
 		flags |= int(GST_MEMORY_FLAG_READONLY) | int(GST_MINI_OBJECT_FLAG_LOCK_READONLY);
 	m->guard = new xmem::BufferGuard(std::move(guard));
 	gst_memory_init(&m->mem, GstMemoryFlags(flags), gst_xmem_allocator_get(), nullptr, maxsize, 0, 0, size);

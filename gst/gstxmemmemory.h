@@ -24,9 +24,11 @@ G_END_DECLS
 /* The process-wide allocator for xmem memories (not owned by the caller). */
 GstAllocator *gst_xmem_allocator_get();
 
-/* Wraps GUARD (moved in) as a memory of SIZE bytes. The memory is read-only unless
- * the guard is writable; the slot reference goes when the memory is freed. */
-GstMemory *gst_xmem_memory_wrap(xmem::BufferGuard &&guard, gsize size);
+/* Wraps GUARD (moved in) as a memory of SIZE bytes; the slot reference goes when
+ * the memory is freed. A read-only guard gives a read-only memory, unless
+ * COPY_ON_WRITE: then a write map succeeds in place when this process is by then
+ * the frame's only holder, and fails otherwise, so GStreamer maps a copy instead. */
+GstMemory *gst_xmem_memory_wrap(xmem::BufferGuard &&guard, gsize size, bool copy_on_write = false);
 
 gboolean gst_is_xmem_memory(GstMemory *mem);
 

@@ -81,6 +81,8 @@ struct SinkState {
 	GstVideoInfo info{};
 	bool is_video = false;
 	bool waited = false;
+	/* Consumers the previous pool had, when it was recreated for larger frames. */
+	guint rejoin = 0;
 	/* Frames published in place / copied in (streaming thread writes). */
 	std::atomic<guint64> zero_copy{ 0 };
 	std::atomic<guint64> copied{ 0 };
@@ -166,6 +168,10 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	if (s->pool) {
 		GST_INFO_OBJECT(self, "frames of %" G_GSIZE_FORMAT " bytes need larger slots: recreating pool '%s'",
 				frame_size, s->pool_name.c_str());
+		/* Consumers of the old pool reattach to the new one: wait for them (a
+		 * little) before publishing into it, or its first frames go to nobody. */
+		s->rejoin = s->pool->stats().consumers;
+		s->waited = false;
 		s->pool->close();
 		s->pool.reset();
 	}
@@ -207,6 +213,7 @@ static gboolean gst_xmem_sink_start(GstBaseSink *sink)
 		return FALSE;
 	}
 	s->waited = false;
+	s->rejoin = 0;
 	s->unlocked = false;
 	return TRUE;
 }
@@ -285,13 +292,15 @@ static gboolean gst_xmem_sink_propose_allocation(GstBaseSink *sink, GstQuery *qu
 }
 
 /* Waits until wait-for-consumers are attached; false when unlocked (flushing). */
-static bool wait_for_consumers(GstXmemSink *self, xmem::BufferPool &pool, guint wanted)
+/* Waits until WANTED consumers are attached, or until DEADLINE (monotonic µs);
+ * false when unlocked (flushing). */
+static bool wait_for_consumers(GstXmemSink *self, xmem::BufferPool &pool, guint wanted, gint64 deadline)
 {
 	SinkState *s = self->state;
 	if (wanted)
 		GST_INFO_OBJECT(self, "waiting for %u consumer(s) of pool '%s'", wanted, pool.name().c_str());
 	/* A startup wait only: polling every few ms costs nothing per frame. */
-	while (pool.stats().consumers < wanted) {
+	while (pool.stats().consumers < wanted && g_get_monotonic_time() < deadline) {
 		if (s->unlocked.load())
 			return false;
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -385,13 +394,9 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 	auto *self = GST_XMEM_SINK(sink);
 	SinkState *s = self->state;
 	std::shared_ptr<xmem::BufferPool> pool;
-	guint wanted;
-	bool first;
 	{
 		std::lock_guard lock(s->lock);
 		pool = s->pool;
-		wanted = s->wait_for_consumers;
-		first = !s->waited;
 	}
 	gsize in_size = gst_buffer_get_size(buffer);
 	if (!pool || (!s->is_video && in_size > pool->slot_size())) {
@@ -399,11 +404,24 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 		if (!pool)
 			return GST_FLOW_ERROR;
 	}
+	guint wanted, rejoin;
+	bool first;
+	{
+		std::lock_guard lock(s->lock);
+		wanted = s->wait_for_consumers;
+		rejoin = s->rejoin;
+		first = !s->waited;
+	}
 	if (first) {
-		if (!wait_for_consumers(self, *pool, wanted))
+		if (!wait_for_consumers(self, *pool, wanted, G_MAXINT64))
+			return GST_FLOW_FLUSHING;
+		/* Reattaching consumers get two seconds: one may have gone for good. */
+		if (rejoin > wanted &&
+		    !wait_for_consumers(self, *pool, rejoin, g_get_monotonic_time() + 2 * G_TIME_SPAN_SECOND))
 			return GST_FLOW_FLUSHING;
 		std::lock_guard lock(s->lock);
 		s->waited = true;
+		s->rejoin = 0;
 	}
 
 	/* Zero copy: upstream wrote into a slot from our pool; publish it in place and
@@ -585,6 +603,10 @@ static void gst_xmem_sink_finalize(GObject *object)
 static void gst_xmem_sink_init(GstXmemSink *self)
 {
 	self->state = new SinkState();
+	/* The last sample would pin a slot for as long as the sink lives: with few
+	 * slots, upstream could starve, and no frame would ever be writable in place
+	 * for a sole consumer. */
+	gst_base_sink_set_last_sample_enabled(GST_BASE_SINK(self), FALSE);
 }
 
 static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)

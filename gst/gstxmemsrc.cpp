@@ -29,6 +29,7 @@
 
 #include <gst/video/video.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -155,10 +156,12 @@ static GstFlowReturn attach(GstXmemSrc *self)
 	/* "program:element", so xmem-inspect tells gst-launch consumers apart. */
 	const gchar *prg = g_get_prgname();
 	options.client = std::string(prg ? prg : "gst") + ":" + GST_OBJECT_NAME(self);
-	options.timeout = std::chrono::nanoseconds(0);
 	gint64 deadline = timeout ? g_get_monotonic_time() + gint64(timeout / 1000) : G_MAXINT64;
 	bool said = false;
 	for (;;) {
+		/* Short tries, so unlock() is noticed; the core retries hang-ups within one. */
+		gint64 left = deadline - g_get_monotonic_time();
+		options.timeout = std::chrono::microseconds(std::clamp<gint64>(left, 0, 200000));
 		auto pool = xmem::BufferPool::open(name, options);
 		if (pool) {
 			s->pool = pool.value();
@@ -167,8 +170,11 @@ static GstFlowReturn attach(GstXmemSrc *self)
 			GST_INFO_OBJECT(self, "attached to pool '%s' (%s)", name.c_str(), s->pool->path().c_str());
 			return GST_FLOW_OK;
 		}
-		/* A dead owner's socket or none: a new owner may come. */
-		if (pool.code() != xmem::Errc::not_found && pool.code() != xmem::Errc::closed) {
+		/* A dead owner's socket or none: a new owner may come. While reconnecting,
+		 * an owner dying under the handshake looks like a peer that hangs up. */
+		bool transient = pool.code() == xmem::Errc::not_found || pool.code() == xmem::Errc::closed ||
+				 (s->reconnects > 0 && pool.code() == xmem::Errc::not_a_pool);
+		if (!transient) {
 			post_error(self, pool.error());
 			return GST_FLOW_ERROR;
 		}
@@ -304,10 +310,10 @@ static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame)
 {
 	SrcState *s = self->state;
 	xmem::FrameMeta m = frame.meta();
-	/* In place only when nobody else holds the frame; otherwise writers copy. */
-	frame.try_make_writable();
+	/* Writers get the slot in place when nobody else holds the frame by the time
+	 * they map it, a copy otherwise (see gst_xmem_memory_wrap). */
 	GstBuffer *buf = gst_buffer_new();
-	gst_buffer_append_memory(buf, gst_xmem_memory_wrap(std::move(frame), m.size));
+	gst_buffer_append_memory(buf, gst_xmem_memory_wrap(std::move(frame), m.size, true));
 
 	if (s->is_video && m.n_planes > 0 && m.n_planes == GST_VIDEO_INFO_N_PLANES(&s->info)) {
 		gsize offset[GST_VIDEO_MAX_PLANES] = {};

@@ -451,6 +451,9 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 	for (uint32_t w = 0; w < kHolderWords; w++)
 		if (masks[w])
 			taken[w] = slot.holders[w].fetch_or(masks[w], std::memory_order_seq_cst) & masks[w];
+	// The owner's reference goes before any consumer sees the frame, so a sole
+	// consumer finds itself the only holder (writable in place) from the start.
+	g.reset();
 	uint64_t entry = (seq << 32) | index;
 	for (uint32_t i = 0; i < ntargets; i++) {
 		uint32_t bit = 1 + targets[i];
@@ -467,8 +470,6 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 			for (uint32_t n = 0; n <= ring_capacity && drop_oldest(targets[i]); n++)
 				;
 	}
-	lock.unlock();
-	g.reset();
 	return {};
 }
 
@@ -510,6 +511,9 @@ void PoolImpl::shutdown()
 		[[maybe_unused]] ssize_t n = ::write(io_stop.get(), &one, sizeof(one));
 		io_thread.join();
 	}
+	// The name goes first: a consumer woken below that reconnects at once finds no
+	// socket (and waits for a new owner) rather than a dying one.
+	rendezvous::release(owner_socket);
 	std::lock_guard lock(publish_lock);
 	if (header) {
 		header->state.store(kPoolClosed, std::memory_order_seq_cst);
@@ -527,7 +531,6 @@ void PoolImpl::shutdown()
 	active.clear();
 	consumer_conn.clear();
 	consumer_event.clear();
-	rendezvous::release(owner_socket);
 }
 
 // I/O thread

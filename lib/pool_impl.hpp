@@ -95,7 +95,7 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	uint32_t config_mode = 0600;
 	char config_producer[XMEM_PRODUCER_MAX] = {};
 	std::vector<uint32_t> consumer_queue_size; // under publish_lock
-	uint64_t published_count = 0;              // under publish_lock
+	uint64_t published_count = 0; // under publish_lock
 
 	layout::ConsumerRecord *consumer(uint32_t i) const
 	{
