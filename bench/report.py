@@ -31,6 +31,34 @@ COLUMNS = [
     ("dropped", "dropped", "{}"),
 ]
 
+# The GStreamer suite: the same, plus where the producer's memory came from and
+# whether the run worked (a pair can be unavailable, a run can fail).
+GST_COLUMNS = COLUMNS + [
+    ("memory", "producer's memory", "{}"),
+    ("status", "status", "{}"),
+]
+
+SUITE_COLUMNS = {"gst": GST_COLUMNS}
+
+# What the producer's buffers came from, by the allocation record of xmem-bench-gst.
+MEMORY = {"pool": "sink's pool", "allocator": "sink's allocator", "none": "malloc"}
+
+
+def derived(record):
+    """The table's computed cells: memory and status."""
+    r = dict(record)
+    kind = r.get("allocation")
+    if kind is not None:
+        r["memory"] = MEMORY.get(kind.split(" ")[0], kind)
+        if r.get("foreign_frames"):
+            r["memory"] += f", {r['foreign_frames']} copied"
+    if not r.get("available", True):
+        r["status"] = "unavailable"
+        r["size"] = "-"
+    else:
+        r["status"] = "ok" if r.get("ok", True) else "FAILED"
+    return r
+
 
 def machine():
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -113,24 +141,57 @@ def cell(record, key, fmt):
     return fmt.format(value)
 
 
+def columns(result):
+    return SUITE_COLUMNS.get(result["suite"], COLUMNS)
+
+
 def rows(result):
-    return [[cell(m, key, fmt) for key, _, fmt in COLUMNS] for m in result["measurements"]]
+    return [[cell(derived(m), key, fmt) for key, _, fmt in columns(result)] for m in result["measurements"]]
+
+
+def text_table(headers, body):
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
+    return lines
+
+
+def markdown_table(headers, body, left=3):
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---" if i < left else "---:" for i in range(len(headers))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return lines
 
 
 def table(args):
     for path in args.files:
         with open(path) as f:
             result = json.load(f)
-        headers = [header for _, header, _ in COLUMNS]
-        body = rows(result)
-        widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+        headers = [header for _, header, _ in columns(result)]
         print(f"{result['suite']}: {result['date']}, {describe_machine(result)}")
-        print("  ".join(h.rjust(w) for h, w in zip(headers, widths)))
-        for r in body:
-            print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        print("\n".join(text_table(headers, rows(result))))
+        for note in notes(result):
+            print(note)
+        extra = EXTRA_TABLES.get(result["suite"])
+        if extra:
+            for title, (headers, body) in extra(result):
+                print(f"\n{title}")
+                print("\n".join(text_table(headers, body)))
         bad = [m for m in result["measurements"] if not m.get("ok", True)]
         if bad:
             print(f"{len(bad)} measurement(s) failed (dropped or corrupt frames, or a consumer error)")
+        print()
+
+
+def notes(result):
+    """One line per failed or unavailable measurement: why."""
+    out = []
+    for m in result["measurements"]:
+        if not m.get("available", True):
+            out.append(f"- {m['pair']}: unavailable: {m.get('error', '?')}")
+        elif not m.get("ok", True) and m.get("error"):
+            out.append(f"- {m['pair']} {m['mode']} {m['size']}: FAILED: {m['error']}")
+    return out
 
 
 def describe_machine(result):
@@ -187,7 +248,170 @@ def summary_core(result):
     return lines
 
 
-SUMMARIES = {"core": summary_core}
+def gst_find(result, pair, mode, size):
+    m = find(result, pair=pair, mode=mode, size=size)
+    return m if m and m.get("ok", True) and m.get("available", True) and "p50_us" in m else None
+
+
+def ratio(a, b, key, fmt="{:.2f}×"):
+    if not a or not b or a.get(key) is None or not b.get(key):
+        return "-"
+    return fmt.format(a[key] / b[key])
+
+
+def difference(a, b, key):
+    if not a or not b or a.get(key) is None or b.get(key) is None:
+        return "-"
+    return f"{a[key] - b[key]:+.1f}"
+
+
+def gst_sizes(result):
+    seen = []
+    for m in result["measurements"]:
+        if m.get("available", True) and m.get("size") not in seen:
+            seen.append(m["size"])
+    return seen
+
+
+def gst_ratios(result):
+    """Each pair against shm and against the floor, at every mode and size."""
+    headers = ["mode", "size", "pair", "p50 ×shm", "p50 ×floor", "p50 − floor µs", "p99 ×shm",
+               "frames/s ×shm", "total CPU ×shm", "total CPU ×floor", "producer CPU ×shm"]
+    body = []
+    pairs = [p for p in ("xmem", "unixfd", "shm") if any(m["pair"] == p and m.get("available", True)
+                                                         for m in result["measurements"])]
+    for mode in ("latency", "throughput", "fanout"):
+        for size in gst_sizes(result):
+            shm, floor = gst_find(result, "shm", mode, size), gst_find(result, "floor", mode, size)
+            for pair in pairs:
+                m = gst_find(result, pair, mode, size)
+                if not m:
+                    if find(result, pair=pair, mode=mode, size=size):
+                        body.append([mode, size, pair] + ["failed"] + ["-"] * (len(headers) - 4))
+                    continue
+                body.append([mode, size, pair,
+                             ratio(m, shm, "p50_us"), ratio(m, floor, "p50_us"), difference(m, floor, "p50_us"),
+                             ratio(m, shm, "p99_us"), ratio(m, shm, "fps"),
+                             ratio(m, shm, "cpu_us_per_frame"), ratio(m, floor, "cpu_us_per_frame"),
+                             ratio(m, shm, "producer_cpu_us_per_frame")])
+    return headers, body
+
+
+HD, FOUR_K, VGA = "1920x1080", "3840x2160", "640x480"
+
+
+def gst_targets(result):
+    """The issue's targets for xmem, each with what was measured and whether it is met."""
+    x = {(m, s): gst_find(result, "xmem", m, s) for m in ("latency", "throughput", "fanout") for s in (VGA, HD, FOUR_K)}
+    shm = {(m, s): gst_find(result, "shm", m, s) for m in ("latency", "throughput") for s in (HD,)}
+    floor = gst_find(result, "floor", "latency", HD)
+    out = []
+
+    def target(text, a, b, measured, met):
+        if a is None or b is None:
+            out.append([text, "not measured", "-"])
+        else:
+            out.append([text, measured(a, b), "met" if met(a, b) else "MISSED"])
+
+    target("1080p60 p50 ≤ ½ × shm's", x["latency", HD], shm["latency", HD],
+           lambda a, b: f"{a['p50_us']:.1f} µs against {b['p50_us']:.1f} µs: {a['p50_us'] / b['p50_us']:.2f}×",
+           lambda a, b: a["p50_us"] <= 0.5 * b["p50_us"])
+    target("1080p60 p50 ≤ floor's + 25 µs", x["latency", HD], floor,
+           lambda a, b: f"{a['p50_us']:.1f} µs against {b['p50_us']:.1f} µs: {a['p50_us'] - b['p50_us']:+.1f} µs",
+           lambda a, b: a["p50_us"] - b["p50_us"] <= 25)
+    target("1080p unthrottled frames/s ≥ shm's", x["throughput", HD], shm["throughput", HD],
+           lambda a, b: f"{a['fps']:.0f} against {b['fps']:.0f}: {a['fps'] / b['fps']:.2f}×",
+           lambda a, b: a["fps"] >= b["fps"])
+    target("1080p60 CPU per frame ≤ shm's", x["latency", HD], shm["latency", HD],
+           lambda a, b: f"{a['cpu_us_per_frame']:.1f} µs against {b['cpu_us_per_frame']:.1f} µs: "
+                        f"{a['cpu_us_per_frame'] / b['cpu_us_per_frame']:.2f}×",
+           lambda a, b: a["cpu_us_per_frame"] <= b["cpu_us_per_frame"])
+    target("4K p50 ≤ 1.3 × 480p p50 (60 fps)", x["latency", FOUR_K], x["latency", VGA],
+           lambda a, b: f"{a['p50_us']:.1f} µs against {b['p50_us']:.1f} µs: {a['p50_us'] / b['p50_us']:.2f}×",
+           lambda a, b: a["p50_us"] <= 1.3 * b["p50_us"])
+    target("1080p60 producer CPU, 4 consumers < 2 × 1 consumer's", x["fanout", HD], x["latency", HD],
+           lambda a, b: f"{a['producer_cpu_us_per_frame']:.1f} µs against {b['producer_cpu_us_per_frame']:.1f} µs: "
+                        f"{a['producer_cpu_us_per_frame'] / b['producer_cpu_us_per_frame']:.2f}×",
+           lambda a, b: a["producer_cpu_us_per_frame"] < 2 * b["producer_cpu_us_per_frame"])
+    return ["target (xmem)", "measured", "verdict"], out
+
+
+def gst_tables(result):
+    return [("Ratios: each pair against shmsink/shmsrc and against the in-process floor", gst_ratios(result)),
+            ("Targets", gst_targets(result))]
+
+
+EXTRA_TABLES = {"gst": gst_tables}
+
+
+def summary_gst(result):
+    """Sentences computed from the records, for the GStreamer suite."""
+    lines = []
+    x, shm, floor = (gst_find(result, p, "latency", HD) for p in ("xmem", "shm", "floor"))
+    bx, bs, bf = (gst_find(result, p, "breakdown", HD) for p in ("xmem", "shm", "floor"))
+    if bx and bs and bf:
+        lines.append(
+            f"- Where the time goes (*breakdown* rows, 1080p60, p50 from the stamp): the frame reaches the "
+            f"sink {bx['stage_sink_p50_us']:.1f} µs (xmem), {bs['stage_sink_p50_us']:.1f} µs (shm) and "
+            f"{bf['stage_sink_p50_us']:.1f} µs (floor: the appsink) after the stamp, which is appsrc's queue and "
+            f"thread, the same in every pair; it leaves the source in the consumer after "
+            f"{bx['stage_source_p50_us']:.1f} µs (xmem) and {bs['stage_source_p50_us']:.1f} µs (shm), so "
+            f"{bx['stage_source_p50_us'] - bx['stage_sink_p50_us']:.1f} and "
+            f"{bs['stage_source_p50_us'] - bs['stage_sink_p50_us']:.1f} µs go from the sink's pad to the source's: "
+            f"the sink, the wake-up of the consumer's thread and the source.")
+        lines.append(
+            f"- The producer app's thread spends {bx['app_acquire_cpu_us_per_frame']:.1f} µs of CPU per frame "
+            f"getting a buffer from xmemsink's pool, {bs['app_acquire_cpu_us_per_frame']:.1f} µs from shmsink's "
+            f"allocator and {bf['app_acquire_cpu_us_per_frame']:.1f} µs from malloc (floor); stamping and pushing "
+            f"it costs {bx['app_push_cpu_us_per_frame']:.1f}, {bs['app_push_cpu_us_per_frame']:.1f} and "
+            f"{bf['app_push_cpu_us_per_frame']:.1f} µs.")
+    def threads(m, key):
+        return ", ".join(f"{name} {us:.1f}" for name, us in m.get(key, {}).items() if us >= 0.05) or "-"
+
+    if x and shm and x.get("producer_threads_us_per_frame") is not None:
+        lines.append(
+            "- CPU µs per frame by thread at 1080p60 (*producer-app+*: threads started by the app's thread, "
+            "such as shmsink's poll thread, which takes the consumers' acknowledgements, and xmem's I/O thread): "
+            + "; ".join(f"{m['pair']} producer {threads(m, 'producer_threads_us_per_frame')}, consumer "
+                        f"{threads(m, 'consumers_threads_us_per_frame')}" for m in (x, shm)) + ".")
+    if x and floor:
+        lines.append(
+            f"- The floor takes {floor['p50_us']:.1f} µs at 1080p60; xmem adds {x['p50_us'] - floor['p50_us']:.1f} µs "
+            f"to it" + (f", shm {shm['p50_us'] - floor['p50_us']:.1f} µs." if shm else "."))
+    sizes = [gst_find(result, "xmem", "latency", s) for s in (VGA, HD, FOUR_K)]
+    if all(sizes):
+        lines.append("- Frame size, at 60 frames/s: xmem's p50 is " +
+                     ", ".join(f"{m['p50_us']:.1f} µs at {m['size']}" for m in sizes) + "; shm's " +
+                     ", ".join(f"{m['p50_us']:.1f} µs" if m else "-"
+                               for m in (gst_find(result, "shm", "latency", s) for s in (VGA, HD, FOUR_K))) + ".")
+    through = [(gst_find(result, "xmem", "throughput", s), gst_find(result, "shm", "throughput", s))
+               for s in (VGA, HD, FOUR_K)]
+    if any(a for a, _ in through):
+        lines.append("- Unthrottled frames/s, xmem against shm: " + ", ".join(
+            f"{a['fps']:.0f} against {b['fps']:.0f} at {a['size']}" if a and b else "-" for a, b in through) + ".")
+    fan = [(gst_find(result, p, "fanout", HD), gst_find(result, p, "latency", HD)) for p in ("xmem", "shm")]
+    if all(a and b for a, b in fan):
+        lines.append("- Fan-out at 1080p60, the producer's CPU per frame with 4 consumers against 1: " + ", ".join(
+            f"{a['pair']} {a['producer_cpu_us_per_frame']:.1f} against {b['producer_cpu_us_per_frame']:.1f} µs "
+            f"({a['producer_cpu_us_per_frame'] / b['producer_cpu_us_per_frame']:.2f}×)" for a, b in fan) + ".")
+    foreign = [m for m in result["measurements"] if m.get("foreign_frames")]
+    if foreign:
+        lines.append("- Frames the producer got from system memory although the sink proposed an allocator "
+                     "(shmsink's area was full; shmsink copies those in): " +
+                     ", ".join(f"{m['pair']} {m['mode']} {m['size']}: {m['foreign_frames']} of {m['frames']}"
+                               for m in foreign) + ".")
+    counted = [m for m in result["measurements"] if m.get("sink_copied") is not None and m["mode"] == "latency"]
+    if counted:
+        lines.append("- xmemsink's own counters (latency runs): " + ", ".join(
+            f"{m['size']}: {m['sink_zero_copy']} frames published in place, {m['sink_copied']} copied"
+            for m in counted) + "; the copied ones are the start-up frames, sent before the sink had caps "
+                                "and so a pool to propose.")
+    dropped = sum(m.get("dropped", 0) for m in result["measurements"])
+    lines.append(f"- Frames lost, all measurements together: {dropped}.")
+    return lines
+
+
+SUMMARIES = {"core": summary_core, "gst": summary_gst}
 
 INTRO = """\
 # Benchmarks
@@ -246,6 +470,78 @@ noise, not the pool.
 """
 
 
+GST_TEXT = """\
+What is measured: `bench/xmem-bench-gst` (source in `bench/xmem-bench-gst.cpp`)
+hands NV12 frames from a producer process to consumer processes through a
+GStreamer sink/src pair. Every pair runs the same producer and consumer code; only
+the two elements in the middle change.
+
+- **producer**: an app, `appsrc ! SINK`. Like an upstream element, it sends an
+  ALLOCATION query with the caps once the sink has them and takes its buffers from
+  the pool (or else the allocator) in the answer, so that a zero-copy sink gets to
+  be zero-copy; where the answer has neither, `gst_buffer_new_allocate()`. It
+  writes a 64-byte stamp (a sequence number and `CLOCK_MONOTONIC`, read right
+  before `gst_app_src_push_buffer()`) into the first bytes of each frame and fills
+  nothing else. appsrc is live and queues at most two frames (`block=true
+  max-buffers=2`), so that an unthrottled producer waits for the sink.
+- **consumer**: an app, `SRC ! appsink sync=false async=false
+  enable-last-sample=false`, that reads the stamp in appsink's new-sample
+  callback. The producer spawns its consumers (`posix_spawn` of itself), feeds
+  frames until each consumer has one, then 60 frames from the sink's memory as a
+  warmup (every slot or block touched once), then the measured frames.
+- **xmem**: `xmemsink policy=block sync=false` and `xmemsrc` (caps come from the
+  producer). The producer writes into xmemsink's slots; xmemsink publishes them in
+  place.
+- **shm**: `shmsink wait-for-connection=true sync=false shm-size=`(10 frames + 1
+  MiB) and `shmsrc is-live=true` followed by a capsfilter (shm carries no caps).
+  shmsink proposes its own allocator, so its frames are zero-copy too, as long as
+  the area has room: an allocation that finds the area full gets system memory,
+  which shmsink copies in (the *producer's memory* column counts those frames).
+- **floor**: `appsrc ! appsink` in one process (a tee before four appsinks for
+  fan-out). No second process, no IPC: one hop from the app's thread to appsrc's
+  streaming thread, which every other pair makes too. What no pair can beat.
+- **unixfd**: `unixfdsink` and `unixfdsrc` (memfd-backed buffers, file descriptors
+  over a socket), in GStreamer 1.24 and later; listed as unavailable where the
+  installed GStreamer lacks them.
+- **p50/p99/max µs**: from the stamp to the consumer's new-sample callback, all
+  consumers' samples together. **frames/s**: the measured frames over the time
+  from the first one's push to the last one's arrival. **CPU µs/frame**:
+  `getrusage(RUSAGE_SELF)` of the producer process from its first measured push
+  until every consumer has reported, and of each consumer from its first measured
+  frame to its last, summed over the consumers, per frame. The producer's figure
+  includes appsrc's thread and the app's pacing sleep, the same for every pair;
+  the floor is one process, so its figure is everything. The records also split
+  each process's CPU time by thread (`producer_threads_us_per_frame`,
+  `consumers_threads_us_per_frame`).
+- **modes**: *latency*, one consumer at 60 frames/s; *throughput*, one consumer,
+  unthrottled for a fixed time, the median of a few runs by frames/s (`fps_runs`
+  has each run's); *fanout*, four consumers at 60 frames/s; *breakdown*, the
+  latency run again at 1080p with pad probes that read the stamp where the frame
+  enters the sink (`stage_sink_p50_us`) and where it leaves the source
+  (`stage_source_p50_us`).
+
+What limits the numbers: at 60 frames/s every thread on the way sleeps between
+frames, so each frame wakes, one after the other, appsrc's streaming thread in the
+producer (the floor is little more than that) and the source's streaming thread in
+each consumer, and then runs GStreamer's per-buffer code on cold caches. On a
+virtual machine with two CPUs those wake-ups, not the handoff itself, are most of
+the latency and most of the CPU time; a run at a higher frame rate, where nothing
+gets cold, shows the same code taking a fraction of the time. xmem and shm both
+hand over a reference to shared memory with one small message per consumer
+(xmem: an eventfd write, shm: a socket message), so at a fixed rate they differ
+little; shm also sends every frame back (an acknowledgement per consumer, which
+wakes shmsink's poll thread). Unthrottled, shm's area fills up and frames are
+copied, while xmem's producer waits for a free slot; with several consumers, shm's
+producer handles one acknowledgement per consumer per frame.
+"""
+
+
+SECTION_TEXT = {
+    "core": lambda r: CORE_TEXT.format(touched=r["measurements"][0].get("touched_bytes", "?")),
+    "gst": lambda r: GST_TEXT,
+}
+
+
 def docs(args):
     results = []
     for path in args.files:
@@ -257,28 +553,39 @@ def docs(args):
     out = [INTRO]
     for result in results:
         m = result["machine"]
-        out.append(f"## {result['suite']}\n")
-        if result["suite"] == "core" and result["measurements"]:
-            out.append(CORE_TEXT.format(touched=result["measurements"][0].get("touched_bytes", "?")))
+        suite = result["suite"]
+        out.append(f"## {suite}\n")
+        text = SECTION_TEXT.get(suite)
+        if text and result["measurements"]:
+            out.append(text(result))
         out.append(f"- Command: `{result['command']}` (revision {result['revision']}, "
                    f"{result['buildtype']} build)")
         out.append(f"- Machine: {m['nproc']} CPUs ({m['cpu_model']}), "
                    f"{'virtual machine, ' if m.get('virtualized') else ''}"
                    f"{m['memory_gib']} GiB, Linux {m['kernel']} {m['arch']}")
+        gstreamer = next((x["gstreamer"] for x in result["measurements"] if x.get("gstreamer")), None)
+        if gstreamer:
+            out.append(f"- Software: {gstreamer}")
         out.append(f"- Date: {result['date']}")
         if result.get("quick"):
             out.append("- **Quick run** (`--quick`): too few frames to be worth quoting.")
         out.append("")
-        headers = [header for _, header, _ in COLUMNS]
-        out.append("| " + " | ".join(headers) + " |")
-        out.append("|" + "|".join("---" if i < 3 else "---:" for i in range(len(headers))) + "|")
-        for r in rows(result):
-            out.append("| " + " | ".join(r) + " |")
+        out.extend(markdown_table([header for _, header, _ in columns(result)], rows(result)))
         out.append("")
-        out.append("Each row's exact command is in `bench/results/" + result["suite"] + ".json` "
+        out.append("Each row's exact command is in `bench/results/" + suite + ".json` "
                    "(`command`), with the fields left out of the table.")
         out.append("")
-        summary = SUMMARIES.get(result["suite"])
+        if notes(result):
+            out.extend(notes(result))
+            out.append("")
+        extra = EXTRA_TABLES.get(suite)
+        if extra and result["measurements"]:
+            for title, (headers, body) in extra(result):
+                out.append(f"**{title}**")
+                out.append("")
+                out.extend(markdown_table(headers, body, left=1 if title == "Targets" else 3))
+                out.append("")
+        summary = SUMMARIES.get(suite)
         if summary and result["measurements"]:
             out.extend(summary(result))
             out.append("")

@@ -4,15 +4,16 @@
 #
 # usage: bench/run.sh [--update-docs] [--quick] [--build-dir DIR] [SUITE...]
 #
-#   SUITE          core (the default, and the only one so far)
+#   SUITE          core: libxmem alone; gst: xmemsink/xmemsrc against shmsink/shmsrc,
+#                  unixfdsink/unixfdsrc and appsrc ! appsink (default: all of them)
 #   --update-docs  rewrite docs/benchmarks.md from bench/results/*.json
 #   --quick        a few frames per measurement: checks that everything runs,
 #                  the numbers are not worth publishing (the JSON says quick)
 #   --build-dir    the Meson build directory (default: build, as tests/run.sh)
 #
 # Each suite is one function that runs its measured pairs; each measurement
-# prints exactly one JSON object on one line. A new pair (say xmemsink against
-# shmsink) is a new function and a new suite name, nothing else changes.
+# prints exactly one JSON object on one line. A new pair is a new function, a new
+# suite a new function and a name in all_suites, nothing else changes.
 # The pairs and suites are called by name (suite_$suite), which shellcheck cannot see.
 # shellcheck disable=SC2317
 set -euo pipefail
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
 		shift
 		;;
 	-h | --help)
-		sed -n '4,15p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '4,16p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	-*)
@@ -46,7 +47,17 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ ${#suites[@]} -gt 0 ] || suites=(core)
+all_suites=(core gst)
+[ ${#suites[@]} -gt 0 ] || suites=("${all_suites[@]}")
+for suite in "${suites[@]}"; do
+	if [[ " ${all_suites[*]} " != *" $suite "* ]]; then
+		echo "run.sh: unknown suite '$suite'" >&2
+		exit 2
+	fi
+done
+
+# shellcheck source=tools/bootstrap.sh
+. tools/bootstrap.sh
 
 results_dir=$root/bench/results
 mkdir -p "$results_dir"
@@ -55,17 +66,21 @@ mkdir -p "$results_dir"
 sizes="640x480 1920x1080 3840x2160"
 
 if [ "$quick" = 1 ]; then
-	latency_frames=60 fanout_frames=30 throughput_frames=2000 warmup=20
+	latency_frames=60 fanout_frames=30 throughput_frames=2000 warmup=20 throughput_seconds=0.5 throughput_runs=1
 else
-	latency_frames=600 fanout_frames=300 throughput_frames=100000 warmup=60
+	latency_frames=600 fanout_frames=300 throughput_frames=100000 warmup=60 throughput_seconds=1.5
+	throughput_runs=3
 fi
 
+# build TARGET...: configures the build directory once, then builds TARGETs.
 build() {
 	if [ ! -f "$build_dir/build.ninja" ]; then
-		meson setup "$build_dir" >&2
+		xmem_configure "$build_dir" >&2
 	fi
+	# Regenerates first when a meson.build changed, so that new targets are known.
+	ninja -C "$build_dir" build.ninja >/dev/null
 	# A no-op when up to date; rebuilds a stale binary rather than measure it.
-	meson compile -C "$build_dir" xmem-bench-core >&2
+	meson compile -C "$build_dir" "$@" >&2
 }
 
 # One measurement of the core benchmark: its JSON line on stdout, its diagnostics
@@ -108,16 +123,127 @@ pair_eventfd_memfd() {
 }
 
 suite_core() {
+	build xmem-bench-core
 	pair_xmem_core
 	pair_eventfd_memfd
 }
 
-build
-for suite in "${suites[@]}"; do
-	if ! declare -F "suite_$suite" >/dev/null; then
-		echo "run.sh: unknown suite '$suite'" >&2
-		exit 2
+# One measurement of the GStreamer benchmark: gst PAIR MODE SIZE FPS FRAMES CONSUMERS [OPTION...].
+# Like core(), plus a time limit: a run that hangs is killed and recorded as failed.
+# Unthrottled, the median of $throughput_runs runs by frames/s (each run's figure in
+# fps_runs): how often a thread falls asleep and must be woken decides the rate,
+# and that changes from one run to the next. The record is also left in gst_record.
+gst_record=
+gst() {
+	local pair=$1 mode=$2 size=$3 fps=$4 frames=$5 consumers=$6 limit line rc runs=1 lines=()
+	shift 6
+	local args=(--pair "$pair" --mode "$mode" --width "${size%x*}" --height "${size#*x}" --fps "$fps"
+		--frames "$frames" --warmup "$warmup" --consumers "$consumers" "$@")
+	if [ "$fps" = 0 ]; then
+		args+=(--seconds "$throughput_seconds")
+		limit=60 runs=$throughput_runs
+	else
+		limit=$(((warmup + frames) * 2 / fps + 45))
 	fi
+	while [ ${#lines[@]} -lt "$runs" ]; do
+		rc=0
+		line=$(timeout -k 5 $((limit + 10)) "$build_dir/bench/xmem-bench-gst" --json --timeout "$limit" \
+			"${args[@]}") || rc=$?
+		if [ -z "$line" ]; then
+			# Killed, or crashed: a record all the same, so that the table says so.
+			line=$(python3 -c 'import json,sys; print(json.dumps({"pair": sys.argv[1], "mode": sys.argv[2],
+				"size": sys.argv[3], "consumers": int(sys.argv[4]), "available": True, "ok": False,
+				"error": "xmem-bench-gst printed no result (exit status %s)" % sys.argv[5],
+				"command": "xmem-bench-gst " + " ".join(sys.argv[6:])}))' \
+				"$pair" "$mode" "$size" "$consumers" "$rc" --json --timeout "$limit" "${args[@]}")
+		fi
+		lines+=("$line")
+		# An unavailable pair says so at once.
+		printf '%s' "$line" | grep -q '"available": false' && break
+	done
+	line=$(printf '%s\n' "${lines[@]}" | python3 -c 'import json,sys
+runs = [json.loads(l) for l in sys.stdin if l.strip()]
+good = sorted((r for r in runs if r.get("ok") and "fps" in r), key=lambda r: r["fps"])
+pick = good[len(good) // 2] if good else runs[0]
+if len(runs) > 1:
+    pick["fps_runs"] = [r.get("fps") for r in runs]
+    pick["failed_runs"] = sum(1 for r in runs if not r.get("ok"))
+print(json.dumps(pick, ensure_ascii=False))')
+	printf '%s\n' "$line"
+	gst_record=$line
+	if ! printf '%s' "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if r["ok"] else 1)'; then
+		failed=1
+	fi
+	echo "run.sh: $(printf '%s' "$line" | python3 -c 'import json,sys; r=json.load(sys.stdin)
+print("{pair} {mode} {size} x{consumers}: ".format(**r) + (("p50 {p50_us} us, p99 {p99_us} us, {fps} fps, "
+      "{cpu_us_per_frame} us CPU/frame".format(**r)) if "p50_us" in r else r.get("error", "?")))')" >&2
+}
+
+# gst_modes PAIR SIZE: the three measurements of a pair at one frame size.
+gst_modes() {
+	gst "$1" latency "$2" 60 "$latency_frames" 1
+	gst "$1" throughput "$2" 0 "$throughput_frames" 1
+	gst "$1" fanout "$2" 60 "$fanout_frames" 4
+}
+
+# Pair xmem: xmemsink ! xmemsrc, the zero-copy pool.
+pair_xmem() { gst_modes xmem "$1"; }
+# Pair shm: shmsink ! shmsrc at their best settings (see xmem-bench-gst.cpp).
+pair_shm() { gst_modes shm "$1"; }
+# Pair floor: appsrc ! appsink in one process, what any handoff costs at least.
+pair_floor() { gst_modes floor "$1"; }
+# Pair unixfd: unixfdsink ! unixfdsrc, GStreamer 1.24 and later; said to be
+# unavailable (once) where they are missing.
+unixfd_available=
+pair_unixfd() {
+	if [ -z "$unixfd_available" ]; then
+		gst unixfd latency "$1" 60 "$latency_frames" 1
+		if printf '%s' "$gst_record" | grep -q '"available": false'; then
+			unixfd_available=no
+			return
+		fi
+		unixfd_available=yes
+		gst unixfd throughput "$1" 0 "$throughput_frames" 1
+		gst unixfd fanout "$1" 60 "$fanout_frames" 4
+	elif [ "$unixfd_available" = yes ]; then
+		gst_modes unixfd "$1"
+	fi
+}
+
+suite_gst() {
+	# shmsink/shmsrc (and unixfd*) live in gst-plugins-bad.
+	xmem_install_packages gstreamer1.0-plugins-bad >&2 ||
+		echo "run.sh: cannot install gstreamer1.0-plugins-bad; the shm pair will fail" >&2
+	# Built only where GStreamer's development files are (bench/meson.build, gst/meson.build).
+	if ! build xmem-bench-gst gstxmem || [ ! -x "$build_dir/bench/xmem-bench-gst" ]; then
+		echo "run.sh: cannot build xmem-bench-gst and the xmem plugin (gstreamer-app-1.0 missing?)" >&2
+		failed=1
+		return
+	fi
+	xmem_gst_env "$build_dir"
+	# The first gst_init after a plugin changed rescans the registry; once, here.
+	timeout 60 gst-inspect-1.0 xmemsink >/dev/null 2>&1 || true
+	# Pairs interleaved at each size, so that a change in the machine's load hits
+	# them alike.
+	local size pair
+	for size in $sizes; do
+		pair_xmem "$size"
+		pair_shm "$size"
+		pair_floor "$size"
+		pair_unixfd "$size"
+	done
+	# Where the time goes: the 1080p latency run again, timed at the sink's and
+	# the source's pads too (probes that read the stamp; a separate run, so that
+	# the measurements above have none).
+	for pair in xmem shm floor; do
+		gst "$pair" breakdown 1920x1080 60 "$fanout_frames" 1 --breakdown
+	done
+	if [ "$unixfd_available" = yes ]; then
+		gst unixfd breakdown 1920x1080 60 "$fanout_frames" 1 --breakdown
+	fi
+}
+
+for suite in "${suites[@]}"; do
 	records=$(mktemp)
 	trap 'rm -f "$records"' EXIT
 	"suite_$suite" >"$records"

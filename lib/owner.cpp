@@ -123,7 +123,8 @@ Result<void> PoolImpl::create_segments(const PoolConfig &config)
 	header->device_id = 0;
 	header->policy = uint32_t(config.policy);
 	header->mode = config.mode;
-	header->owner_pid = uint32_t(::getpid());
+	owner_pid = uint32_t(::getpid());
+	header->owner_pid = owner_pid;
 	header->owner_uid = uint32_t(::geteuid());
 	header->block_timeout_ns = uint64_t(config.block_timeout.count());
 	header->created_ns = monotonic_ns();
@@ -377,7 +378,7 @@ Result<void> PoolImpl::publish(BufferGuard &&frame)
 	m.seq = seq;
 	if (m.timestamp == 0)
 		m.timestamp = monotonic_ns();
-	m.producer_pid = uint32_t(::getpid());
+	m.producer_pid = owner_pid;
 	std::memcpy(m.producer, config_producer, sizeof(m.producer));
 	m.format_seq = format_seq;
 	m.content_type[sizeof(m.content_type) - 1] = '\0';

@@ -1,0 +1,1380 @@
+// xmem-bench-gst.cpp - frame handoff between processes through a GStreamer sink/src
+// pair (xmemsink/xmemsrc, shmsink/shmsrc, unixfdsink/unixfdsrc) and the in-process floor.
+//
+// Every pair runs the same two programs. The producer is an app, `appsrc ! SINK`,
+// that asks the sink for memory the way a real upstream element does (an
+// ALLOCATION query with the caps, then the pool or allocator in the answer) and
+// stamps each frame with CLOCK_MONOTONIC in its first bytes, filling nothing else.
+// The consumer is an app, `SRC ! appsink`, that reads the stamp in appsink's
+// new-sample callback. The producer spawns its consumers (posix_spawn of
+// itself) and gets their latencies and CPU time back over a pipe. The floor pair,
+// `appsrc ! appsink` in one pipeline (a tee before N appsinks for fan-out), runs
+// the same producer and consumer code in one process.
+#include <gst/app/app.h>
+#include <gst/gst.h>
+#include <gst/video/video.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <csignal>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace {
+
+constexpr uint64_t kStampMagic = 0x5453474d454d5858; // "XXMEMGST"
+constexpr uint64_t kReadyMagic = 0x5944414552425858; // "XXBREADY"
+constexpr uint64_t kReportMagic = 0x54504552425858; // "XXBREPT"
+constexpr uint64_t kWarmup = UINT64_MAX; // Stamp::index of a frame that is not measured
+constexpr uint32_t kLastFrame = 1; // Stamp::flags: the last measured frame
+constexpr int kReportFd = 3; // where a spawned consumer writes to its producer
+constexpr int kFirstPrivateFd = 10;
+
+// What the producer writes into the first bytes of a frame, and all it writes.
+struct alignas(64) Stamp {
+	uint64_t magic;
+	uint64_t seq; // every frame pushed, from 1
+	uint64_t index; // 0.. among measured frames, or kWarmup
+	uint64_t timestamp_ns; // CLOCK_MONOTONIC right before gst_app_src_push_buffer()
+	uint32_t flags;
+};
+static_assert(sizeof(Stamp) == 64);
+
+// What a consumer sends once it has seen its first frame.
+struct Ready {
+	uint64_t magic;
+};
+
+// What a consumer sends at the end, followed by `samples` latencies in ns.
+struct Report {
+	uint64_t magic;
+	uint64_t samples; // measured frames received
+	uint64_t corrupt; // frames without a valid stamp
+	uint64_t cpu_ns; // user + system time from the first to the last measured frame
+	uint64_t first_ns; // CLOCK_MONOTONIC at the first and the last measured frame
+	uint64_t last_ns;
+	double source_p50_us; // --breakdown: p50 from the stamp to the source's src pad
+	char threads[256]; // "name=ns;..." CPU time of each thread over the same frames
+	int32_t status; // 0, or 1 when the consumer failed (see error)
+	char error[220];
+};
+
+enum class Pair { xmem, shm, floor, unixfd };
+
+struct PairInfo {
+	Pair pair;
+	const char *name;
+	const char *sink; // element factories; the floor needs none beyond app
+	const char *src;
+};
+
+constexpr PairInfo kPairs[] = {
+	{ Pair::xmem, "xmem", "xmemsink", "xmemsrc" },
+	{ Pair::shm, "shm", "shmsink", "shmsrc" },
+	{ Pair::floor, "floor", "appsink", "appsrc" },
+	{ Pair::unixfd, "unixfd", "unixfdsink", "unixfdsrc" },
+};
+
+struct Options {
+	const PairInfo *pair = &kPairs[0];
+	bool consumer = false;
+	uint32_t width = 1920;
+	uint32_t height = 1080;
+	uint32_t fps = 60; // 0: unthrottled
+	uint64_t frames = 600; // measured frames (at most)
+	uint64_t warmup = 60; // frames from the sink's memory before measuring
+	uint32_t consumers = 1;
+	double seconds = 0; // unthrottled: stop measuring after this long (0: after `frames`)
+	double timeout = 60; // the whole run, seconds: past it the run is reported as failed
+	std::string address; // consumer: the pool name or socket path
+	std::string mode = "latency"; // a label for the record only
+	bool json = false;
+	bool breakdown = false; // also time frames at the sink's and the source's pads
+	std::string command;
+};
+
+[[noreturn]] void usage()
+{
+	std::fprintf(stderr,
+		     "usage: xmem-bench-gst [--pair xmem|shm|floor|unixfd] [--width W] [--height H]\n"
+		     "                      [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
+		     "                      [--seconds S] [--timeout S] [--mode LABEL] [--breakdown] [--json]\n"
+		     "       (--role consumer --address A is how the producer starts its consumers)\n");
+	std::exit(2);
+}
+
+bool parse(int argc, char **argv, Options &o)
+{
+	for (int i = 1; i < argc; i++) {
+		std::string_view a = argv[i];
+		if (a == "--json") {
+			o.json = true;
+			continue;
+		}
+		if (a == "--breakdown") {
+			o.breakdown = true;
+			continue;
+		}
+		if (i + 1 >= argc)
+			return false;
+		std::string_view v = argv[++i];
+		char *end = nullptr;
+		double n = std::strtod(v.data(), &end);
+		bool numeric = !v.empty() && end && *end == '\0' && n >= 0 && n <= 1e9;
+		if (a == "--pair") {
+			o.pair = nullptr;
+			for (const auto &p : kPairs)
+				if (v == p.name)
+					o.pair = &p;
+			if (!o.pair)
+				return false;
+		} else if (a == "--role") {
+			if (v != "producer" && v != "consumer")
+				return false;
+			o.consumer = v == "consumer";
+		} else if (a == "--address")
+			o.address = v;
+		else if (a == "--mode")
+			o.mode = v;
+		else if (!numeric)
+			return false;
+		else if (a == "--width")
+			o.width = uint32_t(n);
+		else if (a == "--height")
+			o.height = uint32_t(n);
+		else if (a == "--fps")
+			o.fps = uint32_t(n);
+		else if (a == "--frames")
+			o.frames = uint64_t(n);
+		else if (a == "--warmup")
+			o.warmup = uint64_t(n);
+		else if (a == "--consumers")
+			o.consumers = uint32_t(n);
+		else if (a == "--seconds")
+			o.seconds = n;
+		else if (a == "--timeout")
+			o.timeout = n;
+		else
+			return false;
+	}
+	return o.width > 0 && o.height > 0 && o.width % 2 == 0 && o.height % 2 == 0 && o.frames > 0 &&
+	       o.consumers > 0 && o.consumers <= 16 && o.timeout > 0 && (!o.consumer || !o.address.empty());
+}
+
+uint64_t clock_ns(clockid_t clock)
+{
+	timespec ts;
+	clock_gettime(clock, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+uint64_t monotonic_ns()
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+// User + system time of the whole process (every thread), in ns.
+uint64_t process_cpu_ns()
+{
+	rusage ru{};
+	getrusage(RUSAGE_SELF, &ru);
+	auto ns = [](const timeval &tv) {
+		return uint64_t(tv.tv_sec) * 1000000000u + uint64_t(tv.tv_usec) * 1000u;
+	};
+	return ns(ru.ru_utime) + ns(ru.ru_stime);
+}
+
+// CPU time (ns) of each of this process's threads, by name (threads of one name add
+// up): which thread of a pipeline spends the time. Precise (the scheduler's count).
+// Threads keep the name of the thread that started them unless they set their own:
+// the app thread's helpers (shmsink's poll thread, xmem's I/O thread) are "APP+".
+std::map<std::string, uint64_t> thread_cpu_ns()
+{
+	std::map<std::string, uint64_t> out;
+	GDir *dir = g_dir_open("/proc/self/task", 0, nullptr);
+	if (!dir)
+		return out;
+	gchar *app = nullptr;
+	g_file_get_contents("/proc/self/comm", &app, nullptr, nullptr);
+	const std::string app_name = app ? g_strstrip(app) : "";
+	const std::string self = std::to_string(::getpid());
+	g_free(app);
+	while (const gchar *tid = g_dir_read_name(dir)) {
+		std::string base = std::string("/proc/self/task/") + tid;
+		gchar *comm = nullptr, *stat = nullptr;
+		if (g_file_get_contents((base + "/comm").c_str(), &comm, nullptr, nullptr) &&
+		    g_file_get_contents((base + "/schedstat").c_str(), &stat, nullptr, nullptr)) {
+			std::string name = g_strstrip(comm);
+			if (name == app_name && tid != self)
+				name += "+";
+			out[name] += std::strtoull(stat, nullptr, 10);
+		}
+		g_free(comm);
+		g_free(stat);
+	}
+	g_dir_close(dir);
+	return out;
+}
+
+// What each thread spent between two thread_cpu_ns() snapshots.
+std::map<std::string, uint64_t> thread_cpu_since(const std::map<std::string, uint64_t> &start)
+{
+	auto now = thread_cpu_ns();
+	for (auto &[name, ns] : now) {
+		auto it = start.find(name);
+		ns = it != start.end() && it->second < ns ? ns - it->second : (it != start.end() ? 0 : ns);
+	}
+	return now;
+}
+
+bool write_all(int fd, const void *buf, size_t len)
+{
+	auto p = static_cast<const char *>(buf);
+	while (len > 0) {
+		ssize_t n = ::write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= size_t(n);
+	}
+	return true;
+}
+
+// Reads LEN bytes, waiting for each part until DEADLINE (CLOCK_MONOTONIC ns).
+bool read_all(int fd, void *buf, size_t len, uint64_t deadline)
+{
+	auto p = static_cast<char *>(buf);
+	while (len > 0) {
+		uint64_t now = monotonic_ns();
+		if (now >= deadline)
+			return false;
+		pollfd pfd = { fd, POLLIN, 0 };
+		int r = ::poll(&pfd, 1, int(std::min<uint64_t>((deadline - now) / 1000000 + 1, 60000)));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			continue;
+		ssize_t n = ::read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= size_t(n);
+	}
+	return true;
+}
+
+// Nearest-rank percentile of SORTED, in µs.
+double percentile_us(const std::vector<uint64_t> &sorted, double q)
+{
+	if (sorted.empty())
+		return 0.0;
+	size_t rank = size_t(q * double(sorted.size()) + 0.999999);
+	rank = std::clamp<size_t>(rank, 1, sorted.size());
+	return double(sorted[rank - 1]) / 1000.0;
+}
+
+std::string json_string(std::string_view v)
+{
+	std::string out = "\"";
+	for (char c : v) {
+		if (c == '"' || c == '\\') {
+			out += '\\';
+			out += c;
+		} else if (static_cast<unsigned char>(c) < 0x20) {
+			char buf[8];
+			std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+			out += buf;
+		} else {
+			out += c;
+		}
+	}
+	return out + "\"";
+}
+
+// One JSON object on one line, keys in insertion order.
+class JsonRecord
+{
+public:
+	void str(const char *key, std::string_view v) { add(key, json_string(v)); }
+	void num(const char *key, double v, int decimals)
+	{
+		char buf[64];
+		std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+		add(key, buf);
+	}
+	void null(const char *key) { add(key, "null"); }
+	void raw(const char *key, const std::string &json) { add(key, json); }
+	void boolean(const char *key, bool v) { add(key, v ? "true" : "false"); }
+	std::string text() const { return "{" + body_ + "}"; }
+
+private:
+	void add(const char *key, const std::string &value)
+	{
+		body_ += std::string(body_.empty() ? "" : ", ") + json_string(key) + ": " + value;
+	}
+	std::string body_;
+};
+
+// {"thread": µs per frame, ...}, the busiest first.
+std::string threads_json(const std::map<std::string, uint64_t> &ns, double frames)
+{
+	std::vector<std::pair<uint64_t, std::string>> sorted;
+	for (auto &[name, v] : ns)
+		if (v > 0)
+			sorted.emplace_back(v, name);
+	std::sort(sorted.rbegin(), sorted.rend());
+	JsonRecord j;
+	for (auto &[v, name] : sorted)
+		j.num(name.c_str(), double(v) / 1000.0 / frames, 2);
+	return j.text();
+}
+
+// Pipeline descriptions
+
+std::string caps_string(const Options &o)
+{
+	return "video/x-raw,format=NV12,width=" + std::to_string(o.width) + ",height=" + std::to_string(o.height) +
+	       ",framerate=" + std::to_string(o.fps) + "/1";
+}
+
+gsize frame_bytes(const Options &o)
+{
+	GstVideoInfo info;
+	gst_video_info_set_format(&info, GST_VIDEO_FORMAT_NV12, o.width, o.height);
+	return GST_VIDEO_INFO_SIZE(&info);
+}
+
+// The consumer's appsink, the same for every pair: no clock sync, no preroll (a
+// tee's branches would wait for each other), and no last-sample reference, so
+// that it holds no frame once new-sample returns.
+constexpr const char *kAppSink = "appsink sync=false async=false enable-last-sample=false";
+
+// Each pair's best settings for this job (see docs/benchmarks.md).
+std::string sink_description(const Options &o, const std::string &address)
+{
+	switch (o.pair->pair) {
+	case Pair::xmem:
+		// Block rather than drop (the default): every frame is counted.
+		return "xmemsink name=sink pool-name=" + address + " policy=block sync=false enable-last-sample=false";
+	case Pair::shm:
+		// Room for 10 frames: unthrottled, allocations from the area rarely fail
+		// (a failed one falls back to system memory, which shmsink copies).
+		return "shmsink name=sink socket-path=" + address +
+		       " shm-size=" + std::to_string(frame_bytes(o) * 10 + (1u << 20)) +
+		       " wait-for-connection=true sync=false enable-last-sample=false";
+	case Pair::unixfd:
+		return "unixfdsink name=sink socket-path=" + address + " sync=false enable-last-sample=false";
+	case Pair::floor:
+		break;
+	}
+	// The floor: the consumers' appsinks in the producer's pipeline.
+	if (o.consumers == 1)
+		return std::string(kAppSink) + " name=sink0";
+	std::string d = "tee name=t";
+	for (uint32_t i = 0; i < o.consumers; i++)
+		d += " t. ! " + std::string(kAppSink) + " name=sink" + std::to_string(i);
+	return d;
+}
+
+std::string src_description(const Options &o, const std::string &address)
+{
+	switch (o.pair->pair) {
+	case Pair::xmem:
+		// Caps come from the producer. timeout: give up on a missing pool or frame.
+		return "xmemsrc name=source pool-name=" + address +
+		       " timeout=" + std::to_string(uint64_t(o.timeout * 1e9)) + " ! " + kAppSink + " name=sink0";
+	case Pair::shm:
+		// shm carries no caps: they are set by hand after the source.
+		return "shmsrc name=source socket-path=" + address + " is-live=true ! " + caps_string(o) + " ! " +
+		       kAppSink + " name=sink0";
+	case Pair::unixfd:
+		return "unixfdsrc name=source socket-path=" + address + " ! " + kAppSink + " name=sink0";
+	case Pair::floor:
+		break;
+	}
+	return "";
+}
+
+// The producer's appsrc, the same for every pair: live, no timestamps, and at most
+// two frames queued before push_buffer() blocks (so an unthrottled producer waits
+// for the sink instead of queueing without bound).
+constexpr const char *kAppSrc =
+	"appsrc name=src is-live=true format=time block=true max-buffers=2 max-bytes=0 max-time=0";
+
+// Errors posted on a pipeline's bus, recorded from any thread.
+class BusWatch
+{
+public:
+	explicit BusWatch(GstElement *pipeline)
+	{
+		GstBus *bus = gst_element_get_bus(pipeline);
+		gst_bus_set_sync_handler(bus, on_message, this, nullptr);
+		gst_object_unref(bus);
+	}
+	bool failed() const { return failed_.load(std::memory_order_acquire); }
+	bool eos() const { return eos_.load(std::memory_order_acquire); }
+	std::string error()
+	{
+		std::lock_guard lock(lock_);
+		return error_;
+	}
+
+private:
+	static GstBusSyncReply on_message(GstBus *, GstMessage *msg, gpointer data)
+	{
+		auto *self = static_cast<BusWatch *>(data);
+		if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_ERROR) {
+			GError *err = nullptr;
+			gchar *debug = nullptr;
+			gst_message_parse_error(msg, &err, &debug);
+			std::lock_guard lock(self->lock_);
+			if (self->error_.empty())
+				self->error_ = std::string(GST_OBJECT_NAME(GST_MESSAGE_SRC(msg))) + ": " +
+					       err->message + (debug ? std::string(" (") + debug + ")" : "");
+			self->failed_.store(true, std::memory_order_release);
+			g_error_free(err);
+			g_free(debug);
+		} else if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_EOS) {
+			self->eos_.store(true, std::memory_order_release);
+		}
+		return GST_BUS_DROP;
+	}
+
+	std::mutex lock_; // guards error_
+	std::string error_;
+	std::atomic<bool> failed_{ false };
+	std::atomic<bool> eos_{ false };
+};
+
+// --breakdown: how far a frame has come, and when. A probe on a pad reads the stamp
+// of each measured frame that passes it (a few hundred ns, so off by default).
+class StageProbe
+{
+public:
+	void attach(GstPad *pad) { gst_pad_add_probe(pad, GST_PAD_PROBE_TYPE_BUFFER, on_buffer, this, nullptr); }
+	double p50_us()
+	{
+		std::lock_guard lock(lock_);
+		std::vector<uint64_t> sorted = samples_;
+		std::sort(sorted.begin(), sorted.end());
+		return percentile_us(sorted, 0.5);
+	}
+
+private:
+	static GstPadProbeReturn on_buffer(GstPad *, GstPadProbeInfo *info, gpointer data)
+	{
+		uint64_t now = monotonic_ns();
+		Stamp stamp{};
+		GstBuffer *buffer = GST_PAD_PROBE_INFO_BUFFER(info);
+		if (buffer && gst_buffer_extract(buffer, 0, &stamp, sizeof(stamp)) == sizeof(stamp) &&
+		    stamp.magic == kStampMagic && stamp.index != kWarmup) {
+			auto *self = static_cast<StageProbe *>(data);
+			std::lock_guard lock(self->lock_);
+			self->samples_.push_back(now - stamp.timestamp_ns);
+		}
+		return GST_PAD_PROBE_OK;
+	}
+
+	std::mutex lock_; // guards samples_ (streaming thread, then the app's)
+	std::vector<uint64_t> samples_;
+};
+
+// Consumer side, shared by every pair
+
+// Reads the stamp of each frame an appsink receives. Its callbacks run on the
+// appsink's streaming thread; everything else on the app's thread, under lock_
+// (the streaming thread takes it only at the first and the last measured frame).
+class Recorder
+{
+public:
+	Recorder(uint64_t frames, bool count_cpu) : count_cpu_(count_cpu) { latencies_.reserve(frames); }
+
+	void attach(GstElement *appsink)
+	{
+		GstAppSinkCallbacks callbacks{};
+		callbacks.new_sample = on_sample;
+		callbacks.eos = on_eos;
+		gst_app_sink_set_callbacks(GST_APP_SINK(appsink), &callbacks, this, nullptr);
+	}
+
+	// Called once, on the streaming thread, when the first frame arrives.
+	std::function<void()> on_first_frame;
+
+	bool seen_first() const { return first_.load(std::memory_order_acquire); }
+	uint64_t last_frame_ns() const { return last_frame_ns_.load(std::memory_order_relaxed); }
+	bool wait_done(std::chrono::milliseconds timeout)
+	{
+		std::unique_lock lock(lock_);
+		return done_cv_.wait_for(lock, timeout, [this] { return done_; });
+	}
+	bool done()
+	{
+		std::lock_guard lock(lock_);
+		return done_;
+	}
+
+	Report report(std::vector<uint64_t> &latencies)
+	{
+		std::lock_guard lock(lock_);
+		done_ = true; // no more samples from here on
+		Report r{};
+		r.magic = kReportMagic;
+		r.samples = latencies_.size();
+		r.corrupt = corrupt_;
+		r.cpu_ns = cpu_end_ > cpu_start_ ? cpu_end_ - cpu_start_ : 0;
+		r.first_ns = first_ns_;
+		r.last_ns = last_ns_;
+		std::string threads;
+		for (auto &[name, ns] : threads_)
+			threads += name + "=" + std::to_string(ns) + ";";
+		std::snprintf(r.threads, sizeof(r.threads), "%s", threads.c_str());
+		latencies = latencies_;
+		return r;
+	}
+
+private:
+	static GstFlowReturn on_sample(GstAppSink *sink, gpointer data)
+	{
+		uint64_t now = monotonic_ns();
+		GstSample *sample = gst_app_sink_pull_sample(sink);
+		if (!sample)
+			return GST_FLOW_OK;
+		static_cast<Recorder *>(data)->frame(gst_sample_get_buffer(sample), now);
+		gst_sample_unref(sample);
+		return GST_FLOW_OK;
+	}
+
+	static void on_eos(GstAppSink *, gpointer data)
+	{
+		auto *self = static_cast<Recorder *>(data);
+		std::lock_guard lock(self->lock_);
+		self->eos_ = true;
+		self->done_cv_.notify_all();
+	}
+
+	void frame(GstBuffer *buffer, uint64_t now)
+	{
+		Stamp stamp{};
+		bool ok = buffer && gst_buffer_extract(buffer, 0, &stamp, sizeof(stamp)) == sizeof(stamp) &&
+			  stamp.magic == kStampMagic;
+		last_frame_ns_.store(now, std::memory_order_relaxed);
+		if (!first_.load(std::memory_order_relaxed)) {
+			first_.store(true, std::memory_order_release);
+			if (on_first_frame)
+				on_first_frame();
+		}
+		if (ok && stamp.index == kWarmup)
+			return;
+		// Uncontended but for the end: the app thread waits on done_cv_.
+		std::lock_guard lock(lock_);
+		if (!ok) {
+			corrupt_++;
+			return;
+		}
+		if (done_)
+			return;
+		if (latencies_.empty()) {
+			if (count_cpu_) {
+				threads_start_ = thread_cpu_ns();
+				cpu_start_ = process_cpu_ns();
+			}
+			first_ns_ = now;
+		}
+		latencies_.push_back(now - stamp.timestamp_ns);
+		if (stamp.flags & kLastFrame) {
+			if (count_cpu_) {
+				cpu_end_ = process_cpu_ns();
+				threads_ = thread_cpu_since(threads_start_);
+			}
+			last_ns_ = now;
+			done_ = true;
+			done_cv_.notify_all();
+		}
+	}
+
+	const bool count_cpu_;
+	std::atomic<bool> first_{ false };
+	std::atomic<uint64_t> last_frame_ns_{ 0 };
+
+	std::mutex lock_;
+	std::condition_variable done_cv_;
+	bool done_ = false;
+	bool eos_ = false;
+	std::vector<uint64_t> latencies_;
+	uint64_t corrupt_ = 0;
+	uint64_t cpu_start_ = 0, cpu_end_ = 0;
+	std::map<std::string, uint64_t> threads_start_, threads_;
+	uint64_t first_ns_ = 0, last_ns_ = 0;
+
+public:
+	// Set under lock_ by on_eos(); the app polls it.
+	bool got_eos()
+	{
+		std::lock_guard lock(lock_);
+		return eos_;
+	}
+};
+
+// Waits until RECORDER has its last measured frame, the stream ends or fails, or
+// nothing arrives for a while. False with WHY when no frame came at all.
+bool wait_for_stream(Recorder &recorder, BusWatch &bus, uint64_t deadline, std::string &why)
+{
+	// Frames come every 1/fps or faster: past this silence the producer is gone.
+	constexpr uint64_t kIdle = 5'000'000'000;
+	for (;;) {
+		// Long waits: this thread is the app's, and must cost nothing per frame.
+		if (recorder.wait_done(std::chrono::milliseconds(1000)) || recorder.got_eos())
+			return true;
+		uint64_t now = monotonic_ns();
+		if (bus.failed()) {
+			why = bus.error();
+			return false;
+		}
+		if (now >= deadline) {
+			why = recorder.seen_first() ? "the last frame did not come before the deadline"
+						    : "no frame before the deadline";
+			return false;
+		}
+		if (recorder.seen_first() && now - recorder.last_frame_ns() > kIdle) {
+			why = "no frame for 5 s";
+			return false;
+		}
+	}
+}
+
+int run_consumer(const Options &o)
+{
+	prctl(PR_SET_NAME, "consumer-app");
+	// Dies with its producer, whatever happens to it.
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() == 1)
+		return 1;
+	const uint64_t deadline = monotonic_ns() + uint64_t(o.timeout * 1e9);
+	Recorder recorder(o.frames, true);
+	// Ready (streaming thread) strictly before the report (this thread), or not at all.
+	std::mutex pipe_lock;
+	bool reported = false;
+	recorder.on_first_frame = [&] {
+		std::lock_guard lock(pipe_lock);
+		Ready ready{ kReadyMagic };
+		if (!reported)
+			write_all(kReportFd, &ready, sizeof(ready));
+	};
+	Report failure{};
+	failure.magic = kReportMagic;
+	failure.status = 1;
+
+	std::string description = src_description(o, o.address);
+	GError *err = nullptr;
+	GstElement *pipeline = gst_parse_launch(description.c_str(), &err);
+	if (!pipeline || err) {
+		std::snprintf(failure.error, sizeof(failure.error), "%s: %s", description.c_str(),
+			      err ? err->message : "cannot build the pipeline");
+		write_all(kReportFd, &failure, sizeof(failure));
+		return 1;
+	}
+	BusWatch bus(pipeline);
+	GstElement *sink = gst_bin_get_by_name(GST_BIN(pipeline), "sink0");
+	recorder.attach(sink);
+	gst_object_unref(sink);
+	StageProbe source_probe;
+	if (o.breakdown) {
+		GstElement *source = gst_bin_get_by_name(GST_BIN(pipeline), "source");
+		GstPad *pad = gst_element_get_static_pad(source, "src");
+		source_probe.attach(pad);
+		gst_object_unref(pad);
+		gst_object_unref(source);
+	}
+
+	std::string why;
+	bool ok = gst_element_set_state(pipeline, GST_STATE_PLAYING) != GST_STATE_CHANGE_FAILURE;
+	if (ok)
+		ok = wait_for_stream(recorder, bus, deadline, why);
+	else
+		why = bus.failed() ? bus.error() : "cannot start the pipeline";
+	std::vector<uint64_t> latencies;
+	Report report = recorder.report(latencies);
+	report.source_p50_us = o.breakdown ? source_probe.p50_us() : 0.0;
+	if (!ok) {
+		report.status = 1;
+		std::snprintf(report.error, sizeof(report.error), "%s", why.c_str());
+	}
+	// Reported before the teardown, which must not hold the producer up.
+	bool sent;
+	{
+		std::lock_guard lock(pipe_lock);
+		reported = true;
+		sent = write_all(kReportFd, &report, sizeof(report)) &&
+		       write_all(kReportFd, latencies.data(), latencies.size() * sizeof(uint64_t));
+		::close(kReportFd);
+	}
+	gst_element_set_state(pipeline, GST_STATE_NULL);
+	gst_object_unref(pipeline);
+	return sent && ok ? 0 : 1;
+}
+
+// Producer side
+
+struct Child {
+	pid_t pid = -1;
+	int report = -1; // read end of its report pipe
+	bool ready = false; // its Ready came
+	uint64_t pending_magic = 0; // a report's magic, read while waiting for Ready
+};
+
+// Every spawned consumer, for the watchdog to kill.
+std::mutex children_lock;
+std::vector<pid_t> children_pids;
+
+int private_fd(int fd)
+{
+	int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, kFirstPrivateFd);
+	::close(fd);
+	return moved;
+}
+
+// Spawns this binary again as a consumer: posix_spawn, never fork(), since
+// GStreamer's threads are running by now.
+bool spawn_consumer(const std::vector<std::string> &args, Child &child)
+{
+	int fds[2];
+	if (::pipe2(fds, O_CLOEXEC) < 0)
+		return false;
+	int rd = private_fd(fds[0]), wr = private_fd(fds[1]);
+	if (rd < 0 || wr < 0)
+		return false;
+	std::vector<std::string> copy = args;
+	std::vector<char *> argv;
+	argv.reserve(copy.size() + 1);
+	for (auto &a : copy)
+		argv.push_back(a.data());
+	argv.push_back(nullptr);
+	posix_spawn_file_actions_t actions;
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_adddup2(&actions, wr, kReportFd);
+	// XMEM_BENCH_EXE: under valgrind, /proc/self/exe is valgrind's own tool binary.
+	const char *exe = std::getenv("XMEM_BENCH_EXE");
+	int err =
+		posix_spawn(&child.pid, exe && *exe ? exe : "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+	posix_spawn_file_actions_destroy(&actions);
+	::close(wr);
+	if (err != 0) {
+		::close(rd);
+		errno = err;
+		return false;
+	}
+	child.report = rd;
+	std::lock_guard lock(children_lock);
+	children_pids.push_back(child.pid);
+	return true;
+}
+
+// Where the producer's frames come from: what the sink proposed, or plain memory.
+struct Allocation {
+	GstBufferPool *pool = nullptr;
+	GstAllocator *allocator = nullptr;
+	GstAllocationParams params{};
+	std::string kind = "none";
+
+	~Allocation()
+	{
+		if (pool) {
+			gst_buffer_pool_set_active(pool, FALSE);
+			gst_object_unref(pool);
+		}
+		if (allocator)
+			gst_object_unref(allocator);
+	}
+};
+
+// What upstream elements do in decide_allocation(): ask downstream with the caps,
+// take the first pool (configured and activated) or else the first allocator.
+void negotiate_allocation(GstElement *appsrc, GstCaps *caps, gsize size, Allocation &a)
+{
+	GstPad *pad = gst_element_get_static_pad(appsrc, "src");
+	GstQuery *query = gst_query_new_allocation(caps, TRUE);
+	bool answered = gst_pad_peer_query(pad, query);
+	gst_object_unref(pad);
+	if (answered && gst_query_get_n_allocation_pools(query) > 0) {
+		GstBufferPool *pool = nullptr;
+		guint psize = 0, min = 0, max = 0;
+		gst_query_parse_nth_allocation_pool(query, 0, &pool, &psize, &min, &max);
+		if (pool) {
+			GstStructure *config = gst_buffer_pool_get_config(pool);
+			gst_buffer_pool_config_set_params(config, caps, guint(std::max<gsize>(psize, size)), min, max);
+			if (gst_buffer_pool_has_option(pool, GST_BUFFER_POOL_OPTION_VIDEO_META))
+				gst_buffer_pool_config_add_option(config, GST_BUFFER_POOL_OPTION_VIDEO_META);
+			if (gst_buffer_pool_set_config(pool, config) && gst_buffer_pool_set_active(pool, TRUE)) {
+				a.pool = pool;
+				a.kind = std::string("pool ") + G_OBJECT_TYPE_NAME(pool);
+			} else {
+				gst_object_unref(pool);
+			}
+		}
+	}
+	if (!a.pool && answered && gst_query_get_n_allocation_params(query) > 0) {
+		GstAllocator *allocator = nullptr;
+		gst_query_parse_nth_allocation_param(query, 0, &allocator, &a.params);
+		if (allocator) {
+			a.allocator = allocator;
+			a.kind = std::string("allocator ") + G_OBJECT_TYPE_NAME(allocator);
+		}
+	}
+	gst_query_unref(query);
+}
+
+GstBuffer *new_frame(const Allocation &a, gsize size)
+{
+	if (a.pool) {
+		GstBuffer *buffer = nullptr;
+		return gst_buffer_pool_acquire_buffer(a.pool, &buffer, nullptr) == GST_FLOW_OK ? buffer : nullptr;
+	}
+	GstAllocationParams params = a.params;
+	return gst_buffer_new_allocate(a.allocator, size, a.allocator ? &params : nullptr);
+}
+
+// Writes STAMP (with the time) into the frame's first bytes and pushes it.
+bool push_frame(GstElement *appsrc, GstBuffer *buffer, const Stamp &frame)
+{
+	GstMapInfo map;
+	if (!gst_buffer_map(buffer, &map, GST_MAP_WRITE) || map.size < sizeof(Stamp)) {
+		gst_buffer_unref(buffer);
+		return false;
+	}
+	Stamp stamp = frame;
+	stamp.timestamp_ns = monotonic_ns();
+	std::memcpy(map.data, &stamp, sizeof(stamp));
+	gst_buffer_unmap(buffer, &map);
+	return gst_app_src_push_buffer(GST_APP_SRC(appsrc), buffer) == GST_FLOW_OK;
+}
+
+// Sleeps to the next frame time at FPS (no sleep when 0).
+class Pacer
+{
+public:
+	explicit Pacer(uint32_t fps) : period_(fps ? 1000000000u / fps : 0) { clock_gettime(CLOCK_MONOTONIC, &next_); }
+	void wait()
+	{
+		if (!period_)
+			return;
+		next_.tv_nsec += long(period_);
+		while (next_.tv_nsec >= 1000000000) {
+			next_.tv_nsec -= 1000000000;
+			next_.tv_sec++;
+		}
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next_, nullptr) == EINTR) {
+		}
+	}
+
+private:
+	uint64_t period_;
+	timespec next_{};
+};
+
+struct Result {
+	bool ok = true;
+	std::string error;
+	std::vector<uint64_t> latencies;
+	uint64_t samples = 0; // measured frames received, over every consumer
+	uint64_t corrupt = 0;
+	uint64_t consumers_cpu_ns = 0;
+	uint64_t last_ns = 0; // the last consumer's last measured frame
+	double source_p50_us = 0; // --breakdown: the consumers' mean
+	std::map<std::string, uint64_t> consumer_threads; // CPU ns by thread name, every consumer
+	void fail(const std::string &why)
+	{
+		error += (error.empty() ? "" : "; ") + why;
+		ok = false;
+	}
+};
+
+// A private directory for this run's sockets, removed with everything in it.
+class RunDirectory
+{
+public:
+	RunDirectory()
+	{
+		gchar *dir = g_dir_make_tmp("xmem-bench-gst-XXXXXX", nullptr);
+		if (dir)
+			path_ = dir;
+		g_free(dir);
+	}
+	~RunDirectory()
+	{
+		if (path_.empty())
+			return;
+		if (GDir *d = g_dir_open(path_.c_str(), 0, nullptr)) {
+			while (const gchar *name = g_dir_read_name(d))
+				::unlink((path_ + "/" + name).c_str());
+			g_dir_close(d);
+		}
+		::rmdir(path_.c_str());
+	}
+	const std::string &path() const { return path_; }
+
+private:
+	std::string path_;
+};
+
+// The record for a run that produced no measurement.
+std::string failure_record(const Options &o, const std::string &why, bool available = true)
+{
+	JsonRecord j;
+	j.str("pair", o.pair->name);
+	j.str("mode", available ? o.mode : "unavailable");
+	j.str("size", std::to_string(o.width) + "x" + std::to_string(o.height));
+	j.num("width", o.width, 0);
+	j.num("height", o.height, 0);
+	j.num("fps_target", o.fps, 0);
+	j.num("consumers", o.consumers, 0);
+	j.boolean("available", available);
+	j.str("error", why);
+	j.str("command", o.command);
+	j.boolean("ok", !available);
+	return j.text();
+}
+
+// Past the run's timeout: report a failure, kill the consumers, exit. Nothing a
+// stuck pipeline does can hold the benchmark up longer than that.
+void start_watchdog(const Options &o)
+{
+	std::thread([o] {
+		prctl(PR_SET_NAME, "watchdog");
+		std::this_thread::sleep_for(std::chrono::duration<double>(o.timeout));
+		std::string line =
+			failure_record(o, "no result within --timeout " + std::to_string(int(o.timeout)) + " s");
+		if (o.json)
+			std::printf("%s\n", line.c_str());
+		else
+			std::fprintf(stderr, "xmem-bench-gst: %s\n", line.c_str());
+		std::fflush(stdout);
+		std::lock_guard lock(children_lock);
+		for (pid_t pid : children_pids)
+			::kill(pid, SIGKILL);
+		std::_Exit(1);
+	}).detach();
+}
+
+std::vector<std::string> consumer_args(const Options &o, const std::string &address)
+{
+	std::vector<std::string> args = { "xmem-bench-gst", "--role", "consumer" };
+	args.insert(args.end(), { "--pair", o.pair->name, "--address", address });
+	args.insert(args.end(), { "--width", std::to_string(o.width), "--height", std::to_string(o.height) });
+	args.insert(args.end(), { "--fps", std::to_string(o.fps), "--frames", std::to_string(o.frames) });
+	args.insert(args.end(), { "--timeout", std::to_string(o.timeout) });
+	if (o.breakdown)
+		args.push_back("--breakdown");
+	return args;
+}
+
+// Reads what each consumer process sent and reaps it.
+void gather(std::vector<Child> &children, uint64_t deadline, Result &r)
+{
+	for (auto &c : children) {
+		Report rep{};
+		uint64_t magic = c.pending_magic;
+		bool got = magic || read_all(c.report, &magic, sizeof(magic), deadline);
+		// Ready comes first, unless the consumer never saw a frame.
+		if (got && magic == kReadyMagic)
+			got = read_all(c.report, &magic, sizeof(magic), deadline);
+		got = got && magic == kReportMagic;
+		rep.magic = magic;
+		if (got)
+			got = read_all(c.report, reinterpret_cast<char *>(&rep) + sizeof(magic),
+				       sizeof(rep) - sizeof(magic), deadline);
+		got = got && rep.samples <= 100000000;
+		size_t at = r.latencies.size();
+		if (got) {
+			r.latencies.resize(at + rep.samples);
+			got = read_all(c.report, r.latencies.data() + at, rep.samples * sizeof(uint64_t), deadline);
+		}
+		::close(c.report);
+		c.report = -1;
+		if (!got) {
+			r.latencies.resize(at);
+			::kill(c.pid, SIGKILL);
+			r.fail("consumer " + std::to_string(c.pid) + " sent no report");
+		} else {
+			if (rep.status != 0) {
+				rep.error[sizeof(rep.error) - 1] = '\0';
+				r.fail("consumer " + std::to_string(c.pid) + ": " + rep.error);
+			}
+			r.samples += rep.samples;
+			r.corrupt += rep.corrupt;
+			r.consumers_cpu_ns += rep.cpu_ns;
+			r.source_p50_us += rep.source_p50_us / double(children.size());
+			rep.threads[sizeof(rep.threads) - 1] = '\0';
+			gchar **parts = g_strsplit(rep.threads, ";", -1);
+			for (gchar **part = parts; *part; part++)
+				if (const char *eq = std::strchr(*part, '='))
+					r.consumer_threads[std::string(*part, size_t(eq - *part))] +=
+						std::strtoull(eq + 1, nullptr, 10);
+			g_strfreev(parts);
+			r.last_ns = std::max(r.last_ns, rep.last_ns);
+		}
+		int status = 0;
+		for (int i = 0; i < 200 && ::waitpid(c.pid, &status, WNOHANG) == 0; i++)
+			std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		if (::waitpid(c.pid, &status, WNOHANG) == 0) {
+			::kill(c.pid, SIGKILL);
+			::waitpid(c.pid, &status, 0);
+		}
+	}
+}
+
+// The sink's own counters, where it has them (xmemsink: zero-copy and copied frames).
+void sink_counters(GstElement *pipeline, JsonRecord &j)
+{
+	GstElement *sink = gst_bin_get_by_name(GST_BIN(pipeline), "sink");
+	if (!sink)
+		return;
+	if (g_object_class_find_property(G_OBJECT_GET_CLASS(sink), "stats")) {
+		GstStructure *stats = nullptr;
+		g_object_get(sink, "stats", &stats, nullptr);
+		guint64 v = 0;
+		if (stats && gst_structure_get_uint64(stats, "zero-copy", &v))
+			j.num("sink_zero_copy", double(v), 0);
+		if (stats && gst_structure_get_uint64(stats, "copied", &v))
+			j.num("sink_copied", double(v), 0);
+		if (stats)
+			gst_structure_free(stats);
+	}
+	gst_object_unref(sink);
+}
+
+int run_producer(const Options &o)
+{
+	prctl(PR_SET_NAME, "producer-app");
+	start_watchdog(o);
+	const uint64_t deadline = monotonic_ns() + uint64_t(o.timeout * 1e9);
+	const bool in_process = o.pair->pair == Pair::floor;
+	for (const char *factory : { o.pair->sink, o.pair->src }) {
+		GstElementFactory *f = gst_element_factory_find(factory);
+		if (!f) {
+			// unixfd came with GStreamer 1.24: where it is missing, say so, not fail.
+			bool optional = o.pair->pair == Pair::unixfd;
+			std::string why = std::string("no element '") + factory + "' in " + gst_version_string() +
+					  (optional ? " (unixfdsink/unixfdsrc need GStreamer 1.24)"
+						    : " (is GST_PLUGIN_PATH set to the build's gst/ folder?)");
+			std::printf("%s\n", failure_record(o, why, !optional).c_str());
+			return optional ? 0 : 1;
+		}
+		gst_object_unref(f);
+	}
+
+	RunDirectory dir;
+	if (dir.path().empty()) {
+		std::printf("%s\n", failure_record(o, "cannot create a temporary directory").c_str());
+		return 1;
+	}
+	const std::string address = dir.path() + "/" + o.pair->name + ".sock";
+	const gsize size = frame_bytes(o);
+	const std::string producer_description = std::string(kAppSrc) + " ! " + sink_description(o, address);
+	const std::string consumer_description = in_process ? "" : src_description(o, address);
+
+	GError *err = nullptr;
+	GstElement *pipeline = gst_parse_launch(producer_description.c_str(), &err);
+	if (!pipeline || err) {
+		std::printf(
+			"%s\n",
+			failure_record(o, producer_description + ": " + (err ? err->message : "cannot build")).c_str());
+		return 1;
+	}
+	BusWatch bus(pipeline);
+	GstElement *appsrc = gst_bin_get_by_name(GST_BIN(pipeline), "src");
+	GstCaps *caps = gst_caps_from_string(caps_string(o).c_str());
+	gst_app_src_set_caps(GST_APP_SRC(appsrc), caps);
+
+	std::vector<std::unique_ptr<Recorder>> recorders;
+	if (in_process) {
+		for (uint32_t i = 0; i < o.consumers; i++) {
+			recorders.push_back(std::make_unique<Recorder>(o.frames, false));
+			GstElement *sink = gst_bin_get_by_name(GST_BIN(pipeline), ("sink" + std::to_string(i)).c_str());
+			recorders.back()->attach(sink);
+			gst_object_unref(sink);
+		}
+	}
+
+	// --breakdown: the first pad after appsrc, i.e. once appsrc's thread has the frame.
+	StageProbe sink_probe;
+	if (o.breakdown) {
+		GstPad *src_pad = gst_element_get_static_pad(appsrc, "src");
+		GstPad *peer = gst_pad_get_peer(src_pad);
+		sink_probe.attach(peer);
+		gst_object_unref(peer);
+		gst_object_unref(src_pad);
+	}
+
+	Result r;
+	std::vector<Child> children(in_process ? 0 : o.consumers);
+	Allocation alloc;
+	uint64_t seq = 0, sent = 0, foreign = 0, first_push_ns = 0, cpu_start = 0, cpu_end = 0;
+	std::map<std::string, uint64_t> threads_start, threads;
+	uint64_t acquire_cpu_ns = 0, push_cpu_ns = 0;
+	auto ready = [&] {
+		if (in_process)
+			return std::all_of(recorders.begin(), recorders.end(),
+					   [](auto &rec) { return rec->seen_first(); });
+		for (auto &c : children) {
+			if (c.ready)
+				continue;
+			pollfd pfd = { c.report, POLLIN, 0 };
+			if (::poll(&pfd, 1, 0) <= 0)
+				return false;
+			uint64_t magic = 0;
+			if (!read_all(c.report, &magic, sizeof(magic), deadline) || magic != kReadyMagic) {
+				// A report instead: the consumer failed, gather() reads why.
+				c.pending_magic = magic ? magic : kReportMagic;
+				return false;
+			}
+			c.ready = true;
+		}
+		return true;
+	};
+
+	if (gst_element_set_state(pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE)
+		r.fail(bus.failed() ? bus.error() : "cannot start the producer's pipeline");
+	for (auto &c : children) {
+		if (r.ok && !spawn_consumer(consumer_args(o, address), c))
+			r.fail(std::string("cannot spawn a consumer: ") + std::strerror(errno));
+	}
+
+	// 1. Until every consumer has a frame: plain memory (the sink has no caps yet,
+	//    so it has nothing to propose; these frames are copied in).
+	Pacer pacer(o.fps ? o.fps : 100);
+	while (r.ok && !ready()) {
+		if (std::any_of(children.begin(), children.end(), [](auto &c) { return c.pending_magic != 0; }))
+			r.fail("a consumer failed while starting");
+		else if (bus.failed())
+			r.fail(bus.error());
+		else if (monotonic_ns() >= deadline)
+			r.fail("the consumers got no frame before the deadline");
+		else if (!push_frame(appsrc, gst_buffer_new_allocate(nullptr, size, nullptr),
+				     { kStampMagic, ++seq, kWarmup, 0, 0 }))
+			r.fail("push_buffer failed while starting");
+		pacer.wait();
+	}
+
+	// 2. The sink has caps now: ask it for memory, as upstream elements do.
+	if (r.ok)
+		negotiate_allocation(appsrc, caps, size, alloc);
+
+	// 3. Warm up every slot or block of that memory, then measure.
+	Pacer measured_pacer(o.fps);
+	for (uint64_t n = 0; r.ok; n++) {
+		const bool measuring = n >= o.warmup;
+		const uint64_t index = measuring ? n - o.warmup : kWarmup;
+		if (measuring && index == 0) {
+			threads_start = thread_cpu_ns();
+			cpu_start = process_cpu_ns();
+			first_push_ns = monotonic_ns();
+		}
+		bool last = measuring && (index + 1 == o.frames ||
+					  (o.seconds > 0 && double(monotonic_ns() - first_push_ns) >= o.seconds * 1e9));
+		// --breakdown: the app thread's CPU time getting a buffer, and stamping and pushing it.
+		const uint64_t c0 = o.breakdown && measuring ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
+		GstBuffer *buffer = new_frame(alloc, size);
+		const uint64_t c1 = o.breakdown && measuring ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
+		if (!buffer) {
+			r.fail("no buffer from " + alloc.kind);
+			break;
+		}
+		if (measuring && alloc.allocator && gst_buffer_peek_memory(buffer, 0)->allocator != alloc.allocator)
+			foreign++; // shmsink's allocator falls back to system memory when its area is full
+		if (!push_frame(appsrc, buffer, { kStampMagic, ++seq, index, 0, last ? kLastFrame : 0 })) {
+			r.fail(bus.failed() ? bus.error() : "push_buffer failed");
+			break;
+		}
+		if (o.breakdown && measuring) {
+			acquire_cpu_ns += c1 - c0;
+			push_cpu_ns += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c1;
+		}
+		if (measuring)
+			sent++;
+		if (bus.failed())
+			r.fail(bus.error());
+		measured_pacer.wait();
+		if (last)
+			break;
+	}
+
+	// 4. Everything the consumers measured.
+	const uint64_t gather_deadline = std::min(deadline, monotonic_ns() + uint64_t(20'000'000'000));
+	if (in_process) {
+		for (auto &rec : recorders) {
+			std::string why;
+			bool ok = r.ok && wait_for_stream(*rec, bus, gather_deadline, why);
+			std::vector<uint64_t> latencies;
+			Report rep = rec->report(latencies);
+			if (!ok && r.ok)
+				r.fail(why);
+			r.latencies.insert(r.latencies.end(), latencies.begin(), latencies.end());
+			r.samples += rep.samples;
+			r.corrupt += rep.corrupt;
+			r.last_ns = std::max(r.last_ns, rep.last_ns);
+		}
+	} else {
+		gather(children, r.ok ? gather_deadline : monotonic_ns() + uint64_t(2'000'000'000), r);
+	}
+	cpu_end = process_cpu_ns();
+	threads = thread_cpu_since(threads_start);
+	if (r.ok && bus.failed())
+		r.fail(bus.error());
+
+	JsonRecord j;
+	sink_counters(pipeline, j);
+	gst_app_src_end_of_stream(GST_APP_SRC(appsrc));
+	gst_element_set_state(pipeline, GST_STATE_NULL);
+	gst_object_unref(appsrc);
+	gst_caps_unref(caps);
+
+	std::sort(r.latencies.begin(), r.latencies.end());
+	const uint64_t expected = sent * o.consumers;
+	const uint64_t dropped = expected > r.samples ? expected - r.samples : 0;
+	if (r.ok && sent == 0)
+		r.fail("no frame measured");
+	const double frames = double(std::max<uint64_t>(sent, 1));
+	const double producer_cpu = double(cpu_end - cpu_start) / 1000.0 / frames;
+	// A consumer's clock runs from its first measured frame to its last: sent - 1 frames.
+	const double consumers_cpu = double(r.consumers_cpu_ns) / 1000.0 / double(std::max<uint64_t>(sent, 2) - 1);
+	const double wall = r.last_ns > first_push_ns ? double(r.last_ns - first_push_ns) : 0.0;
+	// Paced, the frames span (sent - 1) periods; unthrottled, the last one's delivery ends the run.
+	const double fps = wall > 0 ? (o.fps ? double(sent - 1) : double(sent)) * 1e9 / wall : 0.0;
+	const bool ok = r.ok && dropped == 0 && r.corrupt == 0;
+	if (sent == 0) {
+		// Nothing measured: no figures, only why.
+		std::string line = failure_record(o, r.error);
+		if (o.json)
+			std::printf("%s\n", line.c_str());
+		else
+			std::printf("FAILED: %s\n", r.error.c_str());
+		std::fflush(stdout);
+		gst_object_unref(pipeline);
+		return 1;
+	}
+
+	JsonRecord out;
+	out.str("pair", o.pair->name);
+	out.str("mode", o.mode);
+	out.str("size", std::to_string(o.width) + "x" + std::to_string(o.height));
+	out.num("width", o.width, 0);
+	out.num("height", o.height, 0);
+	out.num("frame_bytes", double(size), 0);
+	out.num("touched_bytes", sizeof(Stamp), 0);
+	out.num("fps_target", o.fps, 0);
+	out.num("frames", double(sent), 0);
+	out.num("warmup", double(o.warmup), 0);
+	out.num("consumers", o.consumers, 0);
+	out.boolean("available", true);
+	out.num("p50_us", percentile_us(r.latencies, 0.50), 1);
+	out.num("p99_us", percentile_us(r.latencies, 0.99), 1);
+	out.num("max_us", percentile_us(r.latencies, 1.0), 1);
+	out.num("fps", fps, 1);
+	if (in_process) {
+		// One process: its CPU time is the producer's and the consumers' together.
+		out.null("producer_cpu_us_per_frame");
+		out.null("consumers_cpu_us_per_frame");
+		out.num("cpu_us_per_frame", producer_cpu, 2);
+	} else {
+		out.num("producer_cpu_us_per_frame", producer_cpu, 2);
+		out.num("consumers_cpu_us_per_frame", consumers_cpu, 2);
+		out.num("cpu_us_per_frame", producer_cpu + consumers_cpu, 2);
+	}
+	out.raw("producer_threads_us_per_frame", threads_json(threads, frames));
+	if (!in_process)
+		out.raw("consumers_threads_us_per_frame",
+			threads_json(r.consumer_threads, double(std::max<uint64_t>(sent, 2) - 1)));
+	out.num("dropped", double(dropped), 0);
+	out.num("corrupt", double(r.corrupt), 0);
+	if (o.breakdown) {
+		out.num("stage_sink_p50_us", sink_probe.p50_us(), 1);
+		out.num("app_acquire_cpu_us_per_frame", double(acquire_cpu_ns) / 1000.0 / frames, 2);
+		out.num("app_push_cpu_us_per_frame", double(push_cpu_ns) / 1000.0 / frames, 2);
+		if (!in_process)
+			out.num("stage_source_p50_us", r.source_p50_us, 1);
+	}
+	out.str("allocation", alloc.kind);
+	out.num("foreign_frames", double(foreign), 0);
+	std::string counters = j.text();
+	out.str("producer_pipeline", producer_description);
+	if (!in_process)
+		out.str("consumer_pipeline", consumer_description);
+	out.str("gstreamer", gst_version_string());
+	out.str("command", o.command);
+	if (!ok)
+		out.str("error", r.ok ? "frames dropped or corrupt" : r.error);
+	out.boolean("ok", ok);
+	std::string line = out.text();
+	if (counters.size() > 2) // the sink's counters, spliced in before the end
+		line = line.substr(0, line.size() - 1) + ", " + counters.substr(1);
+
+	if (o.json) {
+		std::printf("%s\n", line.c_str());
+	} else {
+		std::printf("%s %s %ux%u NV12, %u consumer(s), %s fps: buffers from %s\n", o.pair->name, o.mode.c_str(),
+			    o.width, o.height, o.consumers, o.fps ? std::to_string(o.fps).c_str() : "unthrottled",
+			    alloc.kind.c_str());
+		std::printf("  latency: p50 %.1f us, p99 %.1f us, max %.1f us (%zu samples)\n",
+			    percentile_us(r.latencies, 0.5), percentile_us(r.latencies, 0.99),
+			    percentile_us(r.latencies, 1.0), r.latencies.size());
+		if (o.breakdown)
+			std::printf("  p50 from the stamp: %.1f us to the sink's pad, %.1f us to the source's pad\n",
+				    sink_probe.p50_us(), r.source_p50_us);
+		std::printf("  frames/s %.1f, dropped %llu, corrupt %llu\n", fps, (unsigned long long)dropped,
+			    (unsigned long long)r.corrupt);
+		std::printf("  CPU us/frame: producer %.2f, consumers %.2f%s\n", producer_cpu, consumers_cpu,
+			    in_process ? " (one process: the producer's figure is both)" : "");
+		if (!ok)
+			std::printf("  FAILED: %s\n", r.ok ? "frames dropped or corrupt" : r.error.c_str());
+	}
+	std::fflush(stdout);
+	gst_object_unref(pipeline);
+	return ok ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	Options o;
+	if (!parse(argc, argv, o))
+		usage();
+	o.command = "xmem-bench-gst";
+	for (int i = 1; i < argc; i++)
+		o.command += std::string(" ") + argv[i];
+	// GLib names its thread pool's threads "pool-PRGNAME": not "pool-xmem-...", which
+	// would read as xmem's in the per-thread CPU figures.
+	g_set_prgname("gst-bench");
+	gst_init(nullptr, nullptr);
+	if (o.consumer)
+		return run_consumer(o);
+	return run_producer(o);
+}
