@@ -96,6 +96,7 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	char config_producer[XMEM_PRODUCER_MAX] = {};
 	std::vector<uint32_t> consumer_queue_size; // under publish_lock
 	uint64_t published_count = 0; // under publish_lock
+	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
 
 	layout::ConsumerRecord *consumer(uint32_t i) const
 	{

@@ -84,7 +84,7 @@ show_failure() {
 counters() {
 	"$XMEM_INSPECT" "$pool" --json 2>/dev/null |
 		grep -o '"client":"[^"]*"\|"received":[0-9]*\|"dropped":[0-9]*' |
-		awk -F: '/"client"/ { gsub(/"/, "", $2); name = $2 }
+		awk -F: '/"client"/ { gsub(/"/, "", $NF); name = $NF }
 			/"received"/ && name != "" { received = $2 }
 			/"dropped"/ && name != "" { print name, received, $2 }'
 }
