@@ -2,6 +2,7 @@
 // verifying consumer, a consumer that drops privileges, and servers that are not pools.
 #include <xmem/xmem.hpp>
 
+#include "frames.hpp"
 #include "protocol.hpp"
 
 #include <chrono>
@@ -23,26 +24,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The payload of frame SEQ: every byte depends on seq and position, so a slot
-// reused (or scribbled on) while a consumer holds it is caught.
-inline uint8_t pattern(uint64_t seq, uint64_t i)
-{
-	return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff);
-}
-
-void fill(std::span<std::byte> bytes, uint64_t size, uint64_t seq)
-{
-	for (uint64_t i = 0; i < size; i++)
-		bytes[i] = std::byte(pattern(seq, i));
-}
-
-bool check(std::span<const std::byte> bytes, uint64_t seq)
-{
-	for (uint64_t i = 0; i < bytes.size(); i++)
-		if (bytes[i] != std::byte(pattern(seq, i)))
-			return false;
-	return true;
-}
+using xmem::test::check;
 
 std::map<std::string, std::string> parse(int argc, char **argv, int from)
 {
@@ -96,21 +78,12 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 	auto next = std::chrono::steady_clock::now();
 	uint64_t published = 0, timeouts = 0;
 	for (uint64_t n = 0; n < frames; n++) {
-		auto frame = (*pool)->acquire(5s);
-		if (!frame) {
+		auto r = xmem::test::publish_test_frame(**pool, 5s);
+		if (!r && r.code() == xmem::Errc::timed_out) {
 			timeouts++;
-			std::fprintf(stderr, "produce: %s\n", frame.error().message.c_str());
+			std::fprintf(stderr, "produce: %s\n", r.error().message.c_str());
 			continue;
 		}
-		uint64_t seq = (*pool)->stats().published + 1; // single publishing thread
-		fill(frame->data_mut().value(), config.slot_size, seq);
-		auto *m = frame->meta_mut().value();
-		m->size = config.slot_size;
-		m->pts = seq * 1000;
-		m->dts = seq * 1000;
-		m->duration = 1000;
-		m->flags = uint32_t(seq);
-		auto r = (*pool)->publish(std::move(*frame));
 		if (!r) {
 			std::fprintf(stderr, "produce: %s\n", r.error().message.c_str());
 			return 1;

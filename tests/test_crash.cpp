@@ -1,6 +1,7 @@
 // test_crash.cpp - SIGKILL at random moments: consumers killed hundreds of times
 // while frames flow, and producers killed under a reconnecting consumer.
 #include "common.hpp"
+#include "frames.hpp"
 
 #include <atomic>
 #include <cstdio>
@@ -17,11 +18,6 @@ namespace {
 std::string peer()
 {
 	return xmem::test::peer_path();
-}
-
-inline uint8_t pattern(uint64_t seq, uint64_t i)
-{
-	return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff);
 }
 
 int kills_wanted()
@@ -75,20 +71,12 @@ TEST(Crash, ConsumersKilledAtRandomMoments)
 	std::atomic<uint64_t> acquire_failures{ 0 };
 	std::thread producer([&] {
 		while (!stop.load()) {
-			auto frame = owner->acquire(2s);
-			if (!frame) {
+			auto r = xmem::test::publish_test_frame(*owner, 2s);
+			if (!r) {
+				ASSERT_EQ(r.code(), xmem::Errc::timed_out) << r.error().message;
 				acquire_failures++;
 				continue;
 			}
-			uint64_t seq = owner->stats().published + 1;
-			auto bytes = frame->data_mut().value();
-			for (uint64_t i = 0; i < config.slot_size; i++)
-				bytes[i] = std::byte(pattern(seq, i));
-			auto *m = frame->meta_mut().value();
-			m->size = config.slot_size;
-			m->pts = seq * 1000;
-			m->flags = uint32_t(seq);
-			ASSERT_TRUE(owner->publish(std::move(*frame)).ok());
 			std::this_thread::sleep_for(200us);
 		}
 	});

@@ -1,6 +1,7 @@
 // test_multiprocess.cpp - producer and consumers as separate processes: fan-out,
 // late joiners, slow consumers under each policy, deaths on either side.
 #include "common.hpp"
+#include "frames.hpp"
 
 #include <cstring>
 
@@ -14,12 +15,6 @@ namespace {
 std::string peer()
 {
 	return xmem::test::peer_path();
-}
-
-// The same payload the peer writes (tests/peer.cpp).
-inline uint8_t pattern(uint64_t seq, uint64_t i)
-{
-	return uint8_t((seq * 131 + i * 7 + (i >> 8)) & 0xff);
 }
 
 std::shared_ptr<xmem::BufferPool> make_owner(const std::string &name, xmem::Policy policy, uint32_t slots = 8,
@@ -37,18 +32,7 @@ std::shared_ptr<xmem::BufferPool> make_owner(const std::string &name, xmem::Poli
 
 xmem::Result<void> publish_one(xmem::BufferPool &pool, std::chrono::milliseconds timeout = 2s)
 {
-	auto frame = pool.acquire(timeout);
-	if (!frame)
-		return frame.error();
-	uint64_t seq = pool.stats().published + 1;
-	auto bytes = frame->data_mut().value();
-	for (uint64_t i = 0; i < pool.slot_size(); i++)
-		bytes[i] = std::byte(pattern(seq, i));
-	auto *m = frame->meta_mut().value();
-	m->size = pool.slot_size();
-	m->pts = seq * 1000;
-	m->flags = uint32_t(seq);
-	return pool.publish(std::move(*frame));
+	return xmem::test::publish_test_frame(pool, timeout);
 }
 
 } // namespace
