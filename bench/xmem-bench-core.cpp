@@ -9,6 +9,8 @@
 // --pair eventfd-memfd measures the floor the core is built on instead: a stamp in
 // a shared memfd and one eventfd write per consumer per frame, the same sleep and
 // wake-up path as a sleeping xmem consumer, with no pool at all.
+#include "common.hpp"
+
 #include <xmem/xmem.hpp>
 
 #include <algorithm>
@@ -39,6 +41,13 @@
 extern char **environ;
 
 namespace {
+
+using bench::clock_ns;
+using bench::json_string;
+using bench::monotonic_ns;
+using bench::percentile_us;
+using bench::process_cpu_ns;
+using bench::write_all;
 
 constexpr uint64_t kStampMagic = 0x504d415453484358; // "XCHSTAMP"
 constexpr uint64_t kReportMagic = 0x54524f5045524258; // "XBREPORT"
@@ -190,44 +199,6 @@ const char *policy_name(xmem::Policy p)
 	return "?";
 }
 
-uint64_t clock_ns(clockid_t clock)
-{
-	timespec ts;
-	clock_gettime(clock, &ts);
-	return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
-uint64_t monotonic_ns()
-{
-	return clock_ns(CLOCK_MONOTONIC);
-}
-
-// User + system time of the whole process (every thread), in ns.
-uint64_t process_cpu_ns()
-{
-	rusage ru{};
-	getrusage(RUSAGE_SELF, &ru);
-	auto ns = [](const timeval &tv) {
-		return uint64_t(tv.tv_sec) * 1000000000u + uint64_t(tv.tv_usec) * 1000u;
-	};
-	return ns(ru.ru_utime) + ns(ru.ru_stime);
-}
-
-bool write_all(int fd, const void *buf, size_t len)
-{
-	auto p = static_cast<const char *>(buf);
-	while (len > 0) {
-		ssize_t n = ::write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		p += n;
-		len -= size_t(n);
-	}
-	return true;
-}
-
 bool read_all(int fd, void *buf, size_t len)
 {
 	auto p = static_cast<char *>(buf);
@@ -241,34 +212,6 @@ bool read_all(int fd, void *buf, size_t len)
 		len -= size_t(n);
 	}
 	return true;
-}
-
-// Nearest-rank percentile of SORTED, in µs.
-double percentile_us(const std::vector<uint64_t> &sorted, double q)
-{
-	if (sorted.empty())
-		return 0.0;
-	size_t rank = size_t(q * double(sorted.size()) + 0.999999);
-	rank = std::clamp<size_t>(rank, 1, sorted.size());
-	return double(sorted[rank - 1]) / 1000.0;
-}
-
-std::string json_string(std::string_view v)
-{
-	std::string out = "\"";
-	for (char c : v) {
-		if (c == '"' || c == '\\') {
-			out += '\\';
-			out += c;
-		} else if (static_cast<unsigned char>(c) < 0x20) {
-			char buf[8];
-			std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-			out += buf;
-		} else {
-			out += c;
-		}
-	}
-	return out + "\"";
 }
 
 // Consumers

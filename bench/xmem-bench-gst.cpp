@@ -10,6 +10,8 @@
 // itself) and gets their latencies and CPU time back over a pipe. The floor pair,
 // `appsrc ! appsink` in one pipeline (a tee before N appsinks for fan-out), runs
 // the same producer and consumer code in one process.
+#include "common.hpp"
+
 #include <gst/app/app.h>
 #include <gst/gst.h>
 #include <gst/video/video.h>
@@ -45,6 +47,13 @@
 extern char **environ;
 
 namespace {
+
+using bench::clock_ns;
+using bench::json_string;
+using bench::monotonic_ns;
+using bench::percentile_us;
+using bench::process_cpu_ns;
+using bench::write_all;
 
 constexpr uint64_t kStampMagic = 0x5453474d454d5858; // "XXMEMGST"
 constexpr uint64_t kReadyMagic = 0x5944414552425858; // "XXBREADY"
@@ -185,29 +194,6 @@ bool parse(int argc, char **argv, Options &o)
 	       o.consumers > 0 && o.consumers <= 16 && o.timeout > 0 && (!o.consumer || !o.address.empty());
 }
 
-uint64_t clock_ns(clockid_t clock)
-{
-	timespec ts;
-	clock_gettime(clock, &ts);
-	return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
-uint64_t monotonic_ns()
-{
-	return clock_ns(CLOCK_MONOTONIC);
-}
-
-// User + system time of the whole process (every thread), in ns.
-uint64_t process_cpu_ns()
-{
-	rusage ru{};
-	getrusage(RUSAGE_SELF, &ru);
-	auto ns = [](const timeval &tv) {
-		return uint64_t(tv.tv_sec) * 1000000000u + uint64_t(tv.tv_usec) * 1000u;
-	};
-	return ns(ru.ru_utime) + ns(ru.ru_stime);
-}
-
 // CPU time (ns) of each of this process's threads, by name (threads of one name add
 // up): which thread of a pipeline spends the time. Precise (the scheduler's count).
 // Threads keep the name of the thread that started them unless they set their own:
@@ -251,21 +237,6 @@ std::map<std::string, uint64_t> thread_cpu_since(const std::map<std::string, uin
 	return now;
 }
 
-bool write_all(int fd, const void *buf, size_t len)
-{
-	auto p = static_cast<const char *>(buf);
-	while (len > 0) {
-		ssize_t n = ::write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		p += n;
-		len -= size_t(n);
-	}
-	return true;
-}
-
 // Reads LEN bytes, waiting for each part until DEADLINE (CLOCK_MONOTONIC ns).
 bool read_all(int fd, void *buf, size_t len, uint64_t deadline)
 {
@@ -289,34 +260,6 @@ bool read_all(int fd, void *buf, size_t len, uint64_t deadline)
 		len -= size_t(n);
 	}
 	return true;
-}
-
-// Nearest-rank percentile of SORTED, in µs.
-double percentile_us(const std::vector<uint64_t> &sorted, double q)
-{
-	if (sorted.empty())
-		return 0.0;
-	size_t rank = size_t(q * double(sorted.size()) + 0.999999);
-	rank = std::clamp<size_t>(rank, 1, sorted.size());
-	return double(sorted[rank - 1]) / 1000.0;
-}
-
-std::string json_string(std::string_view v)
-{
-	std::string out = "\"";
-	for (char c : v) {
-		if (c == '"' || c == '\\') {
-			out += '\\';
-			out += c;
-		} else if (static_cast<unsigned char>(c) < 0x20) {
-			char buf[8];
-			std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-			out += buf;
-		} else {
-			out += c;
-		}
-	}
-	return out + "\"";
 }
 
 // One JSON object on one line, keys in insertion order.
