@@ -194,4 +194,37 @@ bool eventually(Cond cond, std::chrono::milliseconds timeout = std::chrono::seco
 	return cond();
 }
 
+// The message of a failed result, for assertion output.
+template<typename T>
+std::string why(const xmem::Result<T> &r)
+{
+	return r.ok() ? std::string("(ok)") : r.error().message;
+}
+
+// Assertion results that evaluate the call once and show the error's message.
+template<typename T>
+::testing::AssertionResult is_ok(const xmem::Result<T> &r)
+{
+	if (r.ok())
+		return ::testing::AssertionSuccess();
+	return ::testing::AssertionFailure() << xmem_status_name(int(r.code())) << ": " << r.error().message;
+}
+
+// The code is WANT, and an error says something.
+template<typename T>
+::testing::AssertionResult has_code(const xmem::Result<T> &r, xmem::Errc want)
+{
+	if (r.code() != want)
+		return ::testing::AssertionFailure() << "got " << xmem_status_name(int(r.code())) << " (" << why(r)
+						     << "), expected " << xmem_status_name(int(want));
+	if (!r.ok() && r.error().message.empty())
+		return ::testing::AssertionFailure() << xmem_status_name(int(want)) << " without a message";
+	return ::testing::AssertionSuccess();
+}
+
 } // namespace xmem::test
+
+// Assertions on a Result that show the error's code and message.
+#define ASSERT_OK(r) ASSERT_TRUE(xmem::test::is_ok(r))
+#define EXPECT_OK(r) EXPECT_TRUE(xmem::test::is_ok(r))
+#define EXPECT_ERRC(r, c) EXPECT_TRUE(xmem::test::has_code((r), (c)))

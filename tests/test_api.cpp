@@ -25,38 +25,7 @@ using xmem::PoolConfig;
 using xmem::test::eventually;
 using xmem::test::Process;
 using xmem::test::RuntimeDir;
-
-// The message of a failed result, for assertion output.
-template<typename T>
-std::string why(const xmem::Result<T> &r)
-{
-	return r.ok() ? std::string("(ok)") : r.error().message;
-}
-
-// Assertion results that evaluate the call once and show the error's message.
-template<typename T>
-::testing::AssertionResult is_ok(const xmem::Result<T> &r)
-{
-	if (r.ok())
-		return ::testing::AssertionSuccess();
-	return ::testing::AssertionFailure() << xmem_status_name(int(r.code())) << ": " << r.error().message;
-}
-
-// The code is WANT, and an error says something.
-template<typename T>
-::testing::AssertionResult has_code(const xmem::Result<T> &r, Errc want)
-{
-	if (r.code() != want)
-		return ::testing::AssertionFailure() << "got " << xmem_status_name(int(r.code())) << " (" << why(r)
-						     << "), expected " << xmem_status_name(int(want));
-	if (!r.ok() && r.error().message.empty())
-		return ::testing::AssertionFailure() << xmem_status_name(int(want)) << " without a message";
-	return ::testing::AssertionSuccess();
-}
-
-#define ASSERT_OK(r) ASSERT_TRUE(is_ok(r))
-#define EXPECT_OK(r) EXPECT_TRUE(is_ok(r))
-#define EXPECT_ERRC(r, c) EXPECT_TRUE(has_code((r), (c)))
+using xmem::test::why;
 
 uint64_t monotonic_ns()
 {
