@@ -32,6 +32,15 @@ int fail(int code, const char *message)
 	return code;
 }
 
+template<size_t N>
+bool all_zero(const uint32_t (&words)[N])
+{
+	for (uint32_t w : words)
+		if (w != 0)
+			return false;
+	return true;
+}
+
 template<typename T>
 int status(const xmem::Result<T> &r)
 {
@@ -135,7 +144,7 @@ void xmem_pool_config_init(xmem_pool_config *c)
 void xmem_open_options_init(xmem_open_options *o)
 {
 	if (o)
-		*o = xmem_open_options{ 0, 4, nullptr };
+		*o = xmem_open_options{ 0, 4, nullptr, {} };
 }
 
 int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **out)
@@ -152,6 +161,13 @@ int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **ou
 		config.mode = c->mode ? c->mode : 0600;
 		config.format = c->format ? c->format : "";
 		config.producer = c->producer ? c->producer : "";
+		config.storage = xmem::Storage(c->storage);
+		config.device = c->device;
+		if (!all_zero(c->reserved))
+			return fail(XMEM_EINVAL, (std::string("pool '") + name +
+						  "': xmem_pool_config has reserved fields set "
+						  "(initialise it with xmem_pool_config_init)")
+							 .c_str());
 		auto r = xmem::BufferPool::create(name, config);
 		if (!r)
 			return fail(r.error());
@@ -170,6 +186,11 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 			options.timeout = ns(o->timeout_ns);
 			options.queue_size = o->queue_size;
 			options.client = o->client ? o->client : "";
+			if (!all_zero(o->reserved))
+				return fail(XMEM_EINVAL, (std::string("pool '") + name +
+							  "': xmem_open_options has reserved fields set "
+							  "(initialise it with xmem_open_options_init)")
+								 .c_str());
 		}
 		auto r = xmem::BufferPool::open(name, options);
 		if (!r)

@@ -12,7 +12,7 @@
 namespace xmem::layout {
 
 inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
-inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr uint32_t kAbiVersion = 2;
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 inline constexpr uint32_t kEosEntry = 0xffffffffu; // ring entry meaning end of stream
@@ -32,6 +32,15 @@ enum SlotState : uint32_t {
 };
 
 enum PoolState : uint32_t { kPoolOpen = 0, kPoolClosed = 1 };
+
+// How GPU work on device slots is ordered (docs/design.md, "Ordering on the GPU").
+// SYSTEM pools have none; a CUDA pool records the owner's choice, and each consumer
+// its own in its record (a consumer may fall back to CPU synchronization alone).
+enum SyncMode : uint32_t {
+	kSyncNone = 0,
+	kSyncStreamMemOps = 1, // ready/done words waited on and written by GPU streams
+	kSyncCpu = 2, // streams synchronized on the CPU before publish and release
+};
 
 enum ConsumerState : uint32_t {
 	kConsumerFree = 0,
@@ -64,9 +73,15 @@ struct ControlConstants {
 	uint64_t block_timeout_ns;
 	uint64_t created_ns;
 	char producer[XMEM_PRODUCER_MAX];
+	// GPU ordering: a SyncRecord per slot at sync_offset (0 and none for system
+	// memory), each sync_record_size bytes.
+	uint32_t sync_mode; // SyncMode
+	uint32_t sync_record_size;
+	uint64_t sync_offset;
+	uint64_t reserved[8]; // zero
 };
 
-static_assert(sizeof(ControlConstants) == 136);
+static_assert(sizeof(ControlConstants) == 216);
 static_assert(std::is_trivially_copyable_v<ControlConstants>);
 
 struct alignas(64) ControlHeader : ControlConstants {
@@ -86,8 +101,9 @@ struct alignas(64) ControlHeader : ControlConstants {
 
 // The shared copy of a frame's metadata lives in xmem_frame_meta, which is already
 // fixed-layout and pointer-free.
-static_assert(sizeof(xmem_frame_meta) == 320);
+static_assert(sizeof(xmem_frame_meta) == 384);
 static_assert(offsetof(xmem_frame_meta, content_type) == 256);
+static_assert(offsetof(xmem_frame_meta, reserved) == 320);
 
 struct alignas(64) SlotRecord {
 	std::atomic<uint32_t> state; // SlotState [owner; EXCLUSIVE by the sole holder]
@@ -109,6 +125,8 @@ struct alignas(64) ConsumerRecord {
 	uint32_t queue_size; // <= ring_capacity [owner, at attach]
 	uint64_t attach_ns;
 	char client[32];
+	uint32_t sync_mode; // SyncMode this consumer uses [consumer, at attach]
+	uint32_t reserved0;
 	// The ring: entries [head, tail). The consumer takes the head by CAS; the owner
 	// may also take it (drop-oldest), so a queued frame has exactly one taker.
 	alignas(64) std::atomic<uint64_t> head; // [consumer, owner]
@@ -141,10 +159,41 @@ inline constexpr uint64_t consumers_offset(uint32_t slot_count)
 	return slots_offset() + uint64_t{ slot_count } * sizeof(SlotRecord);
 }
 
-inline constexpr uint64_t control_size(uint32_t slot_count, uint32_t max_consumers, uint32_t ring_capacity)
+inline constexpr uint64_t consumers_end(uint32_t slot_count, uint32_t max_consumers, uint32_t ring_capacity)
 {
-	return round_up(consumers_offset(slot_count) + uint64_t{ max_consumers } * consumer_record_size(ring_capacity),
-			4096);
+	return consumers_offset(slot_count) + uint64_t{ max_consumers } * consumer_record_size(ring_capacity);
+}
+
+// GPU ordering words of a slot (CUDA pools only), 64-bit sequence numbers compared
+// with wrap-around. Word 0, `ready`: the last publish of this slot whose GPU writes
+// are complete [owner's stream]. Words 1-2, `pending`: holder bit h set when holder h
+// released the frame with a GPU write of its done word still queued [holder; cleared
+// by the owner when it reuses the slot]. Words 3 + h, `done[h]`: the last frame of
+// this slot holder h finished reading on the GPU [holder's stream; the owner for a
+// dead holder].
+inline constexpr uint32_t kSyncReadyWord = 0;
+inline constexpr uint32_t kSyncPendingWord = 1;
+inline constexpr uint32_t kSyncDoneWord = 1 + kHolderWords;
+
+inline constexpr uint32_t sync_record_size(uint32_t max_consumers)
+{
+	return static_cast<uint32_t>(round_up((uint64_t{ kSyncDoneWord } + max_consumers + 1) * 8, 64));
+}
+
+// Total control size. SYNC_RECORDS is true for CUDA pools, whose SyncRecords follow
+// the consumer records.
+inline constexpr uint64_t control_size(uint32_t slot_count, uint32_t max_consumers, uint32_t ring_capacity,
+				       bool sync_records = false)
+{
+	uint64_t end = round_up(consumers_end(slot_count, max_consumers, ring_capacity), 64);
+	if (sync_records)
+		end += uint64_t{ slot_count } * sync_record_size(max_consumers);
+	return round_up(end, 4096);
+}
+
+inline constexpr uint64_t sync_offset(uint32_t slot_count, uint32_t max_consumers, uint32_t ring_capacity)
+{
+	return round_up(consumers_end(slot_count, max_consumers, ring_capacity), 64);
 }
 
 inline std::atomic<uint64_t> *ring_of(ConsumerRecord *c)
@@ -157,9 +206,71 @@ inline uint64_t holder_mask(uint32_t bit)
 	return uint64_t{ 1 } << (bit % 64);
 }
 
+// The holder-bit and free-slot rules, in one place for the owner, consumers and the
+// snapshot xmem-inspect reads. seq_cst: these loads take part in the Dekker-style
+// handshakes between get() and reclaim (docs/design.md, "Reclaim").
+inline uint64_t holders_of(const SlotRecord &slot)
+{
+	uint64_t any = 0;
+	for (uint32_t w = 0; w < kHolderWords; w++)
+		any |= slot.holders[w].load(std::memory_order_seq_cst);
+	return any;
+}
+
+// Whether holder BIT is the only holder of SLOT.
+inline bool sole_holder(const SlotRecord &slot, uint32_t bit)
+{
+	for (uint32_t w = 0; w < kHolderWords; w++) {
+		uint64_t want = w == bit / 64 ? holder_mask(bit) : 0;
+		if (slot.holders[w].load(std::memory_order_seq_cst) != want)
+			return false;
+	}
+	return true;
+}
+
+// A slot in STATE with no holder left can be taken by the owner's next acquire().
+inline bool slot_is_free(uint32_t state, uint64_t holders)
+{
+	return state == kSlotFree || ((state == kSlotPublished || state == kSlotExclusive) && holders == 0);
+}
+
+inline bool slot_is_free(const SlotRecord &slot)
+{
+	return slot_is_free(slot.state.load(std::memory_order_acquire), holders_of(slot));
+}
+
+// The layout is an ABI between processes built from different versions: pin every
+// field another process reads or writes atomically. (ControlHeader derives from
+// ControlConstants, so it is not standard-layout; GCC and Clang lay it out as one
+// struct all the same.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
 static_assert(sizeof(ControlHeader) % 64 == 0);
+static_assert(offsetof(ControlHeader, state) == 256);
+static_assert(offsetof(ControlHeader, progress) == 260);
+static_assert(offsetof(ControlHeader, owner_waiting) == 264);
+static_assert(offsetof(ControlHeader, published) == 272);
+static_assert(offsetof(ControlHeader, dropped) == 280);
+static_assert(offsetof(ControlHeader, reaped) == 288);
+static_assert(offsetof(ControlHeader, format_seq) == 296);
+static_assert(offsetof(ControlHeader, format_lock) == 304);
+static_assert(offsetof(ControlHeader, format) == 312);
+#pragma GCC diagnostic pop
 static_assert(sizeof(SlotRecord) % 64 == 0);
-static_assert(sizeof(ConsumerRecord) % 64 == 0);
+static_assert(offsetof(SlotRecord, state) == 0);
+static_assert(offsetof(SlotRecord, holders) == 8);
 static_assert(offsetof(SlotRecord, meta) == 40);
+static_assert(offsetof(SlotRecord, format) == 424);
+static_assert(sizeof(ConsumerRecord) % 64 == 0);
+static_assert(offsetof(ConsumerRecord, state) == 0);
+static_assert(offsetof(ConsumerRecord, sync_mode) == 56);
+static_assert(offsetof(ConsumerRecord, head) == 64);
+static_assert(offsetof(ConsumerRecord, received) == 72);
+static_assert(offsetof(ConsumerRecord, armed) == 80);
+static_assert(offsetof(ConsumerRecord, detached) == 84);
+static_assert(offsetof(ConsumerRecord, tail) == 128);
+static_assert(offsetof(ConsumerRecord, dropped) == 136);
+static_assert(offsetof(ConsumerRecord, queued_total) == 144);
+
 
 } // namespace xmem::layout

@@ -1,6 +1,8 @@
 // pool.cpp - references to slots (guards, add_ref/release, get/get_mut with
 // copy-on-write) and the BufferPool facade shared by owner and consumers.
 #include "pool_impl.hpp"
+#include "publisher.hpp"
+#include "subscriber.hpp"
 
 #include <algorithm>
 #include <thread>
@@ -28,34 +30,36 @@ const char *state_name(uint32_t s)
 	return "invalid";
 }
 
-uint64_t holders_of(const SlotRecord &slot)
-{
-	return slot.holders[0].load(std::memory_order_seq_cst) | slot.holders[1].load(std::memory_order_seq_cst);
-}
-
-bool sole_holder(const SlotRecord &slot, uint32_t bit)
-{
-	for (uint32_t w = 0; w < kHolderWords; w++) {
-		uint64_t want = w == bit / 64 ? holder_mask(bit) : 0;
-		if (slot.holders[w].load(std::memory_order_seq_cst) != want)
-			return false;
-	}
-	return true;
-}
-
 } // namespace
 
-PoolImpl::~PoolImpl()
+PoolImpl::PoolImpl() = default;
+
+// The role objects go first (members are destroyed in reverse): the owner's I/O
+// thread is joined before the segment and arena it reads are unmapped.
+PoolImpl::~PoolImpl() = default;
+
+std::shared_ptr<const std::string> PoolImpl::format_of(const SlotRecord &slot)
 {
-	shutdown();
+	uint64_t seq = slot.meta.format_seq;
+	std::lock_guard lock(format_lock);
+	auto current = std::atomic_load(&format);
+	if (seq == format_seq || role == Role::owner)
+		return current;
+	auto f = std::make_shared<const std::string>(slot.format, strnlen(slot.format, sizeof(slot.format)));
+	if (seq > format_seq) {
+		std::atomic_store(&format, f);
+		format_seq = seq;
+	}
+	return f;
 }
+
 
 BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 {
 	BufferGuard g;
 	g.pool_ = shared_from_this();
 	g.index_ = index;
-	g.meta_ = slots[index].meta;
+	g.meta_ = seg.slots[index].meta;
 	// Another process wrote these: keep counts and strings within their arrays.
 	g.meta_.index = index;
 	g.meta_.ndim = std::min<uint8_t>(g.meta_.ndim, XMEM_MAX_DIMS);
@@ -63,9 +67,9 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	g.meta_.content_type[XMEM_CONTENT_TYPE_MAX - 1] = '\0';
 	g.meta_.producer[XMEM_PRODUCER_MAX - 1] = '\0';
 	g.data_ = slot_data(index);
-	g.capacity_ = slot_size;
+	g.capacity_ = seg.slot_size;
 	g.writable_ = writable;
-	g.format_ = role == Role::owner ? std::atomic_load(&format) : format_of(slots[index]);
+	g.format_ = role == Role::owner ? std::atomic_load(&format) : format_of(seg.slots[index]);
 	return g;
 }
 
@@ -73,15 +77,15 @@ void PoolImpl::notify_owner()
 {
 	// Pairs with the owner's owner_waiting increment before it re-checks (seq_cst on
 	// both sides): either it sees our change or we see it waiting. No syscall otherwise.
-	if (header->owner_waiting.load(std::memory_order_seq_cst) != 0) {
-		header->progress.fetch_add(1, std::memory_order_seq_cst);
-		futex_wake_all(&header->progress);
+	if (seg.header->owner_waiting.load(std::memory_order_seq_cst) != 0) {
+		seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+		futex_wake_all(&seg.header->progress);
 	}
 }
 
 void PoolImpl::clear_holder_bit(uint32_t index, uint32_t bit)
 {
-	SlotRecord &slot = slots[index];
+	SlotRecord &slot = seg.slots[index];
 	// Only the sole holder can have a slot EXCLUSIVE (get_mut in place): as it lets
 	// go, the frame is published again, so get() works on it as before.
 	uint32_t exclusive = kSlotExclusive;
@@ -98,11 +102,11 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= slot_count)
+	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) +
-							      " out of range (0.." + std::to_string(slot_count - 1) +
+							      " out of range (0.." + std::to_string(seg.slot_count - 1) +
 							      ")");
-	SlotRecord &slot = slots[index];
+	SlotRecord &slot = seg.slots[index];
 	std::unique_lock lock(refs_lock);
 	if (local_refs[index] == 0) {
 		uint64_t mask = holder_mask(holder_bit);
@@ -141,7 +145,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 	lock.unlock();
 
 	BufferGuard shared = make_guard(index, false);
-	uint64_t bytes = std::min<uint64_t>(shared.meta_.size, slot_size);
+	uint64_t bytes = std::min<uint64_t>(shared.meta_.size, seg.slot_size);
 	std::shared_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
 	if (!copy)
 		return make_error(Errc::no_memory, where() + ": no memory for a copy of slot " + std::to_string(index));
@@ -162,7 +166,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 // holds it once; EXCLUSIVE then keeps get() of other processes out until released.
 bool PoolImpl::take_exclusive(uint32_t index)
 {
-	SlotRecord &slot = slots[index];
+	SlotRecord &slot = seg.slots[index];
 	if (local_refs[index] != 1)
 		return false;
 	uint32_t expected = kSlotPublished;
@@ -176,7 +180,7 @@ bool PoolImpl::take_exclusive(uint32_t index)
 
 Result<void> PoolImpl::add_ref(uint32_t index)
 {
-	if (index >= slot_count)
+	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -190,7 +194,7 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 
 Result<void> PoolImpl::release(uint32_t index)
 {
-	if (index >= slot_count)
+	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -203,7 +207,7 @@ Result<void> PoolImpl::release(uint32_t index)
 
 Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 {
-	if (index >= slot_count)
+	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -316,8 +320,39 @@ Result<BufferGuard> BufferGuard::clone_ref() const
 
 // BufferPool
 
+namespace {
+
+Error wrong_role(const PoolImpl &pool, const char *what)
+{
+	return make_error(Errc::wrong_role, pool.where() + ": only the owner " + what);
+}
+
+} // namespace
+
 BufferPool::BufferPool(std::shared_ptr<PoolImpl> impl) : impl_(std::move(impl))
 {
+}
+
+Result<std::shared_ptr<BufferPool>> BufferPool::create(std::string_view name, const PoolConfig &config)
+{
+	auto path = socket_path(name);
+	if (!path)
+		return path.error();
+	auto impl = Publisher::create(name, std::move(path.value()), config);
+	if (!impl)
+		return impl.error();
+	return std::make_shared<BufferPool>(std::move(impl.value()));
+}
+
+Result<std::shared_ptr<BufferPool>> BufferPool::open(std::string_view name, const OpenOptions &options)
+{
+	auto path = socket_path(name);
+	if (!path)
+		return path.error();
+	auto impl = Subscriber::open(name, std::move(path.value()), options);
+	if (!impl)
+		return impl.error();
+	return std::make_shared<BufferPool>(std::move(impl.value()));
 }
 
 BufferPool::~BufferPool()
@@ -325,16 +360,16 @@ BufferPool::~BufferPool()
 	// The owner closes the pool now, even while guards keep the mappings alive (the
 	// limbo); a consumer detaches when its last guard is gone, so the owner never
 	// reuses a slot this process still reads.
-	if (impl_ && impl_->role == Role::owner)
-		impl_->shutdown();
-	else if (impl_)
-		impl_->detach_queue();
+	if (impl_ && impl_->publisher)
+		impl_->publisher->shutdown();
+	else if (impl_ && impl_->subscriber)
+		impl_->subscriber->detach_queue();
 }
 
 void BufferPool::close()
 {
-	if (impl_->role == Role::owner)
-		impl_->shutdown();
+	if (impl_->publisher)
+		impl_->publisher->shutdown();
 }
 
 bool BufferPool::owns(const BufferGuard &guard) const
@@ -356,36 +391,48 @@ const std::string &BufferPool::path() const
 }
 uint64_t BufferPool::slot_size() const
 {
-	return impl_->slot_size;
+	return impl_->seg.slot_size;
 }
 uint32_t BufferPool::slot_count() const
 {
-	return impl_->slot_count;
+	return impl_->seg.slot_count;
 }
 
 Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout)
 {
-	return impl_->acquire(timeout.count());
+	if (!impl_->publisher)
+		return wrong_role(*impl_, "acquires slots");
+	return impl_->publisher->acquire(timeout.count());
 }
 Result<void> BufferPool::publish(BufferGuard &&frame)
 {
-	return impl_->publish(std::move(frame));
+	if (!impl_->publisher) {
+		BufferGuard dropped = std::move(frame);
+		return wrong_role(*impl_, "publishes");
+	}
+	return impl_->publisher->publish(std::move(frame));
 }
 Result<void> BufferPool::set_format(std::string_view format)
 {
-	return impl_->set_format(format);
+	if (!impl_->publisher)
+		return wrong_role(*impl_, "sets the format");
+	return impl_->publisher->set_format(format);
 }
 Result<void> BufferPool::end_of_stream()
 {
-	return impl_->end_of_stream();
+	if (!impl_->publisher)
+		return wrong_role(*impl_, "ends the stream");
+	return impl_->publisher->end_of_stream();
 }
 Result<BufferGuard> BufferPool::receive(std::chrono::nanoseconds timeout)
 {
-	return impl_->receive(timeout.count());
+	if (!impl_->subscriber || impl_->role != Role::consumer)
+		return make_error(Errc::wrong_role, impl_->where() + ": only a consumer receives");
+	return impl_->subscriber->receive(timeout.count());
 }
 int BufferPool::fd() const
 {
-	return impl_->epoll.valid() ? impl_->epoll.get() : -1;
+	return impl_->subscriber ? impl_->subscriber->fd() : -1;
 }
 Result<BufferGuard> BufferPool::get(uint32_t index)
 {
@@ -410,7 +457,7 @@ Result<void> BufferPool::set_ref_count(uint32_t index, uint32_t count)
 
 uint32_t BufferPool::ref_count(uint32_t index) const
 {
-	if (index >= impl_->slot_count || impl_->local_refs.empty())
+	if (index >= impl_->seg.slot_count || impl_->local_refs.empty())
 		return 0;
 	std::lock_guard lock(impl_->refs_lock);
 	return impl_->local_refs[index];
@@ -424,26 +471,25 @@ std::string BufferPool::format() const
 
 std::span<const std::byte> BufferPool::control_segment() const
 {
-	return { impl_->control.data(), impl_->control.size() };
+	return impl_->seg.bytes();
 }
 
 PoolStats BufferPool::stats() const
 {
 	PoolStats s{};
-	const ControlHeader *h = impl_->header;
+	const ControlSegment &seg = impl_->seg;
+	const ControlHeader *h = seg.header;
 	s.published = h->published.load(std::memory_order_relaxed);
 	s.dropped = h->dropped.load(std::memory_order_relaxed);
 	s.reaped = h->reaped.load(std::memory_order_relaxed);
-	s.closed = h->state.load(std::memory_order_relaxed) == kPoolClosed || impl_->owner_gone.load();
-	s.slots_total = impl_->slot_count;
-	for (uint32_t i = 0; i < impl_->slot_count; i++) {
-		const SlotRecord &slot = impl_->slots[i];
-		uint32_t st = slot.state.load(std::memory_order_relaxed);
-		if (st == kSlotFree || ((st == kSlotPublished || st == kSlotExclusive) && holders_of(slot) == 0))
+	s.closed = h->state.load(std::memory_order_relaxed) == kPoolClosed ||
+		   (impl_->subscriber && impl_->subscriber->owner_gone());
+	s.slots_total = seg.slot_count;
+	for (uint32_t i = 0; i < seg.slot_count; i++)
+		if (slot_is_free(seg.slots[i]))
 			s.slots_free++;
-	}
-	for (uint32_t i = 0; i < impl_->max_consumers; i++)
-		if (impl_->consumer(i)->state.load(std::memory_order_relaxed) == kConsumerActive)
+	for (uint32_t i = 0; i < seg.max_consumers; i++)
+		if (seg.consumer(i)->state.load(std::memory_order_relaxed) == kConsumerActive)
 			s.consumers++;
 	return s;
 }

@@ -7,14 +7,20 @@
 //   Hello{role, queue_size} + [eventfd] -----> validate, take a ConsumerRecord
 //            <--------------------------------- Welcome{index, sizes, format}
 //                                               + [control memfd, data memfd]
+//                                               + [arena fds...] (one per CUDA slot)
+//            <--------------------------------- ArenaFds header + [fds...] while
+//                                               more than kMaxFds fds are due
 //            (or Reject{code, message}, then close)
 //   ... frames: rings and holder bits in the control segment, eventfd wakeups ...
 //   exit / crash: socket hang-up ------------> reap: clear the consumer's holder bits
 #pragma once
 
-#include <xmem/xmem.h>
+#include <xmem/xmem.hpp>
 
 #include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
 
 namespace xmem::protocol {
 
@@ -25,6 +31,7 @@ enum class MessageType : uint16_t {
 	hello = 1,
 	welcome = 2,
 	reject = 3,
+	arena_fds = 4, // a bare header carrying more arena fds than fit with the Welcome
 };
 
 enum class PeerRole : uint32_t {
@@ -56,7 +63,8 @@ struct Welcome {
 	uint64_t data_size;
 	uint64_t format_seq;
 	char format[XMEM_FORMAT_MAX];
-	// fds: control memfd, data memfd.
+	// fds: the control memfd, then the arena's fds (the count follows from the
+	// control segment's storage type), continued in ArenaFds messages.
 };
 
 struct Reject {
@@ -66,6 +74,8 @@ struct Reject {
 };
 
 inline constexpr uint32_t kNoConsumer = 0xffffffffu;
+// File descriptors in one message: the kernel's SCM_MAX_FD.
+inline constexpr size_t kMaxFds = 253;
 inline constexpr size_t kMaxMessage = sizeof(Welcome);
 static_assert(sizeof(MessageHeader) == 16);
 static_assert(sizeof(Hello) == 56);
@@ -75,5 +85,18 @@ inline MessageHeader make_header(MessageType type, uint32_t size)
 {
 	return MessageHeader{ kWireMagic, kVersion, type, size, 0 };
 }
+
+// One builder and one parser per message. A parser checks everything another process
+// controls (magic, version, type, sizes) and says what is wrong in an Error whose code
+// is the xmem_status to report: an owner sends it back in a Reject.
+Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client);
+Result<Hello> parse_hello(std::span<const std::byte> bytes);
+
+Welcome make_welcome(uint32_t consumer_index, uint64_t control_size, uint64_t data_size, uint64_t format_seq,
+		     std::string_view format);
+Reject make_reject(xmem_status code, std::string_view message);
+// A consumer's view of the owner's answer: the Welcome, or the Reject's code and
+// message as an Error. WHERE names the pool.
+Result<Welcome> parse_reply(std::span<const std::byte> bytes, const std::string &where);
 
 } // namespace xmem::protocol

@@ -238,11 +238,14 @@ Result<UniqueFd> connect(const std::string &path, uint64_t deadline_ns)
 
 Result<void> send_message(int sock, const void *data, size_t size, const int *fds, size_t nfds)
 {
+	if (nfds > protocol::kMaxFds)
+		return make_error(Errc::invalid_argument, "more than " + std::to_string(protocol::kMaxFds) +
+								  " fds in one message");
 	iovec iov{ const_cast<void *>(data), size };
 	msghdr msg{};
 	msg.msg_iov = &iov;
 	msg.msg_iovlen = 1;
-	alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+	alignas(cmsghdr) char control[CMSG_SPACE(protocol::kMaxFds * sizeof(int))] = {};
 	if (nfds > 0) {
 		msg.msg_control = control;
 		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
@@ -264,7 +267,7 @@ Result<void> send_message(int sock, const void *data, size_t size, const int *fd
 	return {};
 }
 
-Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::string &what)
+Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::string &what, size_t max_fds)
 {
 	for (;;) {
 		uint64_t now = monotonic_ns();
@@ -291,9 +294,10 @@ Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::stri
 	msghdr msg{};
 	msg.msg_iov = &iov;
 	msg.msg_iovlen = 1;
-	alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+	alignas(cmsghdr) char control[CMSG_SPACE(protocol::kMaxFds * sizeof(int))] = {};
 	msg.msg_control = control;
-	msg.msg_controllen = sizeof(control);
+	// Room for MAX_FDS only: more is MSG_CTRUNC, a peer that breaks the protocol.
+	msg.msg_controllen = CMSG_SPACE(std::min(max_fds, protocol::kMaxFds) * sizeof(int));
 	ssize_t n;
 	do
 		n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -318,6 +322,45 @@ Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::stri
 		return make_error(Errc::not_a_pool, what + ": oversized message or too many fds");
 	out.data.resize(size_t(n));
 	return out;
+}
+
+Result<void> send_welcome(int sock, const protocol::Welcome &welcome, int control_fd, const std::vector<int> &arena_fds)
+{
+	std::vector<int> fds{ control_fd };
+	size_t next = std::min(arena_fds.size(), protocol::kMaxFds - 1);
+	fds.insert(fds.end(), arena_fds.begin(), arena_fds.begin() + ptrdiff_t(next));
+	auto sent = send_message(sock, &welcome, sizeof(welcome), fds.data(), fds.size());
+	while (sent && next < arena_fds.size()) {
+		size_t n = std::min(arena_fds.size() - next, protocol::kMaxFds);
+		protocol::MessageHeader h =
+			protocol::make_header(protocol::MessageType::arena_fds, sizeof(protocol::MessageHeader));
+		sent = send_message(sock, &h, sizeof(h), arena_fds.data() + next, n);
+		next += n;
+	}
+	return sent;
+}
+
+Result<void> receive_arena_fds(int sock, std::vector<UniqueFd> &fds, size_t want, uint64_t deadline_ns,
+			       const std::string &where)
+{
+	while (fds.size() < want) {
+		auto msg = receive_message(sock, deadline_ns, where, protocol::kMaxFds);
+		if (!msg)
+			return msg.error();
+		protocol::MessageHeader h{};
+		if (msg->data.size() != sizeof(h))
+			return make_error(Errc::not_a_pool, where + ": malformed message where arena fds were due");
+		std::memcpy(&h, msg->data.data(), sizeof(h));
+		if (h.magic != protocol::kWireMagic || h.version != protocol::kVersion ||
+		    h.type != protocol::MessageType::arena_fds || h.size != sizeof(h) || msg->fds.empty())
+			return make_error(Errc::not_a_pool, where + ": malformed message where arena fds were due");
+		for (auto &fd : msg->fds)
+			fds.push_back(std::move(fd));
+	}
+	if (fds.size() != want)
+		return make_error(Errc::not_a_pool, where + ": owner sent " + std::to_string(fds.size()) +
+							    " arena file descriptors, expected " + std::to_string(want));
+	return {};
 }
 
 } // namespace rendezvous

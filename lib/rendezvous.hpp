@@ -2,6 +2,7 @@
 // the owner lock, and messages with file descriptors (SCM_RIGHTS).
 #pragma once
 
+#include "protocol.hpp"
 #include "system.hpp"
 
 #include <string>
@@ -28,13 +29,21 @@ void release(OwnerSocket &owner);
 // Connects to PATH, retrying until DEADLINE while nobody listens there.
 Result<UniqueFd> connect(const std::string &path, uint64_t deadline_ns);
 
-// One message with up to 4 fds. Received fds are owned by the caller.
+// One message with up to protocol::kMaxFds fds. Received fds are owned by the caller.
 Result<void> send_message(int sock, const void *data, size_t size, const int *fds, size_t nfds);
 struct Received {
 	std::vector<std::byte> data;
 	std::vector<UniqueFd> fds;
 };
-// Waits until DEADLINE for one message; Errc::closed when the peer hung up.
-Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::string &what);
+// Waits until DEADLINE for one message with at most MAX_FDS fds (more is an error);
+// Errc::closed when the peer hung up.
+Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::string &what, size_t max_fds = 4);
+
+// The owner's answer to a consumer: WELCOME with CONTROL_FD and as many of ARENA_FDS
+// as fit, the rest in ArenaFds messages. An inspector gets no arena fds.
+Result<void> send_welcome(int sock, const protocol::Welcome &welcome, int control_fd, const std::vector<int> &arena_fds);
+// A consumer's side: receives ArenaFds messages until FDS holds WANT fds.
+Result<void> receive_arena_fds(int sock, std::vector<UniqueFd> &fds, size_t want, uint64_t deadline_ns,
+			       const std::string &where);
 
 } // namespace xmem::rendezvous

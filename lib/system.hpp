@@ -130,6 +130,15 @@ inline void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, uint64_t 
 	::syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT, expected, tsp, nullptr, 0);
 }
 
+// A memfd of SIZE bytes with MODE, sealed against resizing; PREALLOCATE reserves
+// its pages now, so a full tmpfs fails here rather than SIGBUS a writer later.
+Result<UniqueFd> make_sealed_memfd(const std::string &label, uint64_t size, uint32_t mode, bool preallocate);
+// A read-write shared mapping of FD's first SIZE bytes.
+Result<Mapping> map_shared(int fd, uint64_t size, bool populate, const std::string &what);
+// Maps a memfd another process sent, whole, after checking it is a regular file of
+// at least MIN_SIZE bytes sealed against shrinking (Errc::bad_segment otherwise).
+Result<Mapping> map_peer_memfd(int fd, uint64_t min_size, const std::string &where, const char *what);
+
 inline void futex_wake_all(std::atomic<uint32_t> *word)
 {
 	::syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);

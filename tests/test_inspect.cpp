@@ -2,6 +2,8 @@
 // consumed in this one: what it reports (text and JSON), its listing, and its errors.
 #include "common.hpp"
 
+#include <xmem/snapshot.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -480,6 +482,65 @@ TEST(Inspect, JsonShowsSlotsConsumersHoldersAndCounters)
 	EXPECT_EQ(after["reaped"].num(), 2u);
 	for (const Json &s : after["slots"].items)
 		EXPECT_EQ(s["holders"].size(), 0u);
+}
+
+// The library call xmem-inspect prints, through every kind of handle: the owner's, a
+// consumer's and an inspector's all map the same control segment.
+TEST(Inspect, SnapshotNamesTheHolderOfAFrameUntilItIsReleased)
+{
+	RuntimeDir dir;
+	auto owner = make_owner("snap", 3);
+	ASSERT_TRUE(owner);
+	auto consumer = make_consumer("snap", "holder", 2);
+	ASSERT_TRUE(consumer);
+	xmem::OpenOptions options;
+	options.inspect = true;
+	auto inspector = xmem::BufferPool::open("snap", options);
+	ASSERT_TRUE(inspector.ok()) << inspector.error().message;
+	ASSERT_TRUE(publish_one(*owner));
+	auto frame = consumer->receive(1s);
+	ASSERT_TRUE(frame.ok()) << frame.error().message;
+	uint32_t held = frame->index();
+
+	for (const xmem::BufferPool *pool : { owner.get(), consumer.get(), inspector->get() }) {
+		auto snap = xmem::snapshot(*pool);
+		ASSERT_TRUE(snap.ok()) << snap.error().message;
+		EXPECT_EQ(snap->name, "snap");
+		EXPECT_EQ(snap->header.owner_pid, uint32_t(::getpid()));
+		EXPECT_TRUE(snap->header.magic_valid);
+		EXPECT_EQ(snap->state, xmem::PoolState::open);
+		EXPECT_EQ(snap->published, 1u);
+		EXPECT_TRUE(snap->warnings.empty());
+		ASSERT_EQ(snap->slots.size(), 3u);
+		EXPECT_EQ(snap->slots_free, 2u);
+
+		ASSERT_EQ(snap->consumers.size(), 1u);
+		const xmem::ConsumerSnapshot &c = snap->consumers[0];
+		EXPECT_EQ(c.client, "holder");
+		EXPECT_EQ(c.state, xmem::ConsumerState::active);
+		EXPECT_EQ(c.pid, uint32_t(::getpid()));
+		EXPECT_EQ(c.received, 1u);
+		EXPECT_EQ(c.queued, std::optional<uint64_t>(0));
+		EXPECT_EQ(snap->consumers_attached, 1u);
+
+		const xmem::SlotSnapshot &slot = snap->slots[held];
+		EXPECT_EQ(slot.index, held);
+		EXPECT_EQ(slot.state, xmem::SlotState::published);
+		EXPECT_FALSE(slot.free);
+		EXPECT_EQ(slot.seq, 1u);
+		ASSERT_EQ(slot.holders.size(), 1u);
+		EXPECT_FALSE(slot.holders[0].is_owner());
+		EXPECT_EQ(slot.holders[0].consumer_index(), c.index);
+		EXPECT_EQ(slot.holders[0].pid, std::optional<uint32_t>(uint32_t(::getpid())));
+	}
+
+	frame->reset();
+	auto snap = xmem::snapshot(**inspector);
+	ASSERT_TRUE(snap.ok()) << snap.error().message;
+	EXPECT_EQ(snap->slots_free, 3u);
+	EXPECT_EQ(snap->slots_free, owner->stats().slots_free);
+	EXPECT_TRUE(snap->slots[held].free);
+	EXPECT_TRUE(snap->slots[held].holders.empty());
 }
 
 TEST(Inspect, TextShowsHeaderSlotsConsumersAndCounters)

@@ -1,22 +1,17 @@
 // xmem-inspect.cpp - shows what is in a pool: lists the pools of the default directory,
 // or attaches to one as an inspector and prints its control segment as text or JSON.
-#include "layout.hpp"
-
+#include <xmem/snapshot.hpp>
 #include <xmem/xmem.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
-#include <cstring>
-#include <ctime>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include <dirent.h>
@@ -24,8 +19,6 @@
 #include <sys/stat.h>
 
 namespace {
-
-using namespace xmem::layout;
 
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
@@ -193,57 +186,6 @@ private:
 	bool after_key_ = false;
 };
 
-// A fixed-size char field of the segment as a string: never past the field, even
-// when the writer left out the NUL.
-template<size_t N>
-std::string field_string(const char (&field)[N])
-{
-	char copy[N];
-	std::memcpy(copy, field, N);
-	return std::string(copy, strnlen(copy, N));
-}
-
-const char *slot_state_name(uint32_t s)
-{
-	switch (s) {
-	case kSlotFree:
-		return "free";
-	case kSlotWriting:
-		return "writing";
-	case kSlotPublished:
-		return "published";
-	case kSlotExclusive:
-		return "exclusive";
-	case kSlotReclaiming:
-		return "reclaiming";
-	}
-	return "invalid";
-}
-
-const char *consumer_state_name(uint32_t s)
-{
-	switch (s) {
-	case kConsumerFree:
-		return "free";
-	case kConsumerActive:
-		return "active";
-	case kConsumerDead:
-		return "dead";
-	}
-	return "invalid";
-}
-
-const char *pool_state_name(uint32_t s)
-{
-	switch (s) {
-	case kPoolOpen:
-		return "open";
-	case kPoolClosed:
-		return "closed";
-	}
-	return "invalid";
-}
-
 const char *policy_name(uint32_t p)
 {
 	switch (p) {
@@ -273,246 +215,15 @@ bool process_alive(uint32_t pid)
 	return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
 }
 
-uint64_t monotonic_ns()
+// Whether consumer C's process still runs, which the snapshot leaves to the caller.
+bool consumer_alive(const xmem::ConsumerSnapshot &c)
 {
-	timespec ts;
-	::clock_gettime(CLOCK_MONOTONIC, &ts);
-	return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+	return c.state == xmem::ConsumerState::active && process_alive(c.pid);
 }
 
-struct Format {
-	std::string text;
-	uint64_t seq;
-};
-
-// The format string and its sequence number through the seqlock: retried while the
-// owner is rewriting them (odd) or rewrote them during the copy. Nothing when it never
-// settles: an owner that died or stopped mid-write leaves the lock odd forever.
-std::optional<Format> read_format(const ControlHeader &h)
+void print_json(const xmem::PoolSnapshot &v)
 {
-	char copy[XMEM_FORMAT_MAX];
-	uint64_t deadline = monotonic_ns() + 200'000'000;
-	do {
-		uint64_t before = h.format_lock.load(std::memory_order_acquire);
-		if (before % 2 == 0) {
-			// Racy by design: the sequence check below throws away a torn copy.
-			std::memcpy(copy, h.format, sizeof(copy));
-			uint64_t seq = h.format_seq.load(std::memory_order_relaxed);
-			std::atomic_thread_fence(std::memory_order_acquire);
-			if (h.format_lock.load(std::memory_order_relaxed) == before)
-				return Format{ std::string(copy, strnlen(copy, sizeof(copy))), seq };
-		}
-		std::this_thread::yield();
-	} while (monotonic_ns() < deadline);
-	return std::nullopt;
-}
-
-// What the header holds, read once: it is written at create and constant afterwards,
-// and reading it once means every bound below uses the same numbers.
-struct HeaderView {
-	uint32_t magic;
-	uint32_t abi_version;
-	uint32_t header_size;
-	uint32_t slot_record_size;
-	uint32_t consumer_record_size;
-	uint32_t slot_count;
-	uint32_t max_consumers;
-	uint32_t ring_capacity;
-	uint64_t control_size;
-	uint64_t slot_size;
-	uint64_t slot_stride;
-	uint64_t data_size;
-	uint32_t storage_type;
-	uint32_t policy;
-	uint32_t mode;
-	uint32_t owner_pid;
-	uint32_t owner_uid;
-	uint64_t block_timeout_ns;
-	uint64_t created_ns;
-	std::string producer;
-};
-
-struct Holder {
-	uint32_t bit;
-	std::optional<uint32_t> pid; // unknown for a bit past the consumer records
-};
-
-struct SlotView {
-	uint32_t index;
-	uint32_t state;
-	std::vector<Holder> holders;
-	uint64_t seq;
-	bool free;
-};
-
-struct QueueEntry {
-	uint32_t slot; // kEosEntry for end of stream
-	uint32_t seq; // low 32 bits of the frame's sequence number
-};
-
-struct ConsumerView {
-	uint32_t index;
-	uint32_t state;
-	uint32_t pid;
-	uint32_t uid;
-	std::string client;
-	bool alive;
-	uint64_t head;
-	uint64_t tail;
-	std::optional<uint64_t> queued; // none when head and tail make no sense
-	std::vector<QueueEntry> queue;
-	uint64_t received;
-	uint64_t dropped;
-	uint64_t queued_total;
-	uint32_t queue_size;
-};
-
-struct PoolView {
-	std::string name;
-	std::string path;
-	HeaderView header;
-	uint32_t state;
-	std::optional<Format> format;
-	uint64_t published;
-	uint64_t dropped;
-	uint64_t reaped;
-	std::vector<SlotView> slots;
-	uint32_t slots_free = 0;
-	std::vector<ConsumerView> consumers; // the records that are not free
-	uint32_t consumers_attached = 0;
-	std::vector<std::string> warnings;
-};
-
-// Reads the control segment of an inspector handle into a PoolView. Everything it
-// indexes with is bounded by the mapping, whatever the owner wrote.
-xmem::Result<PoolView> read_pool(const xmem::BufferPool &pool)
-{
-	std::span<const std::byte> segment = pool.control_segment();
-	if (segment.size() < slots_offset())
-		return xmem::Error{ xmem::Errc::bad_segment, "pool '" + pool.name() + "': control segment too small" };
-	const auto &h = *reinterpret_cast<const ControlHeader *>(segment.data());
-
-	PoolView v;
-	v.name = pool.name();
-	v.path = pool.path();
-	v.header = HeaderView{
-		h.magic,       h.abi_version,	h.header_size,	    h.slot_record_size, h.consumer_record_size,
-		h.slot_count,  h.max_consumers, h.ring_capacity,    h.control_size,	h.slot_size,
-		h.slot_stride, h.data_size,	h.storage_type,	    h.policy,		h.mode,
-		h.owner_pid,   h.owner_uid,	h.block_timeout_ns, h.created_ns,	field_string(h.producer)
-	};
-	const HeaderView &hv = v.header;
-
-	// The layout follows the slot count validated at attach, not a re-read of the
-	// header, exactly as the library's own handle does.
-	uint32_t slot_count = pool.slot_count();
-	if (hv.slot_count != slot_count)
-		v.warnings.push_back("header slot count " + std::to_string(hv.slot_count) + " differs from " +
-				     std::to_string(slot_count) + " at attach");
-	uint64_t slots_fit = (segment.size() - slots_offset()) / sizeof(SlotRecord);
-	uint32_t slots_shown = uint32_t(std::min<uint64_t>(slot_count, slots_fit));
-
-	uint32_t max_consumers = std::min<uint32_t>(hv.max_consumers, XMEM_MAX_CONSUMERS);
-	uint32_t ring_capacity = hv.ring_capacity;
-	uint64_t record_size = hv.consumer_record_size;
-	uint64_t base = consumers_offset(slot_count);
-	if (ring_capacity > XMEM_MAX_SLOTS + 1 || record_size % 64 != 0 ||
-	    record_size < consumer_record_size(ring_capacity)) {
-		v.warnings.push_back("consumer record size " + std::to_string(record_size) +
-				     " does not fit a ring of " + std::to_string(ring_capacity) +
-				     " entries: consumers not shown");
-		max_consumers = 0;
-	} else {
-		uint64_t fit = base < segment.size() ? (segment.size() - base) / record_size : 0;
-		if (fit < max_consumers) {
-			v.warnings.push_back("only " + std::to_string(fit) + " of " + std::to_string(max_consumers) +
-					     " consumer records fit in the mapping");
-			max_consumers = uint32_t(fit);
-		}
-	}
-	// Computed as PoolImpl::consumer() does.
-	auto consumer = [&](uint32_t i) {
-		return reinterpret_cast<const ConsumerRecord *>(segment.data() + base + uint64_t{ i } * record_size);
-	};
-
-	v.state = h.state.load(std::memory_order_acquire);
-	v.format = read_format(h);
-	v.published = h.published.load(std::memory_order_relaxed);
-	v.dropped = h.dropped.load(std::memory_order_relaxed);
-	v.reaped = h.reaped.load(std::memory_order_relaxed);
-
-	std::vector<uint32_t> consumer_pids(max_consumers);
-	for (uint32_t i = 0; i < max_consumers; i++)
-		consumer_pids[i] = consumer(i)->pid;
-
-	const auto *slots = reinterpret_cast<const SlotRecord *>(segment.data() + slots_offset());
-	for (uint32_t i = 0; i < slots_shown; i++) {
-		const SlotRecord &slot = slots[i];
-		SlotView s{};
-		s.index = i;
-		s.state = slot.state.load(std::memory_order_acquire);
-		uint64_t any = 0;
-		for (uint32_t w = 0; w < kHolderWords; w++) {
-			uint64_t bits = slot.holders[w].load(std::memory_order_seq_cst);
-			any |= bits;
-			for (uint32_t b = 0; b < 64; b++) {
-				if (!(bits & (uint64_t{ 1 } << b)))
-					continue;
-				uint32_t bit = w * 64 + b;
-				Holder holder{ bit, std::nullopt };
-				if (bit == kOwnerBit)
-					holder.pid = hv.owner_pid;
-				else if (bit - 1 < max_consumers)
-					holder.pid = consumer_pids[bit - 1];
-				s.holders.push_back(holder);
-			}
-		}
-		s.seq = slot.meta.seq;
-		// The same rule as BufferPool::stats() and the owner's acquire().
-		s.free = s.state == kSlotFree || ((s.state == kSlotPublished || s.state == kSlotExclusive) && any == 0);
-		if (s.free)
-			v.slots_free++;
-		v.slots.push_back(std::move(s));
-	}
-
-	for (uint32_t i = 0; i < max_consumers; i++) {
-		const ConsumerRecord *rec = consumer(i);
-		uint32_t state = rec->state.load(std::memory_order_acquire);
-		if (state == kConsumerFree)
-			continue;
-		ConsumerView c{};
-		c.index = i;
-		c.state = state;
-		c.pid = rec->pid;
-		c.uid = rec->uid;
-		c.client = field_string(rec->client);
-		c.alive = state == kConsumerActive && process_alive(c.pid);
-		// Head first: it never passes tail, so tail read after it is not behind it.
-		c.head = rec->head.load(std::memory_order_acquire);
-		c.tail = rec->tail.load(std::memory_order_acquire);
-		if (c.tail - c.head <= ring_capacity) {
-			c.queued = c.tail - c.head;
-			// ring_of() takes a mutable record; the entries are only loaded here.
-			const std::atomic<uint64_t> *ring = ring_of(const_cast<ConsumerRecord *>(rec));
-			for (uint64_t k = c.head; k != c.tail; k++) {
-				uint64_t e = ring[k % ring_capacity].load(std::memory_order_acquire);
-				c.queue.push_back(QueueEntry{ uint32_t(e), uint32_t(e >> 32) });
-			}
-		}
-		c.received = rec->received.load(std::memory_order_relaxed);
-		c.dropped = rec->dropped.load(std::memory_order_relaxed);
-		c.queued_total = rec->queued_total.load(std::memory_order_relaxed);
-		c.queue_size = rec->queue_size;
-		if (state == kConsumerActive)
-			v.consumers_attached++;
-		v.consumers.push_back(std::move(c));
-	}
-	return v;
-}
-
-void print_json(const PoolView &v)
-{
-	const HeaderView &h = v.header;
+	const xmem::HeaderSnapshot &h = v.header;
 	JsonWriter j;
 	j.begin_object();
 	j.key("name").string(v.name);
@@ -538,7 +249,7 @@ void print_json(const PoolView &v)
 	j.key("block_timeout_ns").number(h.block_timeout_ns);
 	j.key("created_ns").number(h.created_ns);
 	j.key("producer").string(h.producer);
-	j.key("state").string(pool_state_name(v.state));
+	j.key("state").string(xmem::state_name(v.state));
 	j.key("format");
 	if (v.format)
 		j.string(v.format->text);
@@ -555,13 +266,13 @@ void print_json(const PoolView &v)
 	j.key("consumers_attached").number(v.consumers_attached);
 
 	j.key("slots").begin_array();
-	for (const SlotView &s : v.slots) {
+	for (const xmem::SlotSnapshot &s : v.slots) {
 		j.begin_object();
 		j.key("index").number(s.index);
-		j.key("state").string(slot_state_name(s.state));
+		j.key("state").string(xmem::state_name(s.state));
 		j.key("free").boolean(s.free);
 		j.key("holders").begin_array();
-		for (const Holder &holder : s.holders) {
+		for (const xmem::HolderSnapshot &holder : s.holders) {
 			if (holder.pid)
 				j.number(*holder.pid);
 			else
@@ -569,7 +280,7 @@ void print_json(const PoolView &v)
 		}
 		j.end_array();
 		j.key("holder_bits").begin_array();
-		for (const Holder &holder : s.holders)
+		for (const xmem::HolderSnapshot &holder : s.holders)
 			j.number(holder.bit);
 		j.end_array();
 		j.key("seq").number(s.seq);
@@ -578,23 +289,23 @@ void print_json(const PoolView &v)
 	j.end_array();
 
 	j.key("consumers").begin_array();
-	for (const ConsumerView &c : v.consumers) {
+	for (const xmem::ConsumerSnapshot &c : v.consumers) {
 		j.begin_object();
 		j.key("index").number(c.index);
 		j.key("pid").number(c.pid);
 		j.key("uid").number(c.uid);
 		j.key("client").string(c.client);
-		j.key("state").string(consumer_state_name(c.state));
-		j.key("alive").boolean(c.alive);
+		j.key("state").string(xmem::state_name(c.state));
+		j.key("alive").boolean(consumer_alive(c));
 		j.key("queued");
 		if (c.queued)
 			j.number(*c.queued);
 		else
 			j.null();
 		j.key("queue").begin_array();
-		for (const QueueEntry &e : c.queue) {
+		for (const xmem::QueueEntrySnapshot &e : c.queue) {
 			j.begin_object();
-			if (e.slot == kEosEntry)
+			if (e.end_of_stream)
 				j.key("eos").boolean(true);
 			else
 				j.key("slot").number(e.slot);
@@ -620,11 +331,11 @@ void print_json(const PoolView &v)
 	std::printf("%s\n", j.str().c_str());
 }
 
-void print_text(const PoolView &v)
+void print_text(const xmem::PoolSnapshot &v)
 {
-	const HeaderView &h = v.header;
+	const xmem::HeaderSnapshot &h = v.header;
 	std::printf("pool %s at %s\n", quoted(v.name, false).c_str(), quoted(v.path, false).c_str());
-	std::printf("  magic            0x%08x%s\n", h.magic, h.magic == kMagic ? "" : " (wrong)");
+	std::printf("  magic            0x%08x%s\n", h.magic, h.magic_valid ? "" : " (wrong)");
 	std::printf("  abi version      %u\n", h.abi_version);
 	std::printf("  record sizes     header %u, slot %u, consumer %u bytes\n", h.header_size, h.slot_record_size,
 		    h.consumer_record_size);
@@ -640,7 +351,7 @@ void print_text(const PoolView &v)
 	std::printf("  mode             %s\n", octal(h.mode).c_str());
 	std::printf("  owner            pid %u, uid %u\n", h.owner_pid, h.owner_uid);
 	std::printf("  producer         %s\n", quoted(h.producer, false).c_str());
-	std::printf("  state            %s\n", pool_state_name(v.state));
+	std::printf("  state            %s\n", xmem::state_name(v.state));
 	if (v.format)
 		std::printf("  format           %s (seq %llu)\n", quoted(v.format->text, false).c_str(),
 			    (unsigned long long)v.format->seq);
@@ -649,20 +360,20 @@ void print_text(const PoolView &v)
 
 	std::printf("\nslots: %u of %zu free\n", v.slots_free, v.slots.size());
 	std::printf("  %5s  %-10s  %10s  %s\n", "index", "state", "seq", "holders");
-	for (const SlotView &s : v.slots) {
+	for (const xmem::SlotSnapshot &s : v.slots) {
 		std::string holders;
-		for (const Holder &holder : s.holders) {
+		for (const xmem::HolderSnapshot &holder : s.holders) {
 			if (!holders.empty())
 				holders += ", ";
-			if (holder.bit == kOwnerBit)
+			if (holder.is_owner())
 				holders += "owner ";
 			else
-				holders += "consumer " + std::to_string(holder.bit - 1) + " ";
+				holders += "consumer " + std::to_string(holder.consumer_index()) + " ";
 			holders += holder.pid ? "pid " + std::to_string(*holder.pid) : "pid ?";
 		}
 		if (holders.empty())
 			holders = "-";
-		std::printf("  %5u  %-10s  %10llu  %s\n", s.index, slot_state_name(s.state), (unsigned long long)s.seq,
+		std::printf("  %5u  %-10s  %10llu  %s\n", s.index, xmem::state_name(s.state), (unsigned long long)s.seq,
 			    holders.c_str());
 	}
 
@@ -670,11 +381,11 @@ void print_text(const PoolView &v)
 	if (!v.consumers.empty()) {
 		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %10s  %10s  %5s\n", "index", "pid", "client", "state",
 			    "alive", "queued", "received", "dropped", "queue");
-		for (const ConsumerView &c : v.consumers) {
+		for (const xmem::ConsumerSnapshot &c : v.consumers) {
 			std::string queued = c.queued ? std::to_string(*c.queued) : "?";
 			std::printf("  %5u  %8u  %-20s  %-6s  %-5s  %6s  %10llu  %10llu  %5u\n", c.index, c.pid,
-				    quoted(c.client, false).c_str(), consumer_state_name(c.state),
-				    c.alive ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
+				    quoted(c.client, false).c_str(), xmem::state_name(c.state),
+				    consumer_alive(c) ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
 				    (unsigned long long)c.dropped, c.queue_size);
 		}
 	}
@@ -693,13 +404,13 @@ int inspect(const std::string &name, bool json)
 	auto pool = xmem::BufferPool::open(name, options);
 	if (!pool)
 		return fail(pool.error().message);
-	auto view = read_pool(**pool);
-	if (!view)
-		return fail(view.error().message);
+	auto snapshot = xmem::snapshot(**pool);
+	if (!snapshot)
+		return fail(snapshot.error().message);
 	if (json)
-		print_json(*view);
+		print_json(*snapshot);
 	else
-		print_text(*view);
+		print_text(*snapshot);
 	return 0;
 }
 
@@ -748,9 +459,8 @@ int list(bool json)
 		if (pool) {
 			l.stats = (*pool)->stats();
 			l.slot_size = (*pool)->slot_size();
-			std::span<const std::byte> segment = (*pool)->control_segment();
-			if (segment.size() >= sizeof(ControlHeader))
-				l.owner_pid = reinterpret_cast<const ControlHeader *>(segment.data())->owner_pid;
+			if (auto snapshot = xmem::snapshot(**pool))
+				l.owner_pid = snapshot->header.owner_pid;
 		} else {
 			l.error = pool.error().message;
 		}

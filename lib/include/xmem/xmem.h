@@ -56,7 +56,7 @@ typedef enum xmem_policy {
 
 typedef enum xmem_storage {
 	XMEM_STORAGE_SYSTEM = 0, /* memfd-backed system memory */
-	XMEM_STORAGE_CUDA = 1, /* CUDA device memory (reserved; not yet implemented) */
+	XMEM_STORAGE_CUDA = 1, /* CUDA device memory, shared as VMM allocations */
 } xmem_storage;
 
 typedef enum xmem_dtype {
@@ -101,6 +101,7 @@ typedef struct xmem_frame_meta {
 	uint64_t plane_offset[XMEM_MAX_PLANES];
 	char content_type[XMEM_CONTENT_TYPE_MAX]; /* e.g. "video/raw", "tensor" */
 	char producer[XMEM_PRODUCER_MAX]; /* producer's name (set by publish) */
+	uint64_t reserved[8]; /* zero; room for later fields without an ABI break */
 } xmem_frame_meta;
 
 typedef struct xmem_pool_config {
@@ -112,6 +113,9 @@ typedef struct xmem_pool_config {
 	uint32_t mode; /* socket and memory file mode; 0 means 0600 */
 	const char *format; /* initial format string (may be NULL) */
 	const char *producer; /* producer's name for metadata (may be NULL) */
+	uint32_t storage; /* xmem_storage of the slots; XMEM_STORAGE_SYSTEM by default */
+	uint32_t device; /* CUDA device ordinal for XMEM_STORAGE_CUDA, else 0 */
+	uint32_t reserved[8]; /* must be zero (xmem_pool_config_init does it) */
 } xmem_pool_config;
 
 /* Fills a config with the defaults: 8 slots, no size (must be set), 64 consumers,
@@ -122,6 +126,7 @@ typedef struct xmem_open_options {
 	int64_t timeout_ns; /* wait this long for the pool to appear; 0 = try once */
 	uint32_t queue_size; /* frames this consumer may have queued; 0 means 4 */
 	const char *client; /* this consumer's name, shown by xmem-inspect (may be NULL) */
+	uint32_t reserved[8]; /* must be zero (xmem_open_options_init does it) */
 } xmem_open_options;
 
 void xmem_open_options_init(xmem_open_options *options);

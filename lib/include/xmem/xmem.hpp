@@ -86,6 +86,8 @@ using PoolStats = xmem_pool_stats;
 
 enum class Policy { block = XMEM_POLICY_BLOCK, drop_oldest = XMEM_POLICY_DROP_OLDEST, drop_new = XMEM_POLICY_DROP_NEW };
 enum class Role { owner, consumer, inspector };
+// Where a pool's slots live: memfd-backed system memory, or CUDA device memory.
+enum class Storage : uint32_t { system = XMEM_STORAGE_SYSTEM, cuda = XMEM_STORAGE_CUDA };
 
 struct PoolConfig {
 	uint32_t slot_count = 8;
@@ -96,6 +98,9 @@ struct PoolConfig {
 	uint32_t mode = 0600;
 	std::string format;
 	std::string producer;
+	Storage storage = Storage::system;
+	// CUDA device ordinal for Storage::cuda.
+	uint32_t device = 0;
 };
 
 struct OpenOptions {
@@ -109,6 +114,8 @@ struct OpenOptions {
 
 class BufferPool;
 struct PoolImpl;
+class Publisher;
+class Subscriber;
 
 // One reference to a slot, released on destruction. Read-only or writable; a
 // writable guard from get_mut() may be a private copy (copy-on-write).
@@ -147,6 +154,8 @@ public:
 private:
 	friend class BufferPool;
 	friend struct PoolImpl;
+	friend class Publisher;
+	friend class Subscriber;
 
 	std::shared_ptr<PoolImpl> pool_;
 	// The slot, kept apart from meta_: callers may overwrite all of meta_mut().

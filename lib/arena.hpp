@@ -1,0 +1,61 @@
+// arena.hpp - where slot bytes live: the storage seam between the pool's protocol
+// and its memory. System memory (a memfd) is one arena; CUDA device memory another.
+#pragma once
+
+#include "system.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xmem {
+
+// What an arena is made of; the owner chooses it and records it in the control
+// segment's constants, from which a consumer imports the same arena.
+struct ArenaSpec {
+	std::string name; // the pool's, for labels and messages
+	Storage storage = Storage::system;
+	uint32_t device = 0;
+	uint32_t slot_count = 0;
+	uint64_t slot_size = 0;
+	uint32_t mode = 0600;
+};
+
+// The slots' memory, mapped in this process. Slot i lives at offset i * slot_stride().
+// An arena outlives every guard on it (guards hold the pool, the pool the arena).
+class Arena
+{
+public:
+	virtual ~Arena() = default;
+
+	virtual Storage storage() const = 0;
+	virtual uint32_t device() const = 0;
+	// Bytes between slot starts (the slot size rounded up to the storage's unit),
+	// and the total, slot_count * slot_stride.
+	virtual uint64_t slot_stride() const = 0;
+	virtual uint64_t size() const = 0;
+	// CPU address of OFFSET; nullptr for device memory, which the CPU cannot touch.
+	virtual std::byte *host(uint64_t offset) const = 0;
+	// Device address (a CUdeviceptr) of OFFSET; 0 for system memory.
+	virtual uint64_t device_address(uint64_t offset) const = 0;
+	// The file descriptors a consumer imports this arena from, in order. Owned by the
+	// arena; sent with SCM_RIGHTS at attach.
+	virtual std::vector<int> fds() const = 0;
+};
+
+// How many fds a consumer receives for an arena of STORAGE with SLOT_COUNT slots.
+uint32_t arena_fd_count(Storage storage, uint32_t slot_count);
+
+// Owner: allocates and maps every slot now.
+Result<std::unique_ptr<Arena>> create_arena(const ArenaSpec &spec);
+// Consumer: imports the owner's arena from FDS, checking it against SPEC and STRIDE
+// (from the validated control segment). WHERE names the pool in errors.
+Result<std::unique_ptr<Arena>> import_arena(const ArenaSpec &spec, uint64_t stride, std::vector<UniqueFd> fds,
+					    const std::string &where);
+
+// The system-memory arena: one sealed, preallocated memfd, mapped shared.
+Result<std::unique_ptr<Arena>> create_memfd_arena(const ArenaSpec &spec);
+Result<std::unique_ptr<Arena>> import_memfd_arena(const ArenaSpec &spec, uint64_t stride, UniqueFd fd,
+						  const std::string &where);
+
+} // namespace xmem

@@ -1,0 +1,94 @@
+// arena_memfd.cpp - the system-memory arena: one sealed memfd holding every slot,
+// preallocated by the owner and mapped shared by each consumer.
+#include "arena.hpp"
+#include "layout.hpp"
+
+namespace xmem {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+class MemfdArena final : public Arena
+{
+public:
+	MemfdArena(UniqueFd fd, Mapping map, uint64_t stride)
+		: fd_(std::move(fd)), map_(std::move(map)), stride_(stride)
+	{
+	}
+
+	Storage storage() const override { return Storage::system; }
+	uint32_t device() const override { return 0; }
+	uint64_t slot_stride() const override { return stride_; }
+	uint64_t size() const override { return map_.size(); }
+	std::byte *host(uint64_t offset) const override { return map_.data() + offset; }
+	uint64_t device_address(uint64_t) const override { return 0; }
+	std::vector<int> fds() const override { return { fd_.get() }; }
+
+private:
+	UniqueFd fd_;
+	Mapping map_;
+	uint64_t stride_;
+};
+
+} // namespace
+
+Result<std::unique_ptr<Arena>> create_memfd_arena(const ArenaSpec &spec)
+{
+	uint64_t stride = layout::round_up(spec.slot_size, kPage);
+	uint64_t size = stride * spec.slot_count;
+	auto fd = make_sealed_memfd("xmem-data:" + spec.name, size, spec.mode, true);
+	if (!fd)
+		return fd.error();
+	auto map = map_shared(fd->get(), size, true, "data arena");
+	if (!map)
+		return map.error();
+	return std::unique_ptr<Arena>(new MemfdArena(std::move(fd.value()), std::move(map.value()), stride));
+}
+
+Result<std::unique_ptr<Arena>> import_memfd_arena(const ArenaSpec &spec, uint64_t stride, UniqueFd fd,
+						  const std::string &where)
+{
+	auto map = map_peer_memfd(fd.get(), stride * spec.slot_count, where, "data arena");
+	if (!map)
+		return map.error();
+	return std::unique_ptr<Arena>(new MemfdArena(std::move(fd), std::move(map.value()), stride));
+}
+
+uint32_t arena_fd_count(Storage storage, uint32_t slot_count)
+{
+	// A CUDA arena exports one allocation per slot.
+	return storage == Storage::cuda ? slot_count : 1;
+}
+
+Result<std::unique_ptr<Arena>> create_arena(const ArenaSpec &spec)
+{
+	switch (spec.storage) {
+	case Storage::system:
+		return create_memfd_arena(spec);
+	case Storage::cuda:
+		break;
+	}
+	return make_error(Errc::invalid_argument,
+			  "pool '" + spec.name + "': storage type " + std::to_string(uint32_t(spec.storage)) +
+				  " is not supported by this library");
+}
+
+Result<std::unique_ptr<Arena>> import_arena(const ArenaSpec &spec, uint64_t stride, std::vector<UniqueFd> fds,
+					    const std::string &where)
+{
+	if (fds.size() != arena_fd_count(spec.storage, spec.slot_count))
+		return make_error(Errc::not_a_pool, where + ": owner sent " + std::to_string(fds.size()) +
+							    " arena file descriptors, expected " +
+							    std::to_string(arena_fd_count(spec.storage, spec.slot_count)));
+	switch (spec.storage) {
+	case Storage::system:
+		return import_memfd_arena(spec, stride, std::move(fds[0]), where);
+	case Storage::cuda:
+		break;
+	}
+	return make_error(Errc::not_a_pool, where + ": storage type " + std::to_string(uint32_t(spec.storage)) +
+						    " is not supported by this library");
+}
+
+} // namespace xmem

@@ -1,0 +1,171 @@
+// snapshot.hpp - a point-in-time copy of what a pool's control segment says: its
+// constants, every slot and who holds it, the consumers' records and the counters.
+#pragma once
+
+#include <xmem/xmem.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xmem {
+
+// The states the segment records. A snapshot keeps the value another process wrote,
+// which may be none of these: state_name() calls that "invalid".
+enum class SlotState : uint32_t { free = 0, writing = 1, published = 2, exclusive = 3, reclaiming = 4 };
+enum class ConsumerState : uint32_t { free = 0, active = 1, dead = 2 };
+enum class PoolState : uint32_t { open = 0, closed = 1 };
+
+// The constants the owner wrote at create, as the segment holds them now.
+struct HeaderSnapshot {
+	uint32_t magic;
+	bool magic_valid; // magic is xmem's: this is one of its control segments
+	uint32_t abi_version;
+	uint32_t header_size;
+	uint32_t slot_record_size;
+	uint32_t consumer_record_size;
+	uint32_t slot_count;
+	uint32_t max_consumers;
+	uint32_t ring_capacity;
+	uint64_t control_size;
+	uint64_t slot_size;
+	uint64_t slot_stride;
+	uint64_t data_size;
+	uint32_t storage_type; // an xmem_storage value
+	uint32_t device_id;
+	uint32_t sync_mode; // how GPU work on slots is ordered; 0 for system memory
+	uint32_t sync_record_size;
+	uint64_t sync_offset;
+	uint32_t policy; // an xmem_policy value
+	uint32_t mode;
+	uint32_t owner_pid;
+	uint32_t owner_uid;
+	uint64_t block_timeout_ns;
+	uint64_t created_ns;
+	std::string producer;
+};
+
+// One set holder bit of a slot: bit 0 is the owner, bit 1 + i consumer record i.
+struct HolderSnapshot {
+	uint32_t bit;
+	// The owner's or that consumer record's pid; none for a bit past the consumer
+	// records the mapping holds.
+	std::optional<uint32_t> pid;
+
+	bool is_owner() const { return bit == 0; }
+	uint32_t consumer_index() const { return bit - 1; } // only when !is_owner()
+};
+
+struct SlotSnapshot {
+	uint32_t index;
+	SlotState state;
+	std::vector<HolderSnapshot> holders; // by bit, lowest first
+	uint64_t seq; // sequence number of the frame last written to it
+	// Whether the owner's next acquire() could take it: free, or published or
+	// exclusive with no holder left (the rule BufferPool::stats() counts by).
+	bool free;
+};
+
+// One frame queued for a consumer, oldest first.
+struct QueueEntrySnapshot {
+	bool end_of_stream; // the entry marks end of stream, not a frame
+	uint32_t slot;
+	uint32_t seq; // low 32 bits of the frame's sequence number
+};
+
+// A consumer record that is not free. Whether its process still runs is not part of
+// the snapshot (asking costs a syscall): see kill(2) with signal 0.
+struct ConsumerSnapshot {
+	uint32_t index;
+	ConsumerState state;
+	uint32_t pid;
+	uint32_t uid;
+	std::string client;
+	uint64_t head; // ring entries [head, tail) are queued
+	uint64_t tail;
+	std::optional<uint64_t> queued; // tail - head; none when they make no sense
+	std::vector<QueueEntrySnapshot> queue; // empty when queued is none
+	uint64_t received;
+	uint64_t dropped;
+	uint64_t queued_total;
+	uint32_t queue_size;
+};
+
+struct FormatSnapshot {
+	std::string text;
+	uint64_t seq;
+};
+
+struct PoolSnapshot {
+	std::string name;
+	std::string path;
+	HeaderSnapshot header;
+	PoolState state;
+	std::optional<FormatSnapshot> format; // none while the owner is stuck rewriting it
+	uint64_t published;
+	uint64_t dropped;
+	uint64_t reaped;
+	std::vector<SlotSnapshot> slots; // the slot records the mapping holds
+	uint32_t slots_free = 0;
+	std::vector<ConsumerSnapshot> consumers; // the consumer records that are not free
+	uint32_t consumers_attached = 0; // those that are active
+	// What did not add up, in words: the snapshot leaves out what it cannot read
+	// safely instead of failing.
+	std::vector<std::string> warnings;
+};
+
+// Reads POOL's control segment (BufferPool::control_segment()) into a snapshot; any
+// handle works: owner, consumer or inspector. Other processes write the segment while
+// it is read, so fields read at slightly different moments may disagree (a holder bit
+// set on a slot that is already free, a queue one frame off), and the constants are
+// shown as the segment holds them now, not as validated at attach. Whatever the owner
+// wrote, every index is bounded by the mapping and by the slot count validated at
+// attach; what does not fit is left out and named in warnings.
+// Costs: no syscall and no lock, but for the format's seqlock: while the owner is
+// rewriting the format the read is retried, yielding the CPU, for up to 200 ms.
+// Errors: Errc::bad_segment when the mapping is too small to hold the header.
+Result<PoolSnapshot> snapshot(const BufferPool &pool);
+
+inline const char *state_name(SlotState state)
+{
+	switch (state) {
+	case SlotState::free:
+		return "free";
+	case SlotState::writing:
+		return "writing";
+	case SlotState::published:
+		return "published";
+	case SlotState::exclusive:
+		return "exclusive";
+	case SlotState::reclaiming:
+		return "reclaiming";
+	}
+	return "invalid";
+}
+
+inline const char *state_name(ConsumerState state)
+{
+	switch (state) {
+	case ConsumerState::free:
+		return "free";
+	case ConsumerState::active:
+		return "active";
+	case ConsumerState::dead:
+		return "dead";
+	}
+	return "invalid";
+}
+
+inline const char *state_name(PoolState state)
+{
+	switch (state) {
+	case PoolState::open:
+		return "open";
+	case PoolState::closed:
+		return "closed";
+	}
+	return "invalid";
+}
+
+} // namespace xmem

@@ -1,0 +1,108 @@
+// protocol.cpp - building and parsing the rendezvous messages, with every check on
+// what the peer sent in one place.
+#include "protocol.hpp"
+#include "system.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace xmem::protocol {
+
+namespace {
+
+void copy_string(char *dst, size_t cap, std::string_view src)
+{
+	size_t n = std::min(src.size(), cap - 1);
+	std::memcpy(dst, src.data(), n);
+	std::memset(dst + n, 0, cap - n);
+}
+
+Error refusal(xmem_status code, std::string message)
+{
+	return Error{ Errc(code), std::move(message) };
+}
+
+} // namespace
+
+Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client)
+{
+	Hello h{};
+	h.header = make_header(MessageType::hello, sizeof(h));
+	h.role = role;
+	h.queue_size = queue_size;
+	copy_string(h.client, sizeof(h.client), client);
+	return h;
+}
+
+Result<Hello> parse_hello(std::span<const std::byte> bytes)
+{
+	if (bytes.size() < sizeof(MessageHeader))
+		return refusal(XMEM_ENOTPOOL, "message too short for an xmem hello");
+	MessageHeader mh;
+	std::memcpy(&mh, bytes.data(), sizeof(mh));
+	if (mh.magic != kWireMagic)
+		return refusal(XMEM_ENOTPOOL, "not an xmem hello (bad magic)");
+	if (mh.version != kVersion)
+		return refusal(XMEM_EVERSION, "protocol version " + std::to_string(mh.version) +
+						      " is not supported (owner speaks " + std::to_string(kVersion) +
+						      ")");
+	if (mh.type != MessageType::hello || bytes.size() != sizeof(Hello) || mh.size != bytes.size())
+		return refusal(XMEM_ENOTPOOL, "malformed hello");
+	Hello hello;
+	std::memcpy(&hello, bytes.data(), sizeof(hello));
+	hello.client[sizeof(hello.client) - 1] = '\0';
+	if (hello.role != PeerRole::consumer && hello.role != PeerRole::inspector)
+		return refusal(XMEM_ENOTPOOL, "unknown peer role");
+	return hello;
+}
+
+Welcome make_welcome(uint32_t consumer_index, uint64_t control_size, uint64_t data_size, uint64_t format_seq,
+		     std::string_view format)
+{
+	Welcome w{};
+	w.header = make_header(MessageType::welcome, sizeof(w));
+	w.consumer_index = consumer_index;
+	w.control_size = control_size;
+	w.data_size = data_size;
+	w.format_seq = format_seq;
+	copy_string(w.format, sizeof(w.format), format);
+	return w;
+}
+
+Reject make_reject(xmem_status code, std::string_view message)
+{
+	Reject r{};
+	r.header = make_header(MessageType::reject, sizeof(r));
+	r.code = code;
+	copy_string(r.message, sizeof(r.message), message);
+	return r;
+}
+
+Result<Welcome> parse_reply(std::span<const std::byte> bytes, const std::string &where)
+{
+	MessageHeader mh{};
+	if (bytes.size() < sizeof(mh))
+		return make_error(Errc::not_a_pool, where + ": reply too short for an xmem message (not an xmem pool?)");
+	std::memcpy(&mh, bytes.data(), sizeof(mh));
+	if (mh.magic != kWireMagic)
+		return make_error(Errc::not_a_pool, where + ": reply has a bad magic (not an xmem pool)");
+	if (mh.version != kVersion)
+		return make_error(Errc::version_mismatch, where + ": owner speaks protocol version " +
+								  std::to_string(mh.version) + ", this library " +
+								  std::to_string(kVersion));
+	if (mh.type == MessageType::reject && bytes.size() == sizeof(Reject)) {
+		Reject r;
+		std::memcpy(&r, bytes.data(), sizeof(r));
+		r.message[sizeof(r.message) - 1] = '\0';
+		Errc code = r.code < 0 && r.code >= XMEM_ENOMEM ? Errc(r.code) : Errc::not_a_pool;
+		return make_error(code, where + ": refused by the owner: " + r.message);
+	}
+	if (mh.type != MessageType::welcome || bytes.size() != sizeof(Welcome) || mh.size != bytes.size())
+		return make_error(Errc::not_a_pool, where + ": malformed reply from the owner");
+	Welcome w;
+	std::memcpy(&w, bytes.data(), sizeof(w));
+	w.format[sizeof(w.format) - 1] = '\0';
+	return w;
+}
+
+} // namespace xmem::protocol

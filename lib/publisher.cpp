@@ -1,0 +1,782 @@
+// publisher.cpp - the owner's side of a pool: creating it, acquire and publish with
+// the queue policies, and the thread that attaches and reaps consumers.
+#include "publisher.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+namespace xmem {
+
+using namespace layout;
+
+namespace {
+
+constexpr uint64_t kHelloTimeoutNs = 2'000'000'000;
+constexpr uint64_t kMaxSlotSize = uint64_t{ 1 } << 40;
+constexpr uint32_t kDefaultQueueSize = 4;
+
+enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4 };
+
+// Event data: tag, consumer index and fd. The fd lets the loop ignore an event for a
+// connection that was already replaced: a registration can outlive close() while a
+// child process, between posix_spawn's clone and exec, still holds a copy of the fd.
+uint64_t io_data(IoTag tag, uint32_t index, int fd)
+{
+	return uint64_t(tag) << 56 | uint64_t(index & 0xffffff) << 32 | uint32_t(fd);
+}
+
+void copy_string(char *dst, size_t cap, std::string_view src)
+{
+	size_t n = std::min(src.size(), cap - 1);
+	std::memcpy(dst, src.data(), n);
+	std::memset(dst + n, 0, cap - n);
+}
+
+} // namespace
+
+Result<void> Publisher::set_format(std::string_view f)
+{
+	if (f.size() >= XMEM_FORMAT_MAX)
+		return make_error(Errc::invalid_argument, pool_.where() + ": format is " + std::to_string(f.size()) +
+								  " bytes, the limit is " +
+								  std::to_string(XMEM_FORMAT_MAX - 1));
+	if (f.find('\0') != std::string_view::npos)
+		return make_error(Errc::invalid_argument, pool_.where() + ": format contains a NUL byte");
+	std::lock_guard lock(publish_lock);
+	std::atomic_store(&pool_.format, std::make_shared<const std::string>(f));
+	pool_.format_seq++;
+	seg.header->format_lock.fetch_add(1, std::memory_order_acq_rel); // odd: being written
+	copy_string(seg.header->format, sizeof(seg.header->format), f);
+	seg.header->format_seq.store(pool_.format_seq, std::memory_order_relaxed);
+	seg.header->format_lock.fetch_add(1, std::memory_order_release);
+	return {};
+}
+
+bool Publisher::try_reclaim(uint32_t index, SlotState to)
+{
+	SlotRecord &slot = seg.slots[index];
+	uint32_t s = slot.state.load(std::memory_order_acquire);
+	if (s == kSlotFree)
+		return slot.state.compare_exchange_strong(s, to, std::memory_order_seq_cst);
+	if ((s != kSlotPublished && s != kSlotExclusive) || holders_of(slot) != 0)
+		return false;
+	if (!slot.state.compare_exchange_strong(s, kSlotReclaiming, std::memory_order_seq_cst))
+		return false;
+	// A consumer's get() sets its bit, then reads the state: after our CAS either we
+	// see its bit here, or it sees RECLAIMING/`to` and backs off.
+	if (holders_of(slot) == 0) {
+		slot.state.store(to, std::memory_order_seq_cst);
+		return true;
+	}
+	slot.state.store(s, std::memory_order_seq_cst);
+	return false;
+}
+
+// Sleeps until DONE() or DEADLINE. Consumers bump `progress` when they release a
+// slot or take a frame while the owner waits; the reaper bumps it too.
+template<typename Done>
+static bool wait_for_progress(ControlHeader *header, Done done, uint64_t deadline_ns)
+{
+	for (;;) {
+		if (done())
+			return true;
+		if (monotonic_ns() >= deadline_ns)
+			return false;
+		header->owner_waiting.fetch_add(1, std::memory_order_seq_cst);
+		uint32_t seen = header->progress.load(std::memory_order_seq_cst);
+		if (done()) {
+			header->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
+			return true;
+		}
+		futex_wait(&header->progress, seen, deadline_ns);
+		header->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
+	}
+}
+
+Result<BufferGuard> Publisher::acquire(int64_t timeout_ns)
+{
+	if (shut.load())
+		return make_error(Errc::closed, pool_.where() + " is closed");
+	uint64_t deadline = deadline_after(timeout_ns);
+	for (;;) {
+		if (shut.load())
+			return make_error(Errc::closed, pool_.where() + " is closed");
+		uint32_t start = acquire_cursor.load(std::memory_order_relaxed);
+		for (uint32_t n = 0; n < seg.slot_count; n++) {
+			uint32_t i = (start + n) % seg.slot_count;
+			if (!try_reclaim(i, kSlotWriting))
+				continue;
+			acquire_cursor.store(i + 1, std::memory_order_relaxed);
+			{
+				std::lock_guard lock(pool_.refs_lock);
+				seg.slots[i].holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
+				pool_.local_refs[i] = 1;
+			}
+			FrameMeta &m = seg.slots[i].meta;
+			m = FrameMeta{};
+			m.index = i;
+			m.storage_type = uint8_t(pool_.arena->storage());
+			m.device_id = uint8_t(pool_.arena->device());
+			m.pts = m.dts = m.duration = XMEM_NONE;
+			return pool_.make_guard(i, true);
+		}
+		if (config_policy == Policy::drop_oldest) {
+			std::lock_guard lock(publish_lock);
+			if (drop_globally_oldest())
+				continue;
+		}
+		bool any = wait_for_progress(
+			seg.header,
+			[&] {
+				if (shut.load())
+					return true;
+				for (uint32_t i = 0; i < seg.slot_count; i++)
+					if (slot_is_free(seg.slots[i]))
+						return true;
+				return false;
+			},
+			deadline);
+		if (!any)
+			return make_error(Errc::timed_out, pool_.where() + ": no free slot within the timeout (all " +
+								   std::to_string(seg.slot_count) + " slots are held)");
+	}
+}
+
+bool Publisher::drop_oldest(uint32_t c)
+{
+	ConsumerRecord *rec = seg.consumer(c);
+	uint64_t h = rec->head.load(std::memory_order_acquire);
+	uint64_t t = rec->tail.load(std::memory_order_relaxed);
+	if (h == t)
+		return false;
+	uint64_t e = ring_of(rec)[h % seg.ring_capacity].load(std::memory_order_relaxed);
+	// The consumer may take the same entry: whoever wins the CAS owns it.
+	if (!rec->head.compare_exchange_strong(h, h + 1, std::memory_order_acq_rel))
+		return true;
+	uint32_t index = uint32_t(e);
+	if (index == kEosEntry)
+		return true;
+	if (index < seg.slot_count) {
+		uint32_t bit = 1 + c;
+		seg.slots[index].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+	}
+	rec->dropped.fetch_add(1, std::memory_order_relaxed);
+	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+	pool_.notify_owner(); // another owner thread may be waiting in acquire()
+	return true;
+}
+
+bool Publisher::drop_globally_oldest()
+{
+	// The oldest queued frame, preferring one whose slot this drop frees outright
+	// (no other holder): dropping a frame that is held elsewhere frees nothing yet.
+	uint32_t victim = UINT32_MAX, freeing = UINT32_MAX;
+	uint64_t oldest = UINT64_MAX, oldest_freeing = UINT64_MAX;
+	for (uint32_t c : active) {
+		ConsumerRecord *rec = seg.consumer(c);
+		uint64_t h = rec->head.load(std::memory_order_acquire);
+		if (h == rec->tail.load(std::memory_order_relaxed))
+			continue;
+		uint32_t index = uint32_t(ring_of(rec)[h % seg.ring_capacity].load(std::memory_order_relaxed));
+		if (index >= seg.slot_count)
+			continue;
+		uint64_t seq = seg.slots[index].meta.seq;
+		if (seq < oldest) {
+			oldest = seq;
+			victim = c;
+		}
+		if (sole_holder(seg.slots[index], 1 + c) && seq < oldest_freeing) {
+			oldest_freeing = seq;
+			freeing = c;
+		}
+	}
+	if (freeing != UINT32_MAX)
+		victim = freeing;
+	return victim != UINT32_MAX && drop_oldest(victim);
+}
+
+void Publisher::push(uint32_t c, uint64_t entry)
+{
+	ConsumerRecord *rec = seg.consumer(c);
+	uint64_t t = rec->tail.load(std::memory_order_relaxed);
+	ring_of(rec)[t % seg.ring_capacity].store(entry, std::memory_order_relaxed);
+	rec->tail.store(t + 1, std::memory_order_seq_cst);
+	rec->queued_total.fetch_add(1, std::memory_order_relaxed);
+	// The consumer arms, then re-reads tail; we store tail, then read armed. One of
+	// us sees the other, so a sleeping consumer is always woken, and a busy one
+	// costs no syscall.
+	if (rec->armed.load(std::memory_order_seq_cst) && rec->armed.exchange(0, std::memory_order_seq_cst)) {
+		uint64_t one = 1;
+		[[maybe_unused]] ssize_t n = ::write(consumer_event[c].get(), &one, sizeof(one));
+	}
+}
+
+// Publish's policy step, publish_lock held: the consumers that get the new frame,
+// with their holder bits in MASKS. A full queue drops its oldest frame, or this one
+// for that consumer (drop-new), or waits up to the block timeout (block).
+uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
+{
+	uint32_t ntargets = 0;
+	for (uint32_t c : active) {
+		ConsumerRecord *rec = seg.consumer(c);
+		const uint32_t queue_size = consumer_queue_size[c];
+		uint64_t deadline = 0;
+		bool take = rec->detached.load(std::memory_order_seq_cst) == 0;
+		while (take) {
+			uint64_t h = rec->head.load(std::memory_order_acquire);
+			uint64_t t = rec->tail.load(std::memory_order_relaxed);
+			if (t - h < queue_size)
+				break;
+			if (t - h > seg.ring_capacity) {
+				// Its head is garbage: hang up on it, the I/O thread reaps it.
+				::shutdown(consumer_conn[c].get(), SHUT_RDWR);
+				take = false;
+				break;
+			}
+			if (config_policy == Policy::drop_new) {
+				rec->dropped.fetch_add(1, std::memory_order_relaxed);
+				seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+				take = false;
+				break;
+			}
+			if (config_policy == Policy::block) {
+				if (deadline == 0)
+					deadline = deadline_after(int64_t(config_block_timeout_ns));
+				bool moved = wait_for_progress(
+					seg.header,
+					[&] {
+						return shut.load() ||
+						       rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
+						       rec->tail.load(std::memory_order_relaxed) -
+								       rec->head.load(std::memory_order_seq_cst) <
+							       queue_size;
+					},
+					deadline);
+				if (shut.load() || rec->state.load(std::memory_order_seq_cst) != kConsumerActive) {
+					take = false;
+					break;
+				}
+				if (moved)
+					continue;
+			}
+			drop_oldest(c); // drop-oldest, or block that timed out
+		}
+		if (!take)
+			continue;
+		targets[ntargets++] = c;
+		masks[(1 + c) / 64] |= holder_mask(1 + c);
+	}
+	return ntargets;
+}
+
+Result<void> Publisher::publish(BufferGuard &&frame)
+{
+	BufferGuard g = std::move(frame);
+	if (!g.valid() || g.pool_.get() != &pool_)
+		return make_error(Errc::invalid_argument, pool_.where() + ": publish of a buffer from another pool");
+	if (!g.writable_ || g.copy_)
+		return make_error(Errc::read_only, pool_.where() + ": publish needs a buffer from acquire()");
+	uint32_t index = g.index_;
+	SlotRecord &slot = seg.slots[index];
+	if (slot.state.load(std::memory_order_acquire) != kSlotWriting)
+		return make_error(Errc::invalid_argument, pool_.where() + ": slot " + std::to_string(index) +
+								  " is not being written (published twice?)");
+	if (g.meta_.size > seg.slot_size)
+		return make_error(Errc::out_of_range, pool_.where() + ": frame size " + std::to_string(g.meta_.size) +
+							      " exceeds the slot size " + std::to_string(seg.slot_size));
+	if (g.meta_.n_planes > XMEM_MAX_PLANES)
+		return make_error(Errc::invalid_argument, pool_.where() + ": n_planes " + std::to_string(g.meta_.n_planes) +
+								  " > " + std::to_string(XMEM_MAX_PLANES));
+	if (g.meta_.ndim > XMEM_MAX_DIMS)
+		return make_error(Errc::invalid_argument, pool_.where() + ": ndim " + std::to_string(g.meta_.ndim) + " > " +
+								  std::to_string(XMEM_MAX_DIMS));
+	if (shut.load())
+		return make_error(Errc::closed, pool_.where() + " is closed");
+
+	std::unique_lock lock(publish_lock);
+	// Numbered from the owner's own count: consumers can write the shared one.
+	uint64_t seq = ++published_count;
+	FrameMeta m = g.meta_;
+	m.index = index;
+	m.storage_type = uint8_t(pool_.arena->storage());
+	m.device_id = uint8_t(pool_.arena->device());
+	m.seq = seq;
+	if (m.timestamp == 0)
+		m.timestamp = monotonic_ns();
+	m.producer_pid = owner_pid;
+	std::memcpy(m.producer, config_producer, sizeof(m.producer));
+	m.format_seq = pool_.format_seq;
+	m.content_type[sizeof(m.content_type) - 1] = '\0';
+	if (slot.format_seq != pool_.format_seq) {
+		auto f = std::atomic_load(&pool_.format);
+		copy_string(slot.format, sizeof(slot.format), *f);
+		slot.format_seq = pool_.format_seq;
+	}
+	slot.meta = m;
+	slot.state.store(kSlotPublished, std::memory_order_release);
+	seg.header->published.store(seq, std::memory_order_relaxed);
+
+	uint32_t targets[XMEM_MAX_CONSUMERS];
+	uint64_t masks[kHolderWords] = {};
+	uint32_t ntargets = choose_targets(targets, masks);
+	// Holder bits before the entries become visible, and before the owner's own bit
+	// goes: the slot never looks free while a frame of it is queued.
+	// A consumer's get() probe may have set its bit first (the slot is PUBLISHED
+	// already): one bit cannot stand for two references, so that consumer does not
+	// get this frame queued; its get() holds it instead.
+	uint64_t taken[kHolderWords] = {};
+	for (uint32_t w = 0; w < kHolderWords; w++)
+		if (masks[w])
+			taken[w] = slot.holders[w].fetch_or(masks[w], std::memory_order_seq_cst) & masks[w];
+	// The owner's reference goes before any consumer sees the frame, so a sole
+	// consumer finds itself the only holder (writable in place) from the start.
+	g.reset();
+	uint64_t entry = (seq << 32) | index;
+	for (uint32_t i = 0; i < ntargets; i++) {
+		uint32_t bit = 1 + targets[i];
+		if (taken[bit / 64] & holder_mask(bit)) {
+			seg.consumer(targets[i])->dropped.fetch_add(1, std::memory_order_relaxed);
+			seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+			continue;
+		}
+		push(targets[i], entry);
+		// A consumer that detached after we looked drains its queue, then stops;
+		// we stored tail, then read `detached` (it does the reverse): one of us
+		// takes this entry back.
+		if (seg.consumer(targets[i])->detached.load(std::memory_order_seq_cst))
+			for (uint32_t n = 0; n <= seg.ring_capacity && drop_oldest(targets[i]); n++)
+				;
+	}
+	return {};
+}
+
+Result<void> Publisher::end_of_stream()
+{
+	std::lock_guard lock(publish_lock);
+	uint64_t seq = published_count;
+	for (uint32_t c : active) {
+		ConsumerRecord *rec = seg.consumer(c);
+		// EOS may use the ring's spare entry, so a full queue does not hold it back.
+		uint64_t queued;
+		while ((queued = rec->tail.load(std::memory_order_relaxed) -
+				 rec->head.load(std::memory_order_acquire)) >= seg.ring_capacity) {
+			if (queued > seg.ring_capacity)
+				break; // garbage head: publish() hangs up on this consumer
+			drop_oldest(c);
+		}
+		if (queued > seg.ring_capacity)
+			continue;
+		push(c, (seq << 32) | kEosEntry);
+	}
+	return {};
+}
+
+void Publisher::shutdown()
+{
+	if (shut.exchange(true))
+		return;
+	// Wake this process's threads waiting in acquire() or a block-policy publish()
+	// first: the latter holds publish_lock, which we take below.
+	if (seg.header) {
+		seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+		futex_wake_all(&seg.header->progress);
+	}
+	if (io_thread.joinable()) {
+		uint64_t one = 1;
+		[[maybe_unused]] ssize_t n = ::write(io_stop.get(), &one, sizeof(one));
+		io_thread.join();
+	}
+	// The name goes first: a consumer woken below that reconnects at once finds no
+	// socket (and waits for a new owner) rather than a dying one.
+	rendezvous::release(owner_socket);
+	std::lock_guard lock(publish_lock);
+	if (seg.header) {
+		seg.header->state.store(kPoolClosed, std::memory_order_seq_cst);
+		// Wake this process's own threads waiting in acquire() or publish().
+		seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+		futex_wake_all(&seg.header->progress);
+		for (uint32_t c : active) {
+			seg.consumer(c)->armed.store(0, std::memory_order_relaxed);
+			uint64_t one = 1;
+			[[maybe_unused]] ssize_t n = ::write(consumer_event[c].get(), &one, sizeof(one));
+		}
+	}
+	// Consumers keep their mappings: the memfds live on until the last one unmaps,
+	// so closing never waits for them and never frees memory under them.
+	active.clear();
+	consumer_conn.clear();
+	consumer_event.clear();
+}
+
+// I/O thread
+
+void Publisher::io_loop()
+{
+	epoll_event events[32];
+	for (;;) {
+		int timeout_ms = -1;
+		uint64_t now = monotonic_ns();
+		for (auto &[fd, p] : pending) {
+			int ms = p.deadline_ns > now ? int((p.deadline_ns - now) / 1000000 + 1) : 0;
+			timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+		}
+		int n = ::epoll_wait(io_epoll.get(), events, 32, timeout_ms);
+		if (n < 0 && errno != EINTR)
+			return;
+		for (int i = 0; i < n; i++) {
+			auto tag = IoTag(events[i].data.u64 >> 56);
+			uint32_t index = uint32_t(events[i].data.u64 >> 32) & 0xffffff;
+			int fd = int(uint32_t(events[i].data.u64));
+			switch (tag) {
+			case IoTag::stop:
+				return;
+			case IoTag::listener:
+				accept_peers();
+				break;
+			case IoTag::pending:
+				handle_hello(fd);
+				break;
+			case IoTag::consumer:
+				// Consumers send nothing after Hello: any event is a hang-up (exit,
+				// crash, SIGKILL) or a protocol violation. Either way, reap.
+				if (index < seg.max_consumers && consumer_conn[index].get() == fd)
+					reap(index);
+				else
+					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+				break;
+			}
+		}
+		now = monotonic_ns();
+		for (auto it = pending.begin(); it != pending.end();) {
+			if (it->second.deadline_ns <= now) {
+				// A silent peer. Deregister before closing (see io_data()).
+				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
+				it = pending.erase(it);
+			} else
+				++it;
+		}
+	}
+}
+
+void Publisher::accept_peers()
+{
+	for (;;) {
+		UniqueFd conn(::accept4(owner_socket.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+		if (!conn.valid()) {
+			// Out of fds: the listener stays readable; don't spin on it.
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				std::this_thread::sleep_for(std::chrono::milliseconds(10));
+			return;
+		}
+		int fd = conn.get();
+		epoll_event ev{};
+		ev.events = EPOLLIN | EPOLLRDHUP;
+		ev.data.u64 = io_data(IoTag::pending, 0, fd);
+		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) < 0)
+			continue;
+		pending[fd] = Pending{ std::move(conn), monotonic_ns() + kHelloTimeoutNs };
+	}
+}
+
+namespace {
+
+// The peer's credentials, if its uid may use a pool of MODE.
+Result<ucred> allowed_peer(int conn, uint32_t mode)
+{
+	ucred cred{};
+	socklen_t len = sizeof(cred);
+	if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return make_error(Errc::system, "cannot read the peer's credentials");
+	bool allowed =
+		cred.uid == ::geteuid() || cred.uid == 0 || (mode & 0006) || ((mode & 0060) && cred.gid == ::getegid());
+	if (!allowed)
+		return make_error(Errc::permission_denied,
+				  "uid " + std::to_string(cred.uid) + " is not allowed by the pool's mode " +
+					  std::to_string((mode >> 6) & 7) + std::to_string((mode >> 3) & 7) +
+					  std::to_string(mode & 7));
+	return cred;
+}
+
+Result<void> check_eventfd(int fd)
+{
+	char link[64] = {};
+	std::string proc = "/proc/self/fd/" + std::to_string(fd);
+	// Without /proc mounted the check cannot be made; the fd is only ever written.
+	bool have_proc = ::readlink(proc.c_str(), link, sizeof(link) - 1) >= 0;
+	if ((have_proc && std::string_view(link) != "anon_inode:[eventfd]") || (!have_proc && errno != ENOENT))
+		return make_error(Errc::invalid_argument, "the file descriptor in hello is not an eventfd");
+	::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+	return {};
+}
+
+} // namespace
+
+void Publisher::handle_hello(int fd)
+{
+	auto node = pending.extract(fd);
+	if (node.empty())
+		return;
+	UniqueFd conn = std::move(node.mapped().conn);
+	::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+
+	auto reject = [&](const Error &e) {
+		protocol::Reject r = protocol::make_reject(xmem_status(e.code), e.message);
+		(void)rendezvous::send_message(conn.get(), &r, sizeof(r), nullptr, 0);
+	};
+
+	auto msg = rendezvous::receive_message(conn.get(), monotonic_ns(), "peer");
+	if (!msg)
+		return;
+	auto hello = protocol::parse_hello(msg->data);
+	if (!hello)
+		return reject(hello.error());
+	// Credentials are checked after reading the Hello: closing with it unread would
+	// reset the connection and lose the Reject on the way.
+	auto cred = allowed_peer(conn.get(), config_mode);
+	if (!cred)
+		return reject(cred.error());
+
+	protocol::Welcome w;
+	{
+		std::lock_guard lock(publish_lock);
+		w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), pool_.arena->size(),
+					   pool_.format_seq, *std::atomic_load(&pool_.format));
+	}
+	if (hello->role == protocol::PeerRole::inspector) {
+		if (!msg->fds.empty())
+			return reject(make_error(Errc::invalid_argument, "an inspector sends no file descriptors"));
+		(void)rendezvous::send_welcome(conn.get(), w, seg.fd(), {});
+		return;
+	}
+	if (msg->fds.size() != 1)
+		return reject(make_error(Errc::invalid_argument, "a consumer sends exactly one eventfd"));
+	UniqueFd event = std::move(msg->fds[0]);
+	if (auto ok = check_eventfd(event.get()); !ok)
+		return reject(ok.error());
+	auto index = admit(*hello, *cred, std::move(event));
+	if (!index)
+		return index.code() == Errc::closed ? void() : reject(index.error());
+
+	w.consumer_index = *index;
+	epoll_event ev{};
+	ev.events = EPOLLIN | EPOLLRDHUP;
+	ev.data.u64 = io_data(IoTag::consumer, *index, conn.get());
+	int cfd = conn.get();
+	{
+		std::lock_guard lock(publish_lock);
+		consumer_conn[*index] = std::move(conn);
+	}
+	if (!rendezvous::send_welcome(cfd, w, seg.fd(), pool_.arena->fds()) ||
+	    ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, cfd, &ev) < 0)
+		reap(*index);
+}
+
+Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event)
+{
+	uint32_t queue = hello.queue_size ? hello.queue_size : kDefaultQueueSize;
+	queue = std::clamp<uint32_t>(queue, 1, seg.slot_count);
+
+	std::lock_guard lock(publish_lock);
+	if (shut.load())
+		return make_error(Errc::closed, pool_.where() + " is closed");
+	uint32_t index = UINT32_MAX;
+	for (uint32_t i = 0; i < seg.max_consumers && index == UINT32_MAX; i++)
+		if (seg.consumer(i)->state.load(std::memory_order_acquire) == kConsumerFree)
+			index = i;
+	if (index == UINT32_MAX)
+		return make_error(Errc::full, "pool has its maximum of " + std::to_string(seg.max_consumers) +
+						      " consumers attached");
+	ConsumerRecord *rec = seg.consumer(index);
+	rec->pid = uint32_t(cred.pid);
+	rec->uid = cred.uid;
+	rec->queue_size = queue;
+	consumer_queue_size[index] = queue;
+	rec->detached.store(0, std::memory_order_relaxed);
+	rec->attach_ns = monotonic_ns();
+	copy_string(rec->client, sizeof(rec->client), hello.client);
+	rec->sync_mode = kSyncNone; // the consumer records its own at attach
+	rec->head.store(0, std::memory_order_relaxed);
+	rec->tail.store(0, std::memory_order_relaxed);
+	rec->received.store(0, std::memory_order_relaxed);
+	rec->dropped.store(0, std::memory_order_relaxed);
+	rec->queued_total.store(0, std::memory_order_relaxed);
+	// Armed from the start: fd() polls readable on the first frame.
+	rec->armed.store(1, std::memory_order_relaxed);
+	rec->state.store(kConsumerActive, std::memory_order_seq_cst);
+	active.push_back(index);
+	consumer_event[index] = std::move(event);
+	return index;
+}
+
+void Publisher::reap(uint32_t c)
+{
+	if (c >= seg.max_consumers)
+		return;
+	ConsumerRecord *rec = seg.consumer(c);
+	// DEAD first, and wake: a publish blocked on this consumer gives up at once.
+	rec->state.store(kConsumerDead, std::memory_order_seq_cst);
+	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+	futex_wake_all(&seg.header->progress);
+	{
+		std::lock_guard lock(publish_lock);
+		active.erase(std::remove(active.begin(), active.end(), c), active.end());
+		// Clearing a bit is idempotent and only this consumer ever set its bit for
+		// itself: its references are released exactly once, whatever instruction it
+		// died on (docs/design.md, "Invariants").
+		uint32_t bit = 1 + c;
+		for (uint32_t i = 0; i < seg.slot_count; i++) {
+			uint64_t old =
+				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+			if (old & holder_mask(bit))
+				try_reclaim(i, kSlotFree);
+		}
+		rec->head.store(0, std::memory_order_relaxed);
+		rec->tail.store(0, std::memory_order_relaxed);
+		if (consumer_conn.size() > c) {
+			// Deregister explicitly: close() alone leaves the registration while
+			// another process holds a copy of the fd.
+			if (consumer_conn[c].valid())
+				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, consumer_conn[c].get(), nullptr);
+			consumer_conn[c].reset();
+			consumer_event[c].reset();
+		}
+		seg.header->reaped.fetch_add(1, std::memory_order_relaxed);
+		rec->state.store(kConsumerFree, std::memory_order_release);
+	}
+	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+	futex_wake_all(&seg.header->progress);
+}
+
+namespace {
+
+Result<void> validate_config(const std::string &where, const PoolConfig &config)
+{
+	if (config.slot_count < 1 || config.slot_count > XMEM_MAX_SLOTS)
+		return make_error(Errc::invalid_argument, where + ": slot count " + std::to_string(config.slot_count) +
+								  " out of range 1.." + std::to_string(XMEM_MAX_SLOTS));
+	if (config.slot_size == 0 || config.slot_size > kMaxSlotSize)
+		return make_error(Errc::invalid_argument, where + ": slot size " + std::to_string(config.slot_size) +
+								  " out of range 1.." + std::to_string(kMaxSlotSize));
+	if (config.max_consumers < 1 || config.max_consumers > XMEM_MAX_CONSUMERS)
+		return make_error(Errc::invalid_argument,
+				  where + ": max consumers " + std::to_string(config.max_consumers) +
+					  " out of range 1.." + std::to_string(XMEM_MAX_CONSUMERS));
+	if (config.policy != Policy::block && config.policy != Policy::drop_oldest && config.policy != Policy::drop_new)
+		return make_error(Errc::invalid_argument, where + ": unknown policy");
+	if (config.storage != Storage::system && config.storage != Storage::cuda)
+		return make_error(Errc::invalid_argument,
+				  where + ": unknown storage type " + std::to_string(uint32_t(config.storage)));
+	if (config.storage == Storage::system && config.device != 0)
+		return make_error(Errc::invalid_argument, where + ": a device is only for CUDA storage");
+	if (config.mode & ~0777u)
+		return make_error(Errc::invalid_argument, where + ": mode must be within 0777");
+	if ((config.mode & 0600) != 0600)
+		return make_error(Errc::invalid_argument, where + ": mode must give the owner read and write (0600)");
+	if (config.block_timeout.count() < 0)
+		return make_error(Errc::invalid_argument, where + ": negative block timeout");
+	if (config.producer.size() >= XMEM_PRODUCER_MAX)
+		return make_error(Errc::invalid_argument, where + ": producer name longer than " +
+								  std::to_string(XMEM_PRODUCER_MAX - 1) + " bytes");
+	uint64_t stride = round_up(config.slot_size, 4096);
+	if (stride * config.slot_count / config.slot_count != stride)
+		return make_error(Errc::invalid_argument, where + ": slots too large");
+	return {};
+}
+
+} // namespace
+
+Publisher::Publisher(PoolImpl &pool) : pool_(pool), seg(pool.seg)
+{
+}
+
+Publisher::~Publisher()
+{
+	shutdown();
+}
+
+Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::string path, const PoolConfig &config)
+{
+	auto impl = std::make_shared<PoolImpl>();
+	impl->role = Role::owner;
+	impl->name = std::string(name);
+	impl->path = std::move(path);
+	auto valid = validate_config(impl->where(), config);
+	if (!valid)
+		return valid.error();
+	auto claimed = rendezvous::claim(impl->path, config.mode);
+	if (!claimed)
+		return claimed.error();
+	// From here on, a failure releases the name again (~Publisher shuts down).
+	impl->publisher = std::make_unique<Publisher>(*impl);
+	impl->publisher->owner_socket = std::move(claimed.value());
+
+	ArenaSpec spec{ impl->name, config.storage, config.device, config.slot_count, config.slot_size, config.mode };
+	auto arena = create_arena(spec);
+	if (!arena)
+		return arena.error();
+	impl->arena = std::move(arena.value());
+
+	SegmentParams params;
+	params.slot_count = config.slot_count;
+	params.max_consumers = config.max_consumers;
+	params.slot_size = config.slot_size;
+	params.slot_stride = impl->arena->slot_stride();
+	params.storage = config.storage;
+	params.device = config.device;
+	params.policy = config.policy;
+	params.mode = config.mode;
+	params.block_timeout_ns = uint64_t(config.block_timeout.count());
+	params.producer = config.producer;
+	auto seg = ControlSegment::create(impl->name, params);
+	if (!seg)
+		return seg.error();
+	impl->seg = std::move(seg.value());
+	impl->local_refs.assign(impl->seg.slot_count, 0);
+
+	auto started = impl->publisher->start(config);
+	if (!started)
+		return started.error();
+	return impl;
+}
+
+Result<void> Publisher::start(const PoolConfig &config)
+{
+	// The owner's own copies: consumers can write to the shared header.
+	config_policy = config.policy;
+	config_block_timeout_ns = uint64_t(config.block_timeout.count());
+	config_mode = config.mode;
+	std::memcpy(config_producer, seg.header->producer, sizeof(config_producer));
+	owner_pid = seg.constants().owner_pid;
+	consumer_queue_size.assign(seg.max_consumers, 0);
+	consumer_conn.resize(seg.max_consumers);
+	consumer_event.resize(seg.max_consumers);
+	pool_.format = std::make_shared<const std::string>();
+	auto fmt = set_format(config.format);
+	if (!fmt)
+		return fmt.error();
+
+	io_epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+	io_stop = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	if (!io_epoll.valid() || !io_stop.valid())
+		return errno_error(pool_.where() + ": epoll/eventfd");
+	epoll_event ev{};
+	ev.events = EPOLLIN;
+	ev.data.u64 = io_data(IoTag::listener, 0, owner_socket.listener.get());
+	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, owner_socket.listener.get(), &ev) < 0)
+		return errno_error(pool_.where() + ": epoll_ctl");
+	ev.data.u64 = io_data(IoTag::stop, 0, io_stop.get());
+	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, io_stop.get(), &ev) < 0)
+		return errno_error(pool_.where() + ": epoll_ctl");
+	// The thread touches only this Publisher, which shutdown() outlives by joining it.
+	io_thread = std::thread([this] { io_loop(); });
+	return {};
+}
+
+} // namespace xmem

@@ -1,0 +1,86 @@
+// publisher.hpp - the owner's role: acquire and publish with the queue policies, the
+// format, and the I/O thread that attaches consumers and reaps the dead ones.
+#pragma once
+
+#include "pool_impl.hpp"
+#include "protocol.hpp"
+#include "rendezvous.hpp"
+
+#include <map>
+#include <thread>
+
+#include <sys/socket.h>
+
+namespace xmem {
+
+class Publisher
+{
+public:
+	// Creates pool NAME at PATH: claims the name, lays out the segment and arena,
+	// starts the I/O thread.
+	static Result<std::shared_ptr<PoolImpl>> create(std::string_view name, std::string path,
+							const PoolConfig &config);
+
+	explicit Publisher(PoolImpl &pool);
+	~Publisher();
+	Publisher(const Publisher &) = delete;
+	Publisher &operator=(const Publisher &) = delete;
+
+	Result<BufferGuard> acquire(int64_t timeout_ns);
+	Result<void> publish(BufferGuard &&frame);
+	Result<void> end_of_stream();
+	Result<void> set_format(std::string_view format);
+	// Closes the pool: the name is freed, consumers see Errc::closed after their
+	// queue, waiters here wake. Never waits for consumers. Idempotent.
+	void shutdown();
+
+private:
+	Result<void> start(const PoolConfig &config);
+	bool try_reclaim(uint32_t index, layout::SlotState to);
+	bool drop_oldest(uint32_t consumer_index);
+	bool drop_globally_oldest();
+	void push(uint32_t consumer_index, uint64_t entry);
+	// Which consumers get frame SEQ now, applying the policy to full queues.
+	uint32_t choose_targets(uint32_t *targets, uint64_t *masks);
+
+	void io_loop();
+	void accept_peers();
+	void handle_hello(int fd);
+	// Takes a consumer record for an accepted Hello; UINT32_MAX and a Reject sent
+	// when there is none.
+	Result<uint32_t> admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event);
+	void reap(uint32_t consumer_index);
+
+	PoolImpl &pool_;
+	ControlSegment &seg;
+
+	rendezvous::OwnerSocket owner_socket;
+	std::thread io_thread;
+	UniqueFd io_epoll;
+	UniqueFd io_stop;
+	std::atomic<bool> shut{ false };
+	// Guards the consumer set (active, connections, eventfds) against publish and
+	// the drop/EOS paths. Held during a block-policy wait, which is bounded by
+	// block_timeout and cut short when the awaited consumer dies. Taken before
+	// the pool's refs_lock.
+	std::mutex publish_lock;
+	std::vector<uint32_t> active;
+	std::vector<UniqueFd> consumer_conn;
+	std::vector<UniqueFd> consumer_event;
+	struct Pending {
+		UniqueFd conn;
+		uint64_t deadline_ns;
+	};
+	std::map<int, Pending> pending; // I/O thread only
+	std::atomic<uint32_t> acquire_cursor{ 0 };
+	// Configuration as the owner created it; the shared header copy is for peers.
+	Policy config_policy = Policy::drop_oldest;
+	uint64_t config_block_timeout_ns = 0;
+	uint32_t config_mode = 0600;
+	char config_producer[XMEM_PRODUCER_MAX] = {};
+	std::vector<uint32_t> consumer_queue_size; // under publish_lock
+	uint64_t published_count = 0; // under publish_lock
+	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
+};
+
+} // namespace xmem

@@ -1,0 +1,161 @@
+// segment.cpp - creating a pool's control segment, and the checks a consumer makes
+// on one an owner sent before it trusts a single size in it.
+#include "segment.hpp"
+
+#include <cstring>
+
+namespace xmem {
+
+using namespace layout;
+
+namespace {
+
+Error segment_error(const std::string &where, const std::string &what)
+{
+	return make_error(Errc::bad_segment, where + ": bad control segment: " + what);
+}
+
+void copy_string(char *dst, size_t cap, std::string_view src)
+{
+	size_t n = std::min(src.size(), cap - 1);
+	std::memcpy(dst, src.data(), n);
+	std::memset(dst + n, 0, cap - n);
+}
+
+} // namespace
+
+Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, const std::string &where)
+{
+	if (k.magic != kMagic)
+		return segment_error(where, "wrong magic");
+	if (k.abi_version != kAbiVersion)
+		return make_error(Errc::version_mismatch, where + ": control segment ABI version " +
+								  std::to_string(k.abi_version) + ", this library " +
+								  std::to_string(kAbiVersion));
+	if (k.header_size != sizeof(ControlHeader) || k.slot_record_size != sizeof(SlotRecord))
+		return segment_error(where, "record sizes differ from this library's");
+	if (k.slot_count < 1 || k.slot_count > XMEM_MAX_SLOTS)
+		return segment_error(where, "slot count " + std::to_string(k.slot_count) + " out of range");
+	if (k.max_consumers < 1 || k.max_consumers > XMEM_MAX_CONSUMERS)
+		return segment_error(where, "max consumers " + std::to_string(k.max_consumers) + " out of range");
+	if (k.ring_capacity != k.slot_count + 1 ||
+	    k.consumer_record_size != layout::consumer_record_size(k.ring_capacity))
+		return segment_error(where, "ring size inconsistent");
+	bool cuda = k.storage_type == XMEM_STORAGE_CUDA;
+	if (k.storage_type != XMEM_STORAGE_SYSTEM)
+		return make_error(Errc::not_a_pool, where + ": storage type " + std::to_string(k.storage_type) +
+							    " is not supported by this library");
+	if (k.control_size != control_size(k.slot_count, k.max_consumers, k.ring_capacity, cuda) ||
+	    k.control_size > mapped)
+		return segment_error(where, "control size " + std::to_string(k.control_size) + " inconsistent");
+	if (cuda) {
+		if (k.sync_mode != kSyncStreamMemOps && k.sync_mode != kSyncCpu)
+			return segment_error(where, "sync mode " + std::to_string(k.sync_mode) + " unknown");
+		if (k.sync_offset != sync_offset(k.slot_count, k.max_consumers, k.ring_capacity) ||
+		    k.sync_record_size != sync_record_size(k.max_consumers))
+			return segment_error(where, "sync records misplaced");
+	} else if (k.sync_mode != kSyncNone || k.sync_offset != 0 || k.sync_record_size != 0) {
+		return segment_error(where, "sync records in a system-memory pool");
+	}
+	if (k.slot_size == 0 || k.slot_stride < k.slot_size || k.slot_stride % 64 != 0 ||
+	    k.slot_stride > (uint64_t{ 1 } << 41) || k.data_size != k.slot_stride * k.slot_count)
+		return segment_error(where, "slot sizes inconsistent");
+	return {};
+}
+
+void ControlSegment::bind()
+{
+	header = reinterpret_cast<ControlHeader *>(map_.data());
+	slots = reinterpret_cast<SlotRecord *>(map_.data() + slots_offset());
+	consumers_ = map_.data() + consumers_offset(k_.slot_count);
+	sync_ = k_.sync_record_size ? map_.data() + k_.sync_offset : nullptr;
+	slot_count = k_.slot_count;
+	max_consumers = k_.max_consumers;
+	ring_capacity = k_.ring_capacity;
+	consumer_record_size = k_.consumer_record_size;
+	slot_size = k_.slot_size;
+	slot_stride = k_.slot_stride;
+}
+
+Result<ControlSegment> ControlSegment::create(const std::string &name, const SegmentParams &p)
+{
+	bool cuda = p.storage == Storage::cuda;
+	ControlConstants k{};
+	k.magic = kMagic;
+	k.abi_version = kAbiVersion;
+	k.header_size = sizeof(ControlHeader);
+	k.slot_record_size = sizeof(SlotRecord);
+	k.slot_count = p.slot_count;
+	k.max_consumers = p.max_consumers;
+	k.ring_capacity = p.slot_count + 1; // every slot queued, plus an EOS marker
+	k.consumer_record_size = layout::consumer_record_size(k.ring_capacity);
+	k.control_size = control_size(k.slot_count, k.max_consumers, k.ring_capacity, cuda);
+	k.slot_size = p.slot_size;
+	k.slot_stride = p.slot_stride;
+	k.data_size = p.slot_stride * p.slot_count;
+	k.storage_type = uint32_t(p.storage);
+	k.device_id = p.device;
+	k.policy = uint32_t(p.policy);
+	k.mode = p.mode;
+	k.owner_pid = uint32_t(::getpid());
+	k.owner_uid = uint32_t(::geteuid());
+	k.block_timeout_ns = p.block_timeout_ns;
+	k.created_ns = monotonic_ns();
+	copy_string(k.producer, sizeof(k.producer), p.producer);
+	if (cuda) {
+		k.sync_mode = p.sync_mode;
+		k.sync_record_size = sync_record_size(k.max_consumers);
+		k.sync_offset = sync_offset(k.slot_count, k.max_consumers, k.ring_capacity);
+	}
+
+	ControlSegment seg;
+	auto fd = make_sealed_memfd("xmem-control:" + name, k.control_size, p.mode, false);
+	if (!fd)
+		return fd.error();
+	seg.fd_ = std::move(fd.value());
+	auto map = map_shared(seg.fd_.get(), k.control_size, true, "control segment");
+	if (!map)
+		return map.error();
+	seg.map_ = std::move(map.value());
+	seg.k_ = k;
+
+	ControlHeader *h = new (seg.map_.data()) ControlHeader{};
+	static_cast<ControlConstants &>(*h) = k;
+	seg.bind();
+	for (uint32_t i = 0; i < k.slot_count; i++) {
+		SlotRecord *s = new (&seg.slots[i]) SlotRecord{};
+		s->index = i;
+		s->offset = uint64_t{ i } * k.slot_stride;
+	}
+	for (uint32_t i = 0; i < k.max_consumers; i++) {
+		ConsumerRecord *c = new (seg.consumer(i)) ConsumerRecord{};
+		std::atomic<uint64_t> *ring = ring_of(c);
+		for (uint32_t e = 0; e < k.ring_capacity; e++)
+			new (&ring[e]) std::atomic<uint64_t>(0);
+	}
+	if (seg.sync_) {
+		for (uint32_t i = 0; i < k.slot_count; i++)
+			for (uint32_t w = 0; w < kSyncDoneWord + k.max_consumers + 1; w++)
+				new (seg.sync_word(i, w)) std::atomic<uint64_t>(0);
+	}
+	return seg;
+}
+
+Result<ControlSegment> ControlSegment::adopt(UniqueFd fd, const std::string &where)
+{
+	// The header first, on its own, before any size from it is trusted.
+	auto map = map_peer_memfd(fd.get(), sizeof(ControlHeader), where, "control segment");
+	if (!map)
+		return map.error();
+	ControlSegment seg;
+	seg.fd_ = std::move(fd);
+	seg.map_ = std::move(map.value());
+	std::memcpy(&seg.k_, seg.map_.data(), sizeof(seg.k_));
+	auto valid = validate_constants(seg.k_, seg.map_.size(), where);
+	if (!valid)
+		return valid.error();
+	seg.bind();
+	return seg;
+}
+
+} // namespace xmem

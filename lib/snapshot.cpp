@@ -1,0 +1,245 @@
+// snapshot.cpp - xmem::snapshot(): reads a pool's control segment, as another process
+// may be writing it, into plain values for xmem-inspect and tests.
+#include <xmem/snapshot.hpp>
+
+#include "layout.hpp"
+#include "system.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <span>
+#include <thread>
+
+namespace xmem {
+
+namespace {
+
+// The public state enums name the layout's values.
+static_assert(uint32_t(SlotState::free) == layout::kSlotFree);
+static_assert(uint32_t(SlotState::writing) == layout::kSlotWriting);
+static_assert(uint32_t(SlotState::published) == layout::kSlotPublished);
+static_assert(uint32_t(SlotState::exclusive) == layout::kSlotExclusive);
+static_assert(uint32_t(SlotState::reclaiming) == layout::kSlotReclaiming);
+static_assert(uint32_t(ConsumerState::free) == layout::kConsumerFree);
+static_assert(uint32_t(ConsumerState::active) == layout::kConsumerActive);
+static_assert(uint32_t(ConsumerState::dead) == layout::kConsumerDead);
+static_assert(uint32_t(PoolState::open) == layout::kPoolOpen);
+static_assert(uint32_t(PoolState::closed) == layout::kPoolClosed);
+
+// How long a format read waits out an owner that is rewriting it.
+constexpr uint64_t kFormatSettleNs = 200'000'000;
+
+// A fixed-size char field of the segment as a string: never past the field, even
+// when the writer left out the NUL.
+template<size_t N>
+std::string field_string(const char (&field)[N])
+{
+	char copy[N];
+	std::memcpy(copy, field, N);
+	return std::string(copy, strnlen(copy, N));
+}
+
+// The format string and its sequence number through the seqlock: retried while the
+// owner is rewriting them (odd) or rewrote them during the copy. Nothing when it never
+// settles: an owner that died or stopped mid-write leaves the lock odd forever.
+std::optional<FormatSnapshot> read_format(const layout::ControlHeader &h)
+{
+	char copy[XMEM_FORMAT_MAX];
+	uint64_t deadline = monotonic_ns() + kFormatSettleNs;
+	do {
+		uint64_t before = h.format_lock.load(std::memory_order_acquire);
+		if (before % 2 == 0) {
+			// Racy by design: the sequence check below throws away a torn copy.
+			std::memcpy(copy, h.format, sizeof(copy));
+			uint64_t seq = h.format_seq.load(std::memory_order_relaxed);
+			std::atomic_thread_fence(std::memory_order_acquire);
+			if (h.format_lock.load(std::memory_order_relaxed) == before)
+				return FormatSnapshot{ std::string(copy, strnlen(copy, sizeof(copy))), seq };
+		}
+		std::this_thread::yield();
+	} while (monotonic_ns() < deadline);
+	return std::nullopt;
+}
+
+// The header constants, read once: every bound below uses the same numbers.
+HeaderSnapshot read_header(const layout::ControlConstants &k)
+{
+	HeaderSnapshot h{};
+	h.magic = k.magic;
+	h.magic_valid = k.magic == layout::kMagic;
+	h.abi_version = k.abi_version;
+	h.header_size = k.header_size;
+	h.slot_record_size = k.slot_record_size;
+	h.consumer_record_size = k.consumer_record_size;
+	h.slot_count = k.slot_count;
+	h.max_consumers = k.max_consumers;
+	h.ring_capacity = k.ring_capacity;
+	h.control_size = k.control_size;
+	h.slot_size = k.slot_size;
+	h.slot_stride = k.slot_stride;
+	h.data_size = k.data_size;
+	h.storage_type = k.storage_type;
+	h.device_id = k.device_id;
+	h.sync_mode = k.sync_mode;
+	h.sync_record_size = k.sync_record_size;
+	h.sync_offset = k.sync_offset;
+	h.policy = k.policy;
+	h.mode = k.mode;
+	h.owner_pid = k.owner_pid;
+	h.owner_uid = k.owner_uid;
+	h.block_timeout_ns = k.block_timeout_ns;
+	h.created_ns = k.created_ns;
+	h.producer = field_string(k.producer);
+	return h;
+}
+
+// The consumer records of SEGMENT that can be read safely, as the header describes
+// them, or none (with a warning) when the header's numbers do not make sense.
+struct ConsumerRecords {
+	std::span<const std::byte> segment;
+	uint64_t base = 0;
+	uint64_t record_size = 0;
+	uint32_t count = 0;
+
+	const layout::ConsumerRecord &operator[](uint32_t i) const
+	{
+		// Computed as PoolImpl::consumer() does.
+		return *reinterpret_cast<const layout::ConsumerRecord *>(segment.data() + base +
+									 uint64_t{ i } * record_size);
+	}
+};
+
+ConsumerRecords find_consumer_records(std::span<const std::byte> segment, uint32_t slot_count, const HeaderSnapshot &h,
+				      std::vector<std::string> &warnings)
+{
+	ConsumerRecords records{ segment, layout::consumers_offset(slot_count), h.consumer_record_size, 0 };
+	uint32_t max_consumers = std::min<uint32_t>(h.max_consumers, XMEM_MAX_CONSUMERS);
+	if (h.ring_capacity > XMEM_MAX_SLOTS + 1 || records.record_size % 64 != 0 ||
+	    records.record_size < layout::consumer_record_size(h.ring_capacity)) {
+		warnings.push_back("consumer record size " + std::to_string(records.record_size) +
+				   " does not fit a ring of " + std::to_string(h.ring_capacity) +
+				   " entries: consumers not shown");
+		return records;
+	}
+	uint64_t fit = records.base < segment.size() ? (segment.size() - records.base) / records.record_size : 0;
+	if (fit < max_consumers) {
+		warnings.push_back("only " + std::to_string(fit) + " of " + std::to_string(max_consumers) +
+				   " consumer records fit in the mapping");
+		max_consumers = uint32_t(fit);
+	}
+	records.count = max_consumers;
+	return records;
+}
+
+SlotSnapshot read_slot(const layout::SlotRecord &slot, uint32_t index, uint32_t owner_pid,
+		       const std::vector<uint32_t> &consumer_pids)
+{
+	SlotSnapshot s{};
+	s.index = index;
+	uint32_t state = slot.state.load(std::memory_order_acquire);
+	s.state = SlotState(state);
+	// One load of each word, so the holders listed and the free flag agree.
+	uint64_t words[layout::kHolderWords];
+	uint64_t any = 0;
+	for (uint32_t w = 0; w < layout::kHolderWords; w++) {
+		words[w] = slot.holders[w].load(std::memory_order_seq_cst);
+		any |= words[w];
+	}
+	for (uint32_t bit = 0; bit < layout::kHolderWords * 64; bit++) {
+		if (!(words[bit / 64] & layout::holder_mask(bit)))
+			continue;
+		HolderSnapshot holder{ bit, std::nullopt };
+		if (bit == layout::kOwnerBit)
+			holder.pid = owner_pid;
+		else if (bit - 1 < consumer_pids.size())
+			holder.pid = consumer_pids[bit - 1];
+		s.holders.push_back(holder);
+	}
+	s.seq = slot.meta.seq;
+	s.free = layout::slot_is_free(state, any);
+	return s;
+}
+
+ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index, uint32_t state,
+			       uint32_t ring_capacity)
+{
+	ConsumerSnapshot c{};
+	c.index = index;
+	c.state = ConsumerState(state);
+	c.pid = rec.pid;
+	c.uid = rec.uid;
+	c.client = field_string(rec.client);
+	// Head first: it never passes tail, so tail read after it is not behind it.
+	c.head = rec.head.load(std::memory_order_acquire);
+	c.tail = rec.tail.load(std::memory_order_acquire);
+	if (c.tail - c.head <= ring_capacity) {
+		c.queued = c.tail - c.head;
+		// ring_of() takes a mutable record; the entries are only loaded here.
+		const std::atomic<uint64_t> *ring = layout::ring_of(const_cast<layout::ConsumerRecord *>(&rec));
+		for (uint64_t k = c.head; k != c.tail; k++) {
+			uint64_t e = ring[k % ring_capacity].load(std::memory_order_acquire);
+			uint32_t slot = uint32_t(e);
+			c.queue.push_back(QueueEntrySnapshot{ slot == layout::kEosEntry, slot, uint32_t(e >> 32) });
+		}
+	}
+	c.received = rec.received.load(std::memory_order_relaxed);
+	c.dropped = rec.dropped.load(std::memory_order_relaxed);
+	c.queued_total = rec.queued_total.load(std::memory_order_relaxed);
+	c.queue_size = rec.queue_size;
+	return c;
+}
+
+} // namespace
+
+Result<PoolSnapshot> snapshot(const BufferPool &pool)
+{
+	std::span<const std::byte> segment = pool.control_segment();
+	if (segment.size() < layout::slots_offset())
+		return Error{ Errc::bad_segment, "pool '" + pool.name() + "': control segment too small" };
+	const auto &h = *reinterpret_cast<const layout::ControlHeader *>(segment.data());
+
+	PoolSnapshot v;
+	v.name = pool.name();
+	v.path = pool.path();
+	v.header = read_header(h);
+
+	// The layout follows the slot count validated at attach, not a re-read of the
+	// header, exactly as the library's own handle does.
+	uint32_t slot_count = pool.slot_count();
+	if (v.header.slot_count != slot_count)
+		v.warnings.push_back("header slot count " + std::to_string(v.header.slot_count) + " differs from " +
+				     std::to_string(slot_count) + " at attach");
+	uint64_t slots_fit = (segment.size() - layout::slots_offset()) / sizeof(layout::SlotRecord);
+	uint32_t slots_shown = uint32_t(std::min<uint64_t>(slot_count, slots_fit));
+	ConsumerRecords consumers = find_consumer_records(segment, slot_count, v.header, v.warnings);
+
+	v.state = PoolState(h.state.load(std::memory_order_acquire));
+	v.format = read_format(h);
+	v.published = h.published.load(std::memory_order_relaxed);
+	v.dropped = h.dropped.load(std::memory_order_relaxed);
+	v.reaped = h.reaped.load(std::memory_order_relaxed);
+
+	std::vector<uint32_t> consumer_pids(consumers.count);
+	for (uint32_t i = 0; i < consumers.count; i++)
+		consumer_pids[i] = consumers[i].pid;
+
+	const auto *slots = reinterpret_cast<const layout::SlotRecord *>(segment.data() + layout::slots_offset());
+	for (uint32_t i = 0; i < slots_shown; i++) {
+		v.slots.push_back(read_slot(slots[i], i, v.header.owner_pid, consumer_pids));
+		if (v.slots.back().free)
+			v.slots_free++;
+	}
+
+	for (uint32_t i = 0; i < consumers.count; i++) {
+		uint32_t state = consumers[i].state.load(std::memory_order_acquire);
+		if (state == layout::kConsumerFree)
+			continue;
+		if (state == layout::kConsumerActive)
+			v.consumers_attached++;
+		v.consumers.push_back(read_consumer(consumers[i], i, state, v.header.ring_capacity));
+	}
+	return v;
+}
+
+} // namespace xmem

@@ -1,0 +1,265 @@
+// subscriber.cpp - a consumer's side of a pool: the attach handshake with every check
+// on what the owner sent, and receive() with its sleep/wake protocol.
+#include "subscriber.hpp"
+#include "protocol.hpp"
+#include "rendezvous.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+namespace xmem {
+
+using namespace layout;
+
+namespace {
+
+constexpr uint64_t kReplyTimeoutNs = 2'000'000'000;
+
+Error segment_error(const std::string &where, const std::string &what)
+{
+	return make_error(Errc::bad_segment, where + ": bad control segment: " + what);
+}
+
+} // namespace
+
+Subscriber::Subscriber(PoolImpl &pool) : pool_(pool), seg(pool.seg)
+{
+}
+
+Result<void> Subscriber::attach(const OpenOptions &options, uint64_t deadline_ns)
+{
+	for (;;) {
+		auto conn = rendezvous::connect(pool_.path, deadline_ns);
+		if (!conn)
+			return conn.error();
+		auto attached = handshake(std::move(conn.value()), options, deadline_ns);
+		// An owner that dies during the handshake: wait for the next one.
+		if (attached.code() == Errc::closed && monotonic_ns() < deadline_ns) {
+			std::this_thread::sleep_for(std::chrono::milliseconds(5));
+			continue;
+		}
+		if (attached.code() == Errc::closed)
+			return make_error(Errc::not_a_pool,
+					  pool_.where() + ": the socket's server hung up without answering");
+		return attached;
+	}
+}
+
+Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns)
+{
+	bool inspect = options.inspect;
+	UniqueFd ev;
+	if (!inspect) {
+		ev = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+		if (!ev.valid())
+			return errno_error(pool_.where() + ": eventfd");
+	}
+	protocol::Hello hello = protocol::make_hello(
+		inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer, options.queue_size,
+		options.client);
+	int evfd = ev.get();
+	auto sent = rendezvous::send_message(conn.get(), &hello, sizeof(hello), &evfd, inspect ? 0 : 1);
+	if (!sent)
+		return sent.error();
+	uint64_t reply_deadline = std::max(deadline_ns, monotonic_ns() + kReplyTimeoutNs);
+	auto msg = rendezvous::receive_message(conn.get(), reply_deadline, pool_.where(), protocol::kMaxFds);
+	if (!msg) {
+		if (msg.code() == Errc::timed_out)
+			return make_error(Errc::not_a_pool,
+					  pool_.where() + ": the socket's server did not answer (not an xmem pool?)");
+		return msg.error();
+	}
+	auto welcome = protocol::parse_reply(msg->data, pool_.where());
+	if (!welcome)
+		return welcome.error();
+	if (msg->fds.empty())
+		return make_error(Errc::not_a_pool, pool_.where() + ": owner sent no file descriptors");
+
+	auto adopted = ControlSegment::adopt(std::move(msg->fds[0]), pool_.where());
+	if (!adopted)
+		return adopted.error();
+	seg = std::move(adopted.value());
+	const layout::ControlConstants &k = seg.constants();
+	Storage storage = Storage(k.storage_type);
+	size_t arena_fds = inspect ? 0 : arena_fd_count(storage, k.slot_count);
+	size_t first_batch = 1 + std::min(arena_fds, protocol::kMaxFds - 1);
+	if (msg->fds.size() != first_batch)
+		return make_error(Errc::not_a_pool, pool_.where() + ": owner sent " + std::to_string(msg->fds.size()) +
+							    " file descriptors, expected " + std::to_string(first_batch));
+	if (!inspect && welcome->consumer_index >= k.max_consumers)
+		return make_error(Errc::not_a_pool, pool_.where() + ": consumer index " +
+							    std::to_string(welcome->consumer_index) + " out of range");
+	pool_.format = std::make_shared<const std::string>(welcome->format);
+	pool_.format_seq = welcome->format_seq;
+	sock = std::move(conn);
+	if (inspect) {
+		pool_.role = Role::inspector;
+		return {};
+	}
+
+	std::vector<UniqueFd> fds(std::make_move_iterator(msg->fds.begin() + 1),
+				  std::make_move_iterator(msg->fds.end()));
+	auto received = rendezvous::receive_arena_fds(sock.get(), fds, arena_fds, reply_deadline, pool_.where());
+	if (!received)
+		return received.error();
+	ArenaSpec spec{ pool_.name, storage, k.device_id, k.slot_count, k.slot_size, k.mode };
+	auto arena = import_arena(spec, k.slot_stride, std::move(fds), pool_.where());
+	if (!arena)
+		return arena.error();
+	pool_.arena = std::move(arena.value());
+	return start_consumer(welcome->consumer_index, std::move(ev));
+}
+
+Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
+{
+	consumer_index = index;
+	pool_.holder_bit = 1 + consumer_index;
+	self = seg.consumer(consumer_index);
+	pool_.local_refs.assign(seg.slot_count, 0);
+	event = std::move(ev);
+	armed_once = true; // the owner arms new consumers (see Publisher::admit)
+
+	epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+	if (!epoll.valid())
+		return errno_error(pool_.where() + ": epoll_create1");
+	epoll_event e{};
+	e.events = EPOLLIN;
+	e.data.fd = event.get();
+	if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, event.get(), &e) < 0)
+		return errno_error(pool_.where() + ": epoll_ctl");
+	e.events = EPOLLIN | EPOLLRDHUP;
+	e.data.fd = sock.get();
+	if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, sock.get(), &e) < 0)
+		return errno_error(pool_.where() + ": epoll_ctl");
+	pool_.role = Role::consumer;
+	return {};
+}
+
+Result<BufferGuard> Subscriber::receive(int64_t timeout_ns)
+{
+	// One receiver at a time: the armed/eventfd handshake has a single sleeper, and
+	// a second thread draining the eventfd could leave the first asleep unarmed.
+	std::lock_guard serial(receive_lock);
+	uint64_t deadline = deadline_after(timeout_ns);
+	std::atomic<uint64_t> *ring = ring_of(self);
+	for (;;) {
+		// The owner clears `armed` and then writes the eventfd: read it only then, so
+		// a consumer checking an empty queue makes no syscall. If the write has not
+		// landed yet, keep trying on later calls, or a poller would spin on it.
+		if (drain_pending.load(std::memory_order_relaxed) ||
+		    (armed_once.load(std::memory_order_relaxed) && self->armed.load(std::memory_order_seq_cst) == 0)) {
+			uint64_t count;
+			if (::read(event.get(), &count, sizeof(count)) > 0) {
+				drain_pending.store(false, std::memory_order_relaxed);
+				armed_once.store(false, std::memory_order_relaxed);
+			} else {
+				drain_pending.store(self->armed.load(std::memory_order_seq_cst) == 0,
+						    std::memory_order_relaxed);
+			}
+		}
+		uint64_t h = self->head.load(std::memory_order_acquire);
+		uint64_t t = self->tail.load(std::memory_order_seq_cst);
+		if (t - h > seg.ring_capacity) {
+			// The owner may have dropped and pushed between our two loads.
+			if (self->head.load(std::memory_order_acquire) != h)
+				continue;
+			return segment_error(pool_.where(), "queue indices out of range");
+		}
+		if (h != t) {
+			uint64_t e = ring[h % seg.ring_capacity].load(std::memory_order_acquire);
+			// The owner may drop this entry (drop-oldest) at the same time. seq_cst:
+			// this store pairs with the owner_waiting load in pool_.notify_owner().
+			if (!self->head.compare_exchange_strong(h, h + 1, std::memory_order_seq_cst))
+				continue;
+			self->received.fetch_add(1, std::memory_order_relaxed);
+			pool_.notify_owner(); // a block-policy publish may wait for this room
+			uint32_t index = uint32_t(e);
+			if (index == kEosEntry)
+				return make_error(Errc::end_of_stream, pool_.where() + ": end of stream");
+			if (index >= seg.slot_count)
+				return segment_error(pool_.where(),
+						     "queued slot index " + std::to_string(index) + " out of range");
+			{
+				std::lock_guard lock(pool_.refs_lock);
+				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
+			}
+			BufferGuard g = pool_.make_guard(index, false);
+			if (g.meta_.size > seg.slot_size)
+				g.meta_.size = seg.slot_size;
+			return g;
+		}
+		if (owner_gone_.load() || seg.header->state.load(std::memory_order_acquire) == kPoolClosed)
+			return make_error(Errc::closed, pool_.where() + ": the owner closed the pool");
+		// Arm, then look again: the owner stores tail, then reads armed.
+		self->armed.store(1, std::memory_order_seq_cst);
+		armed_once.store(true, std::memory_order_relaxed);
+		if (self->tail.load(std::memory_order_seq_cst) != h)
+			continue;
+		uint64_t now = monotonic_ns();
+		int ms = 0;
+		if (now < deadline)
+			ms = deadline == UINT64_MAX
+				     ? -1
+				     : int(std::min<uint64_t>((deadline - now + 999999) / 1000000, INT32_MAX));
+		// With nothing to wait for, still notice an owner that died (a hang-up on
+		// the socket), so a poller does not spin on a readable fd().
+		pollfd fds[2] = { { sock.get(), POLLIN | POLLRDHUP, 0 }, { event.get(), POLLIN, 0 } };
+		int r = ::poll(fds, ms == 0 ? 1 : 2, ms);
+		if (r < 0 && errno != EINTR)
+			return errno_error(pool_.where() + ": poll");
+		if (r > 0 && fds[0].revents) {
+			owner_gone_.store(true); // the owner never writes after Welcome: hang-up
+			continue;
+		}
+		if (ms == 0)
+			return make_error(Errc::timed_out, pool_.where() + ": no frame within the timeout");
+	}
+}
+
+void Subscriber::detach_queue()
+{
+	if (!self)
+		return;
+	// No more frames for this handle; frames still held by guards stay held.
+	self->detached.store(1, std::memory_order_seq_cst);
+	std::atomic<uint64_t> *ring = ring_of(self);
+	for (;;) {
+		uint64_t h = self->head.load(std::memory_order_acquire);
+		uint64_t t = self->tail.load(std::memory_order_seq_cst);
+		if (h == t || t - h > seg.ring_capacity)
+			return;
+		uint64_t e = ring[h % seg.ring_capacity].load(std::memory_order_acquire);
+		if (!self->head.compare_exchange_strong(h, h + 1, std::memory_order_seq_cst))
+			continue;
+		uint32_t index = uint32_t(e);
+		if (index >= seg.slot_count)
+			continue;
+		std::lock_guard lock(pool_.refs_lock);
+		if (pool_.local_refs[index] == 0)
+			pool_.clear_holder_bit(index, pool_.holder_bit);
+	}
+}
+
+Result<std::shared_ptr<PoolImpl>> Subscriber::open(std::string_view name, std::string path, const OpenOptions &options)
+{
+	if (options.timeout.count() < 0)
+		return make_error(Errc::invalid_argument, "pool '" + std::string(name) + "': negative timeout");
+	auto impl = std::make_shared<PoolImpl>();
+	impl->name = std::string(name);
+	impl->path = std::move(path);
+	impl->subscriber = std::make_unique<Subscriber>(*impl);
+	auto attached = impl->subscriber->attach(options, deadline_after(options.timeout.count()));
+	if (!attached)
+		return attached.error();
+	return impl;
+}
+
+} // namespace xmem

@@ -1,0 +1,50 @@
+// subscriber.hpp - a consumer's role (or an inspector's): the attach handshake with
+// every check on what the owner sent, receive() and its sleep/wake protocol.
+#pragma once
+
+#include "pool_impl.hpp"
+
+namespace xmem {
+
+class Subscriber
+{
+public:
+	// Attaches to pool NAME at PATH, waiting up to options.timeout for it.
+	static Result<std::shared_ptr<PoolImpl>> open(std::string_view name, std::string path,
+						      const OpenOptions &options);
+
+	explicit Subscriber(PoolImpl &pool);
+	Subscriber(const Subscriber &) = delete;
+	Subscriber &operator=(const Subscriber &) = delete;
+
+	Result<BufferGuard> receive(int64_t timeout_ns);
+	// No more frames for this handle; frames still held by guards stay held.
+	void detach_queue();
+	// Polls readable when receive() may return without waiting (-1 for an inspector).
+	int fd() const { return epoll.valid() ? epoll.get() : -1; }
+	bool owner_gone() const { return owner_gone_.load(); }
+
+private:
+	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
+	// One handshake on a connected socket; Errc::closed when the owner died in it.
+	Result<void> handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns);
+	Result<void> start_consumer(uint32_t index, UniqueFd event);
+
+	PoolImpl &pool_;
+	ControlSegment &seg;
+
+	uint32_t consumer_index = 0;
+	layout::ConsumerRecord *self = nullptr;
+	UniqueFd sock;
+	UniqueFd event;
+	UniqueFd epoll; // event + sock, the pollable fd handed to applications
+	// Eventfd bookkeeping of receive(): armed since the last drain; a drain found
+	// the owner between clearing `armed` and writing the eventfd.
+	std::atomic<bool> armed_once{ false };
+	std::atomic<bool> drain_pending{ false };
+	std::atomic<bool> owner_gone_{ false };
+	// One receiver at a time; taken before the pool's refs_lock.
+	std::mutex receive_lock;
+};
+
+} // namespace xmem
