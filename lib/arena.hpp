@@ -58,4 +58,10 @@ Result<std::unique_ptr<Arena>> create_memfd_arena(const ArenaSpec &spec);
 Result<std::unique_ptr<Arena>> import_memfd_arena(const ArenaSpec &spec, uint64_t stride, UniqueFd fd,
 						  const std::string &where);
 
+// The CUDA arena (lib/cuda/): one VMM allocation per slot, exported as an fd.
+// Without CUDA support built in, both fail with an error that says so.
+Result<std::unique_ptr<Arena>> create_cuda_arena(const ArenaSpec &spec);
+Result<std::unique_ptr<Arena>> import_cuda_arena(const ArenaSpec &spec, uint64_t stride, std::vector<UniqueFd> fds,
+						 const std::string &where);
+
 } // namespace xmem

@@ -67,7 +67,7 @@ Result<std::unique_ptr<Arena>> create_arena(const ArenaSpec &spec)
 	case Storage::system:
 		return create_memfd_arena(spec);
 	case Storage::cuda:
-		break;
+		return create_cuda_arena(spec);
 	}
 	return make_error(Errc::invalid_argument,
 			  "pool '" + spec.name + "': storage type " + std::to_string(uint32_t(spec.storage)) +
@@ -85,7 +85,7 @@ Result<std::unique_ptr<Arena>> import_arena(const ArenaSpec &spec, uint64_t stri
 	case Storage::system:
 		return import_memfd_arena(spec, stride, std::move(fds[0]), where);
 	case Storage::cuda:
-		break;
+		return import_cuda_arena(spec, stride, std::move(fds), where);
 	}
 	return make_error(Errc::not_a_pool, where + ": storage type " + std::to_string(uint32_t(spec.storage)) +
 						    " is not supported by this library");

@@ -13,6 +13,9 @@ using namespace layout;
 
 namespace {
 
+// How long get() of a device slot waits on the CPU for the producer's GPU writes.
+constexpr int64_t kGetReadyTimeoutNs = 5'000'000'000;
+
 const char *state_name(uint32_t s)
 {
 	switch (s) {
@@ -66,7 +69,9 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	g.meta_.n_planes = std::min<uint32_t>(g.meta_.n_planes, XMEM_MAX_PLANES);
 	g.meta_.content_type[XMEM_CONTENT_TYPE_MAX - 1] = '\0';
 	g.meta_.producer[XMEM_PRODUCER_MAX - 1] = '\0';
-	g.data_ = slot_data(index);
+	uint64_t offset = uint64_t{ index } * seg.slot_stride;
+	g.data_ = arena->host(offset);
+	g.device_ = arena->device_address(offset);
 	g.capacity_ = seg.slot_size;
 	g.writable_ = writable;
 	g.format_ = role == Role::owner ? std::atomic_load(&format) : format_of(seg.slots[index]);
@@ -134,32 +139,78 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		}
 	}
 	local_refs[index]++;
-
-	if (!writable) {
-		lock.unlock();
-		return make_guard(index, false);
+	lock.unlock();
+	if (sync) {
+		// A frame taken by index is ready for any stream: the CPU waits for the
+		// producer's GPU writes (bounded; they were queued before publish).
+		auto ready = sync->wait_ready(index, slot.meta.seq, nullptr, deadline_after(kGetReadyTimeoutNs));
+		if (!ready) {
+			(void)release(index, nullptr, false);
+			return make_error(ready.code(), where() + ": slot " + std::to_string(index) + ": " +
+								ready.error().message);
+		}
 	}
+
+	if (!writable)
+		return make_guard(index, false);
+
+	lock.lock();
 
 	if (take_exclusive(index))
 		return make_guard(index, true);
 	lock.unlock();
 
 	BufferGuard shared = make_guard(index, false);
-	uint64_t bytes = std::min<uint64_t>(shared.meta_.size, seg.slot_size);
-	std::shared_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
-	if (!copy)
-		return make_error(Errc::no_memory, where() + ": no memory for a copy of slot " + std::to_string(index));
-	std::memcpy(copy.get(), shared.data_, bytes);
+	auto copy = private_copy(shared, shared.storage());
+	if (copy)
+		copy->writable_ = true;
+	return copy; // `shared` releases the slot reference: the copy needs it no more
+}
+
+// A private copy of FRAME's payload in host memory (TO system: complete when this
+// returns) or on the pool's device (TO cuda: queued on STREAM; without one, complete
+// when this returns). No slot reference.
+Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to, void *stream)
+{
+	uint64_t bytes = std::min<uint64_t>(frame.meta_.size, seg.slot_size);
 	BufferGuard g;
-	g.pool_ = shared.pool_;
-	g.index_ = shared.index_;
-	g.meta_ = shared.meta_;
-	g.format_ = shared.format_;
-	g.data_ = copy.get();
+	g.pool_ = frame.pool_;
+	g.index_ = frame.index_;
+	g.meta_ = frame.meta_;
+	g.meta_.storage_type = uint8_t(to);
+	g.format_ = frame.format_;
 	g.capacity_ = bytes;
-	g.writable_ = true;
-	g.copy_ = std::move(copy);
-	return g; // `shared` releases the slot reference: the copy needs it no more
+	if (to == Storage::system) {
+		std::shared_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
+		if (!copy)
+			return make_error(Errc::no_memory,
+					  where() + ": no memory for a copy of slot " + std::to_string(frame.index_));
+		if (frame.data_) {
+			std::memcpy(copy.get(), frame.data_, bytes);
+		} else {
+			auto copied = sync->copy(uint64_t(uintptr_t(copy.get())), false, frame.device_, true, bytes,
+						 stream);
+			if (copied && stream)
+				copied = sync->synchronize(stream); // the host copy is complete on return
+			if (!copied)
+				return make_error(copied.code(), where() + ": " + copied.error().message);
+		}
+		g.data_ = copy.get();
+		g.copy_ = std::move(copy);
+		return g;
+	}
+	if (!sync || !frame.device_)
+		return make_error(Errc::invalid_argument, where() + ": a device copy needs a device frame");
+	uint64_t address = 0;
+	auto memory = sync->allocate(bytes, &address);
+	if (!memory)
+		return make_error(memory.code(), where() + ": " + memory.error().message);
+	auto copied = sync->copy(address, true, frame.device_, true, bytes, stream);
+	if (!copied)
+		return make_error(copied.code(), where() + ": " + copied.error().message);
+	g.device_ = address;
+	g.copy_ = std::move(memory.value());
+	return g;
 }
 
 // Copy-on-write's fast path: in place only when this process is the sole holder and
@@ -192,7 +243,7 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 	return {};
 }
 
-Result<void> PoolImpl::release(uint32_t index)
+Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads)
 {
 	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
@@ -200,9 +251,15 @@ Result<void> PoolImpl::release(uint32_t index)
 	if (local_refs[index] == 0)
 		return make_error(Errc::not_held, where() + ": release of slot " + std::to_string(index) +
 							  ", which this process does not hold");
-	if (--local_refs[index] == 0)
+	Result<void> done;
+	if (--local_refs[index] == 0) {
+		// Done before the bit goes: the owner reuses the slot once it sees no bit,
+		// and must find this holder's done word written or pending by then.
+		if (sync && gpu_reads)
+			done = sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, stream);
 		clear_holder_bit(index, holder_bit);
-	return {};
+	}
+	return done;
 }
 
 Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
@@ -214,8 +271,11 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 		return make_error(Errc::not_held, where() + ": set_ref_count on slot " + std::to_string(index) +
 							  ", which this process does not hold");
 	local_refs[index] = count;
-	if (count == 0)
+	if (count == 0) {
+		if (sync)
+			(void)sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, nullptr);
 		clear_holder_bit(index, holder_bit);
+	}
 	return {};
 }
 
@@ -234,6 +294,7 @@ BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 		index_ = other.index_;
 		meta_ = other.meta_;
 		data_ = std::exchange(other.data_, nullptr);
+		device_ = std::exchange(other.device_, 0);
 		capacity_ = std::exchange(other.capacity_, 0);
 		writable_ = std::exchange(other.writable_, false);
 		copy_ = std::move(other.copy_);
@@ -249,14 +310,29 @@ BufferGuard::~BufferGuard()
 
 void BufferGuard::reset()
 {
+	(void)release(nullptr);
+}
+
+Result<void> BufferGuard::release(CudaStream stream)
+{
 	std::shared_ptr<PoolImpl> pool = std::move(pool_);
+	Result<void> r;
 	if (pool && !copy_)
-		(void)pool->release(index_);
+		r = pool->release(index_, stream);
 	copy_.reset();
 	format_.reset();
 	data_ = nullptr;
+	device_ = 0;
 	capacity_ = 0;
 	writable_ = false;
+	return r;
+}
+
+Result<BufferGuard> BufferGuard::copy_to_cpu(CudaStream stream) const
+{
+	if (!valid())
+		return make_error(Errc::invalid_argument, "copy of an empty buffer");
+	return pool_->private_copy(*this, Storage::system, stream);
 }
 
 Result<FrameMeta *> BufferGuard::meta_mut()
@@ -268,8 +344,8 @@ Result<FrameMeta *> BufferGuard::meta_mut()
 
 std::span<const std::byte> BufferGuard::data() const
 {
-	if (!valid())
-		return {};
+	if (!valid() || !data_)
+		return {}; // device memory: the CPU cannot touch it (device_ptr())
 	uint64_t n = writable_ && !copy_ ? capacity_ : std::min(meta_.size, capacity_);
 	return { data_, size_t(n) };
 }
@@ -278,6 +354,9 @@ Result<std::span<std::byte>> BufferGuard::data_mut()
 {
 	if (!valid() || !writable_)
 		return make_error(Errc::read_only, "write access through a read-only buffer");
+	if (!data_)
+		return make_error(Errc::invalid_argument,
+				  "a device frame has no CPU bytes: write through device_ptr() on a stream");
 	return std::span<std::byte>{ data_, size_t(capacity_) };
 }
 
@@ -312,6 +391,7 @@ Result<BufferGuard> BufferGuard::clone_ref() const
 	g.index_ = index_;
 	g.meta_ = meta_;
 	g.data_ = data_;
+	g.device_ = device_;
 	g.capacity_ = capacity_;
 	g.copy_ = copy_;
 	g.format_ = format_;
@@ -397,20 +477,39 @@ uint32_t BufferPool::slot_count() const
 {
 	return impl_->seg.slot_count;
 }
+Storage BufferPool::storage() const
+{
+	return Storage(impl_->seg.constants().storage_type);
+}
+uint32_t BufferPool::device() const
+{
+	return impl_->seg.constants().device_id;
+}
+const char *BufferPool::gpu_ordering() const
+{
+	switch (impl_->sync ? impl_->sync->mode() : kSyncNone) {
+	case kSyncStreamMemOps:
+		return "stream-memops";
+	case kSyncCpu:
+		return "cpu";
+	default:
+		return "none";
+	}
+}
 
-Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout)
+Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout, CudaStream stream)
 {
 	if (!impl_->publisher)
 		return wrong_role(*impl_, "acquires slots");
-	return impl_->publisher->acquire(timeout.count());
+	return impl_->publisher->acquire(timeout.count(), stream);
 }
-Result<void> BufferPool::publish(BufferGuard &&frame)
+Result<void> BufferPool::publish(BufferGuard &&frame, CudaStream stream)
 {
 	if (!impl_->publisher) {
 		BufferGuard dropped = std::move(frame);
 		return wrong_role(*impl_, "publishes");
 	}
-	return impl_->publisher->publish(std::move(frame));
+	return impl_->publisher->publish(std::move(frame), stream);
 }
 Result<void> BufferPool::set_format(std::string_view format)
 {
@@ -424,11 +523,11 @@ Result<void> BufferPool::end_of_stream()
 		return wrong_role(*impl_, "ends the stream");
 	return impl_->publisher->end_of_stream();
 }
-Result<BufferGuard> BufferPool::receive(std::chrono::nanoseconds timeout)
+Result<BufferGuard> BufferPool::receive(std::chrono::nanoseconds timeout, CudaStream stream)
 {
 	if (!impl_->subscriber || impl_->role != Role::consumer)
 		return make_error(Errc::wrong_role, impl_->where() + ": only a consumer receives");
-	return impl_->subscriber->receive(timeout.count());
+	return impl_->subscriber->receive(timeout.count(), stream);
 }
 int BufferPool::fd() const
 {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "arena.hpp"
+#include "device_sync.hpp"
 #include "layout.hpp"
 #include "segment.hpp"
 #include "system.hpp"
@@ -31,6 +32,9 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 
 	ControlSegment seg;
 	std::unique_ptr<Arena> arena; // none for an inspector
+	// GPU ordering of a CUDA pool's slots; none for system memory. Destroyed before
+	// the arena: it synchronizes this process's streams first.
+	std::unique_ptr<DeviceSync> sync;
 
 	// Holder bit of this process: 0 for the owner, 1 + index for a consumer.
 	uint32_t holder_bit = layout::kOwnerBit;
@@ -58,9 +62,13 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// References (all roles).
 	Result<BufferGuard> get(uint32_t index, bool writable);
 	Result<void> add_ref(uint32_t index);
-	Result<void> release(uint32_t index);
+	// Drops one reference. For device slots the last one marks this holder done
+	// after STREAM's work (nullptr: after every stream of this process); GPU_READS
+	// false when the holder never read it on the GPU (the owner handing it over).
+	Result<void> release(uint32_t index, void *stream = nullptr, bool gpu_reads = true);
 	Result<void> set_ref_count(uint32_t index, uint32_t count);
 	BufferGuard make_guard(uint32_t index, bool writable);
+	Result<BufferGuard> private_copy(const BufferGuard &frame, Storage to, void *stream = nullptr);
 	bool take_exclusive(uint32_t index); // refs_lock held
 	void clear_holder_bit(uint32_t index, uint32_t bit);
 	void notify_owner();

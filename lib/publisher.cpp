@@ -3,6 +3,8 @@
 #include "publisher.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <fcntl.h>
@@ -100,7 +102,7 @@ static bool wait_for_progress(ControlHeader *header, Done done, uint64_t deadlin
 	}
 }
 
-Result<BufferGuard> Publisher::acquire(int64_t timeout_ns)
+Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 {
 	if (shut.load())
 		return make_error(Errc::closed, pool_.where() + " is closed");
@@ -114,6 +116,15 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns)
 			if (!try_reclaim(i, kSlotWriting))
 				continue;
 			acquire_cursor.store(i + 1, std::memory_order_relaxed);
+			// Device slots: no holder is left, but their GPU reads of the last
+			// frame may still be queued. STREAM (or the CPU) waits for them.
+			if (pool_.sync) {
+				auto done = pool_.sync->wait_done(i, seg.slots[i].meta.seq, stream, deadline);
+				if (!done) {
+					seg.slots[i].state.store(kSlotFree, std::memory_order_seq_cst);
+					return make_error(done.code(), pool_.where() + ": " + done.error().message);
+				}
+			}
 			{
 				std::lock_guard lock(pool_.refs_lock);
 				seg.slots[i].holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
@@ -276,7 +287,7 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 	return ntargets;
 }
 
-Result<void> Publisher::publish(BufferGuard &&frame)
+Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 {
 	BufferGuard g = std::move(frame);
 	if (!g.valid() || g.pool_.get() != &pool_)
@@ -320,6 +331,11 @@ Result<void> Publisher::publish(BufferGuard &&frame)
 		slot.format_seq = pool_.format_seq;
 	}
 	slot.meta = m;
+	// Device slots: ready once the producer's queued writes are (no wait here).
+	if (pool_.sync) {
+		if (auto ready = pool_.sync->mark_ready(index, seq, stream); !ready)
+			return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
+	}
 	slot.state.store(kSlotPublished, std::memory_order_release);
 	seg.header->published.store(seq, std::memory_order_relaxed);
 
@@ -336,8 +352,10 @@ Result<void> Publisher::publish(BufferGuard &&frame)
 		if (masks[w])
 			taken[w] = slot.holders[w].fetch_or(masks[w], std::memory_order_seq_cst) & masks[w];
 	// The owner's reference goes before any consumer sees the frame, so a sole
-	// consumer finds itself the only holder (writable in place) from the start.
-	g.reset();
+	// consumer finds itself the only holder (writable in place) from the start. Its
+	// writes are covered by `ready`: no done word of its own.
+	(void)pool_.release(index, nullptr, false);
+	g.pool_.reset();
 	uint64_t entry = (seq << 32) | index;
 	for (uint32_t i = 0; i < ntargets; i++) {
 		uint32_t bit = 1 + targets[i];
@@ -627,6 +645,10 @@ void Publisher::reap(uint32_t c)
 	{
 		std::lock_guard lock(publish_lock);
 		active.erase(std::remove(active.begin(), active.end(), c), active.end());
+		// Its GPU reads died with it: done words first, so an acquire that sees its
+		// bits gone finds nothing to wait for, and no stream waits on it forever.
+		if (pool_.sync)
+			pool_.sync->release_dead_holder(1 + c, published_count);
 		// Clearing a bit is idempotent and only this consumer ever set its bit for
 		// itself: its references are released exactly once, whatever instruction it
 		// died on (docs/design.md, "Invariants").
@@ -655,6 +677,16 @@ void Publisher::reap(uint32_t c)
 }
 
 namespace {
+
+// Stream memory operations where the device has them, unless XMEM_CUDA_SYNC=cpu asks
+// for the CPU fallback (to compare the two, or to work around a driver).
+bool gpu_ordering_wanted(uint32_t device)
+{
+	const char *env = std::getenv("XMEM_CUDA_SYNC");
+	if (env && std::string_view(env) == "cpu")
+		return false;
+	return device_has_stream_mem_ops(device);
+}
 
 Result<void> validate_config(const std::string &where, const PoolConfig &config)
 {
@@ -734,10 +766,25 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	params.mode = config.mode;
 	params.block_timeout_ns = uint64_t(config.block_timeout.count());
 	params.producer = config.producer;
+	bool cuda = config.storage == Storage::cuda;
+	if (cuda)
+		params.sync_mode = gpu_ordering_wanted(config.device) ? kSyncStreamMemOps : kSyncCpu;
 	auto seg = ControlSegment::create(impl->name, params);
 	if (!seg)
 		return seg.error();
 	impl->seg = std::move(seg.value());
+	if (cuda) {
+		std::string fallback;
+		auto sync = make_device_sync(impl->seg, *impl->arena, params.sync_mode == kSyncStreamMemOps, &fallback);
+		if (!sync)
+			return sync.error();
+		impl->sync = std::move(sync.value());
+		if (!fallback.empty())
+			std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
+				     impl->where().c_str(), fallback.c_str());
+		// No consumer has seen the segment yet: record what this owner really does.
+		impl->seg.set_sync_mode(impl->sync->mode());
+	}
 	impl->local_refs.assign(impl->seg.slot_count, 0);
 
 	auto started = impl->publisher->start(config);

@@ -26,8 +26,8 @@ public:
 	Publisher(const Publisher &) = delete;
 	Publisher &operator=(const Publisher &) = delete;
 
-	Result<BufferGuard> acquire(int64_t timeout_ns);
-	Result<void> publish(BufferGuard &&frame);
+	Result<BufferGuard> acquire(int64_t timeout_ns, void *stream);
+	Result<void> publish(BufferGuard &&frame, void *stream);
 	Result<void> end_of_stream();
 	Result<void> set_format(std::string_view format);
 	// Closes the pool: the name is freed, consumers see Errc::closed after their

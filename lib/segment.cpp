@@ -42,7 +42,7 @@ Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, cons
 	    k.consumer_record_size != layout::consumer_record_size(k.ring_capacity))
 		return segment_error(where, "ring size inconsistent");
 	bool cuda = k.storage_type == XMEM_STORAGE_CUDA;
-	if (k.storage_type != XMEM_STORAGE_SYSTEM)
+	if (k.storage_type != XMEM_STORAGE_SYSTEM && !cuda)
 		return make_error(Errc::not_a_pool, where + ": storage type " + std::to_string(k.storage_type) +
 							    " is not supported by this library");
 	if (k.control_size != control_size(k.slot_count, k.max_consumers, k.ring_capacity, cuda) ||

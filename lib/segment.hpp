@@ -68,6 +68,12 @@ public:
 		return *sync_word(i, layout::kSyncDoneWord + holder);
 	}
 	bool has_sync_records() const { return sync_ != nullptr; }
+	// Owner, before any consumer attached: the GPU ordering it ended up with.
+	void set_sync_mode(layout::SyncMode mode)
+	{
+		k_.sync_mode = mode;
+		header->sync_mode = mode;
+	}
 
 private:
 	std::atomic<uint64_t> *sync_word(uint32_t i, uint32_t word) const

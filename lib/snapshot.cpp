@@ -187,6 +187,7 @@ ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index
 	c.dropped = rec.dropped.load(std::memory_order_relaxed);
 	c.queued_total = rec.queued_total.load(std::memory_order_relaxed);
 	c.queue_size = rec.queue_size;
+	c.sync_mode = rec.sync_mode;
 	return c;
 }
 

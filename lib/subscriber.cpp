@@ -5,6 +5,7 @@
 #include "rendezvous.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include <fcntl.h>
@@ -115,6 +116,17 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	if (!arena)
 		return arena.error();
 	pool_.arena = std::move(arena.value());
+	if (storage == Storage::cuda) {
+		std::string fallback;
+		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(k.device_id);
+		auto sync = make_device_sync(seg, *pool_.arena, mem_ops, &fallback);
+		if (!sync)
+			return sync.error();
+		pool_.sync = std::move(sync.value());
+		if (!fallback.empty())
+			std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
+				     pool_.where().c_str(), fallback.c_str());
+	}
 	return start_consumer(welcome->consumer_index, std::move(ev));
 }
 
@@ -123,6 +135,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 	consumer_index = index;
 	pool_.holder_bit = 1 + consumer_index;
 	self = seg.consumer(consumer_index);
+	self->sync_mode = pool_.sync ? pool_.sync->mode() : layout::kSyncNone;
 	pool_.local_refs.assign(seg.slot_count, 0);
 	event = std::move(ev);
 	armed_once = true; // the owner arms new consumers (see Publisher::admit)
@@ -143,7 +156,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 	return {};
 }
 
-Result<BufferGuard> Subscriber::receive(int64_t timeout_ns)
+Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 {
 	// One receiver at a time: the armed/eventfd handshake has a single sleeper, and
 	// a second thread draining the eventfd could leave the first asleep unarmed.
@@ -194,6 +207,16 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns)
 			BufferGuard g = pool_.make_guard(index, false);
 			if (g.meta_.size > seg.slot_size)
 				g.meta_.size = seg.slot_size;
+			// Device slots: STREAM waits for the producer's writes on the GPU
+			// (or the CPU does, without a stream).
+			if (pool_.sync) {
+				auto ready = pool_.sync->wait_ready(index, g.meta_.seq, stream, deadline);
+				if (!ready) {
+					(void)pool_.release(index, nullptr, false);
+					g.pool_.reset();
+					return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
+				}
+			}
 			return g;
 		}
 		if (owner_gone_.load() || seg.header->state.load(std::memory_order_acquire) == kPoolClosed)

@@ -17,7 +17,7 @@ public:
 	Subscriber(const Subscriber &) = delete;
 	Subscriber &operator=(const Subscriber &) = delete;
 
-	Result<BufferGuard> receive(int64_t timeout_ns);
+	Result<BufferGuard> receive(int64_t timeout_ns, void *stream);
 	// No more frames for this handle; frames still held by guards stay held.
 	void detach_queue();
 	// Polls readable when receive() may return without waiting (-1 for an inspector).

@@ -778,7 +778,7 @@ TEST(FakeOwner, SpoiledWelcomesAreRefused)
 			  s.header->slot_stride = uint64_t{ 1 } << 50;
 			  s.header->data_size = s.header->slot_stride * FakeSegments::kSlots;
 		  } },
-		{ "CUDA storage", Errc::not_a_pool,
+		{ "CUDA storage without its GPU ordering records", Errc::bad_segment,
 		  [](FakeSegments &s, Reply &, Fds &) {
 			  s.header->storage_type = XMEM_STORAGE_CUDA;
 		  } },

@@ -242,6 +242,8 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("max_consumers").number(h.max_consumers);
 	j.key("ring_capacity").number(h.ring_capacity);
 	j.key("storage_type").number(h.storage_type);
+	j.key("device_id").number(h.device_id);
+	j.key("gpu_ordering").string(xmem::gpu_ordering_name(h.sync_mode));
 	j.key("policy").string(policy_name(h.policy));
 	j.key("mode").string(octal(h.mode));
 	j.key("owner_pid").number(h.owner_pid);
@@ -319,6 +321,7 @@ void print_json(const xmem::PoolSnapshot &v)
 		j.key("dropped").number(c.dropped);
 		j.key("queued_total").number(c.queued_total);
 		j.key("queue_size").number(c.queue_size);
+		j.key("gpu_ordering").string(xmem::gpu_ordering_name(c.sync_mode));
 		j.end_object();
 	}
 	j.end_array();
@@ -344,6 +347,9 @@ void print_text(const xmem::PoolSnapshot &v)
 	std::printf("  slots            %u of %llu bytes, stride %llu\n", h.slot_count, (unsigned long long)h.slot_size,
 		    (unsigned long long)h.slot_stride);
 	std::printf("  consumers        up to %u, rings of %u entries\n", h.max_consumers, h.ring_capacity);
+	if (h.storage_type == XMEM_STORAGE_CUDA)
+		std::printf("  storage          CUDA device %u, GPU ordering %s\n", h.device_id,
+			    xmem::gpu_ordering_name(h.sync_mode));
 	std::printf("  policy           %s", policy_name(h.policy));
 	if (h.policy == XMEM_POLICY_BLOCK)
 		std::printf(" (timeout %llu ms)", (unsigned long long)(h.block_timeout_ns / 1'000'000));
@@ -387,6 +393,8 @@ void print_text(const xmem::PoolSnapshot &v)
 				    quoted(c.client, false).c_str(), xmem::state_name(c.state),
 				    consumer_alive(c) ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
 				    (unsigned long long)c.dropped, c.queue_size);
+			if (c.sync_mode != 0)
+				std::printf("         GPU ordering %s\n", xmem::gpu_ordering_name(c.sync_mode));
 		}
 	}
 

@@ -90,7 +90,22 @@ struct ConsumerSnapshot {
 	uint64_t dropped;
 	uint64_t queued_total;
 	uint32_t queue_size;
+	uint32_t sync_mode; // the GPU ordering this consumer uses (see gpu_ordering_name)
 };
+
+// "none", "stream-memops" or "cpu" (the CPU-synchronizing fallback) for a sync mode.
+inline const char *gpu_ordering_name(uint32_t sync_mode)
+{
+	switch (sync_mode) {
+	case 0:
+		return "none";
+	case 1:
+		return "stream-memops";
+	case 2:
+		return "cpu";
+	}
+	return "invalid";
+}
 
 struct FormatSnapshot {
 	std::string text;

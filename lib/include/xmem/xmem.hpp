@@ -86,6 +86,9 @@ using PoolStats = xmem_pool_stats;
 
 enum class Policy { block = XMEM_POLICY_BLOCK, drop_oldest = XMEM_POLICY_DROP_OLDEST, drop_new = XMEM_POLICY_DROP_NEW };
 enum class Role { owner, consumer, inspector };
+// A CUDA stream (a CUstream), kept opaque so this header needs no cuda.h. nullptr
+// means no particular stream: the call then synchronizes on the CPU as it must.
+using CudaStream = void *;
 // Where a pool's slots live: memfd-backed system memory, or CUDA device memory.
 enum class Storage : uint32_t { system = XMEM_STORAGE_SYSTEM, cuda = XMEM_STORAGE_CUDA };
 
@@ -135,6 +138,13 @@ public:
 	bool is_copy() const { return copy_ != nullptr; }
 
 	const FrameMeta &meta() const { return meta_; }
+	Storage storage() const { return Storage(meta_.storage_type); }
+	// CUDA device ordinal of a device frame (0 for system memory).
+	uint32_t device() const { return meta_.device_id; }
+	// Device address (a CUdeviceptr) of a device frame's bytes; 0 for system memory,
+	// whose bytes are data(). The planes are at meta().plane_offset[i] from it, each
+	// meta().plane_stride[i] bytes a row (the pitch).
+	uint64_t device_ptr() const { return device_; }
 	// Metadata to fill before publish(); only for writable guards.
 	Result<FrameMeta *> meta_mut();
 	std::span<const std::byte> data() const;
@@ -148,8 +158,16 @@ public:
 	bool try_make_writable();
 	// Another read-only reference to the same frame (a private copy is shared as is).
 	Result<BufferGuard> clone_ref() const;
-	// Drops the reference now; the guard becomes empty. Safe to call twice.
+	// Drops the reference now; the guard becomes empty. Safe to call twice. For a
+	// device frame, the slot is reused only after every stream of this process is
+	// done (a CPU synchronization): use release(stream) to avoid it.
 	void reset();
+	// Drops the reference once the work queued on STREAM so far is done, without
+	// waiting on the CPU: the producer's GPU waits for it before rewriting the slot.
+	Result<void> release(CudaStream stream);
+	// A private host copy of a device frame (or of a system one), made on STREAM and
+	// complete when this returns. Read-only, like the frame.
+	Result<BufferGuard> copy_to_cpu(CudaStream stream = nullptr) const;
 
 private:
 	friend class BufferPool;
@@ -161,11 +179,13 @@ private:
 	// The slot, kept apart from meta_: callers may overwrite all of meta_mut().
 	uint32_t index_ = 0;
 	FrameMeta meta_{};
-	std::byte *data_ = nullptr;
+	std::byte *data_ = nullptr; // host bytes; nullptr for device memory
+	uint64_t device_ = 0; // device bytes; 0 for system memory
 	uint64_t capacity_ = 0;
 	bool writable_ = false;
-	// Copy-on-write: the private copy (data_ points into it); no slot reference then.
-	std::shared_ptr<std::byte[]> copy_;
+	// Copy-on-write or copy_to_*: the private copy (data_ or device_ points into it);
+	// no slot reference then.
+	std::shared_ptr<void> copy_;
 	std::shared_ptr<const std::string> format_;
 };
 
@@ -190,18 +210,32 @@ public:
 	const std::string &path() const;
 	uint64_t slot_size() const;
 	uint32_t slot_count() const;
+	Storage storage() const;
+	// CUDA device of a device pool.
+	uint32_t device() const;
+	// How GPU work on device slots is ordered in this process: "stream-memops",
+	// "cpu" (the fallback: a CPU synchronization per publish and release) or "none".
+	const char *gpu_ordering() const;
 
 	// Owner: a free slot, writable. Waits up to timeout (no syscall unless it waits);
-	// with drop-oldest it first takes back frames still queued for consumers.
-	Result<BufferGuard> acquire(std::chrono::nanoseconds timeout);
-	// Owner: publishes FRAME to every consumer and consumes the guard.
-	Result<void> publish(BufferGuard &&frame);
+	// with drop-oldest it first takes back frames still queued for consumers. For a
+	// device pool, STREAM waits (on the GPU) until every consumer's GPU reads of the
+	// slot's last frame are done; without a stream the CPU waits for them.
+	Result<BufferGuard> acquire(std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
+	// Owner: publishes FRAME to every consumer and consumes the guard. For a device
+	// pool the frame is ready once the work queued on STREAM so far is done; it is
+	// published at once, without waiting (without a stream: after every stream of this
+	// process is synchronized).
+	Result<void> publish(BufferGuard &&frame, CudaStream stream = nullptr);
 	Result<void> set_format(std::string_view format);
 	Result<void> end_of_stream();
 
 	// Consumer: the next frame. Errc::end_of_stream at EOS; Errc::closed once the
-	// owner is gone and the queue is drained; Errc::timed_out.
-	Result<BufferGuard> receive(std::chrono::nanoseconds timeout);
+	// owner is gone and the queue is drained; Errc::timed_out. For a device pool,
+	// work queued on STREAM after this call sees the producer's writes (the stream
+	// waits on the GPU); without a stream the frame is ready for any stream when this
+	// returns (the CPU waited).
+	Result<BufferGuard> receive(std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
 	// Consumer: polls readable when receive() may return without waiting.
 	int fd() const;
 	std::string format() const;

@@ -1,0 +1,202 @@
+// arena_cuda.cpp - the CUDA arena: one VMM allocation per slot, exported as a POSIX
+// fd, mapped once into one contiguous device range by the owner and each consumer.
+#include "../arena.hpp"
+#include "../layout.hpp"
+#include "driver.hpp"
+#include "ordering.hpp"
+
+namespace xmem {
+
+namespace {
+
+using cuda::ContextScope;
+using cuda::cuda_error;
+using cuda::Driver;
+using cuda::PrimaryContext;
+
+CUmemAllocationProp allocation_prop(CUdevice device)
+{
+	CUmemAllocationProp prop{};
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = device;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	return prop;
+}
+
+class CudaArena final : public Arena
+{
+public:
+	CudaArena(std::shared_ptr<PrimaryContext> ctx, uint32_t ordinal, uint32_t count, uint64_t stride)
+		: d_(cuda::driver().value()), ctx_(std::move(ctx)), ordinal_(ordinal), count_(count), stride_(stride)
+	{
+	}
+
+	~CudaArena() override
+	{
+		ContextScope scope(*ctx_);
+		// Every stream of this process that may still read or write a slot finishes
+		// first: unmapping under queued work would fault it.
+		d_->cuCtxSynchronize();
+		for (uint32_t i = 0; i < mapped_; i++)
+			d_->cuMemUnmap(base_ + CUdeviceptr(i) * stride_, stride_);
+		if (base_)
+			d_->cuMemAddressFree(base_, size());
+		for (CUmemGenericAllocationHandle h : handles_)
+			d_->cuMemRelease(h);
+	}
+
+	Storage storage() const override { return Storage::cuda; }
+	uint32_t device() const override { return ordinal_; }
+	uint64_t slot_stride() const override { return stride_; }
+	uint64_t size() const override { return stride_ * count_; }
+	std::byte *host(uint64_t) const override { return nullptr; }
+	uint64_t device_address(uint64_t offset) const override { return base_ + offset; }
+	std::vector<int> fds() const override
+	{
+		std::vector<int> out;
+		for (const UniqueFd &fd : exported_)
+			out.push_back(fd.get());
+		return out;
+	}
+	std::shared_ptr<PrimaryContext> context() const { return ctx_; }
+
+	// Owner: allocates, exports and maps every slot.
+	Result<void> allocate(const std::string &where)
+	{
+		ContextScope scope(*ctx_);
+		if (auto r = reserve(where); !r)
+			return r;
+		CUmemAllocationProp prop = allocation_prop(ctx_->device());
+		for (uint32_t i = 0; i < count_; i++) {
+			CUmemGenericAllocationHandle h;
+			if (CUresult r = d_->cuMemCreate(&h, stride_, &prop, 0); r != CUDA_SUCCESS)
+				return cuda_error(where + ": slot " + std::to_string(i) + " of " +
+							  std::to_string(stride_) + " bytes",
+						  "cuMemCreate", r);
+			handles_.push_back(h);
+			int fd = -1;
+			if (CUresult r = d_->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+									 0);
+			    r != CUDA_SUCCESS)
+				return cuda_error(where, "cuMemExportToShareableHandle", r);
+			exported_.emplace_back(fd);
+			if (auto m = map(i, h, where); !m)
+				return m;
+		}
+		return set_access(where);
+	}
+
+	// Consumer: imports and maps every slot from FDS, releasing each import handle
+	// at once (the mapping keeps the memory alive, even past the owner's death).
+	Result<void> import(std::vector<UniqueFd> fds, const std::string &where)
+	{
+		ContextScope scope(*ctx_);
+		if (auto r = reserve(where); !r)
+			return r;
+		for (uint32_t i = 0; i < count_; i++) {
+			CUmemGenericAllocationHandle h;
+			CUresult r = d_->cuMemImportFromShareableHandle(
+				&h, reinterpret_cast<void *>(intptr_t(fds[i].get())),
+				CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+			if (r != CUDA_SUCCESS)
+				return make_error(Errc::not_a_pool, where + ": slot " + std::to_string(i) +
+									    " is not a CUDA allocation: " +
+									    d_->describe("cuMemImportFromShareableHandle", r));
+			auto m = map(i, h, where);
+			d_->cuMemRelease(h);
+			if (!m)
+				return m;
+		}
+		return set_access(where);
+	}
+
+private:
+	Result<void> reserve(const std::string &where)
+	{
+		if (CUresult r = d_->cuMemAddressReserve(&base_, size(), 0, 0, 0); r != CUDA_SUCCESS)
+			return cuda_error(where + ": " + std::to_string(size()) + " bytes of device address space",
+					  "cuMemAddressReserve", r);
+		return {};
+	}
+
+	Result<void> map(uint32_t i, CUmemGenericAllocationHandle h, const std::string &where)
+	{
+		if (CUresult r = d_->cuMemMap(base_ + CUdeviceptr(i) * stride_, stride_, 0, h, 0); r != CUDA_SUCCESS)
+			return cuda_error(where + ": slot " + std::to_string(i), "cuMemMap", r);
+		mapped_ = i + 1;
+		return {};
+	}
+
+	Result<void> set_access(const std::string &where)
+	{
+		CUmemAccessDesc access{};
+		access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		access.location.id = ctx_->device();
+		access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+		if (CUresult r = d_->cuMemSetAccess(base_, size(), &access, 1); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuMemSetAccess", r);
+		return {};
+	}
+
+	const Driver *d_;
+	std::shared_ptr<PrimaryContext> ctx_;
+	uint32_t ordinal_;
+	uint32_t count_;
+	uint64_t stride_;
+	CUdeviceptr base_ = 0;
+	uint32_t mapped_ = 0; // slots [0, mapped_) are mapped
+	std::vector<CUmemGenericAllocationHandle> handles_; // owner only
+	std::vector<UniqueFd> exported_; // owner only
+};
+
+} // namespace
+
+Result<std::unique_ptr<Arena>> create_cuda_arena(const ArenaSpec &spec)
+{
+	std::string where = "pool '" + spec.name + "'";
+	auto ctx = PrimaryContext::retain(spec.device, where);
+	if (!ctx)
+		return ctx.error();
+	const Driver *d = cuda::driver().value();
+	CUmemAllocationProp prop = allocation_prop((*ctx)->device());
+	size_t granularity = 0;
+	ContextScope scope(**ctx);
+	if (CUresult r = d->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	    r != CUDA_SUCCESS || granularity == 0)
+		return cuda_error(where, "cuMemGetAllocationGranularity", r);
+	uint64_t stride = layout::round_up(spec.slot_size, granularity);
+	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride);
+	if (auto r = arena->allocate(where); !r)
+		return r.error();
+	return std::unique_ptr<Arena>(std::move(arena));
+}
+
+Result<std::unique_ptr<Arena>> import_cuda_arena(const ArenaSpec &spec, uint64_t stride, std::vector<UniqueFd> fds,
+						 const std::string &where)
+{
+	auto ctx = PrimaryContext::retain(spec.device, where);
+	if (!ctx)
+		return ctx.error();
+	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride);
+	if (auto r = arena->import(std::move(fds), where); !r)
+		return r.error();
+	return std::unique_ptr<Arena>(std::move(arena));
+}
+
+Result<std::unique_ptr<DeviceSync>> make_device_sync(const ControlSegment &seg, const Arena &arena, bool mem_ops,
+						     std::string *fallback)
+{
+	auto *a = dynamic_cast<const CudaArena *>(&arena);
+	if (!a)
+		return make_error(Errc::invalid_argument, "GPU ordering needs a CUDA arena");
+	return std::unique_ptr<DeviceSync>(cuda::Ordering::create(seg, a->context(), mem_ops, fallback));
+}
+
+bool device_has_stream_mem_ops(uint32_t device)
+{
+	auto info = cuda::check_device(device, "");
+	return info && info->stream_mem_ops;
+}
+
+} // namespace xmem

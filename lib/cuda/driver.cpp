@@ -1,0 +1,156 @@
+// driver.cpp - loading the CUDA driver at run time and checking what a device can
+// do, so one libxmem runs on machines with and without a GPU.
+#include "driver.hpp"
+
+#include <cstdlib>
+#include <mutex>
+
+#include <dlfcn.h>
+
+namespace xmem::cuda {
+
+namespace {
+
+#define XMEM_CUDA_STR2(x) #x
+#define XMEM_CUDA_STR(x) XMEM_CUDA_STR2(x)
+
+struct Loaded {
+	Driver driver;
+	Error error;
+	bool ok = false;
+};
+
+Loaded load()
+{
+	Loaded l;
+	const char *env = std::getenv("XMEM_CUDA_DRIVER");
+	std::string path = env && *env ? env : "libcuda.so.1";
+	// Never closed: the driver's threads and handlers live as long as the process.
+	void *lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		const char *why = ::dlerror();
+		l.error = make_error(Errc::not_found, "no CUDA driver: cannot load " + path + " (" +
+							      (why ? why : "unknown error") + ")");
+		return l;
+	}
+	Driver &d = l.driver;
+	d.library = path;
+#define XMEM_CUDA_LOAD(name)                                                                                      \
+	d.name = reinterpret_cast<decltype(d.name)>(::dlsym(lib, XMEM_CUDA_STR(name)));                            \
+	if (!d.name) {                                                                                             \
+		l.error = make_error(Errc::not_found, "CUDA driver " + path + " lacks " XMEM_CUDA_STR(name) \
+						      " (driver too old?)");                                  \
+		return l;                                                                                  \
+	}
+	XMEM_CUDA_CALLS(XMEM_CUDA_LOAD)
+#undef XMEM_CUDA_LOAD
+	CUresult r = d.cuInit(0);
+	if (r != CUDA_SUCCESS) {
+		l.error = make_error(r == CUDA_ERROR_NO_DEVICE ? Errc::not_found : Errc::system,
+				     "CUDA driver " + path + ": " + d.describe("cuInit", r));
+		return l;
+	}
+	d.cuDriverGetVersion(&d.version);
+	l.ok = true;
+	return l;
+}
+
+} // namespace
+
+std::string Driver::describe(const char *call, CUresult r) const
+{
+	const char *name = nullptr;
+	const char *text = nullptr;
+	if (cuGetErrorName)
+		cuGetErrorName(r, &name);
+	if (cuGetErrorString)
+		cuGetErrorString(r, &text);
+	return std::string(call) + " failed: " + (name ? name : "CUDA error " + std::to_string(int(r))) + " (" +
+	       (text ? text : "no description") + ")";
+}
+
+Result<const Driver *> driver()
+{
+	static const Loaded loaded = load();
+	if (!loaded.ok)
+		return loaded.error;
+	return &loaded.driver;
+}
+
+Error cuda_error(const std::string &where, const char *call, CUresult r)
+{
+	auto d = driver();
+	std::string what = d ? (*d)->describe(call, r) : std::string(call) + " failed";
+	return make_error(r == CUDA_ERROR_OUT_OF_MEMORY ? Errc::no_memory : Errc::system, where + ": " + what);
+}
+
+Result<DeviceInfo> check_device(uint32_t ordinal, const std::string &where)
+{
+	auto loaded = driver();
+	if (!loaded)
+		return make_error(loaded.code(), where + ": " + loaded.error().message);
+	const Driver &d = **loaded;
+	int count = 0;
+	if (CUresult r = d.cuDeviceGetCount(&count); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuDeviceGetCount", r);
+	if (count == 0)
+		return make_error(Errc::not_found, where + ": no CUDA device");
+	if (ordinal >= uint32_t(count))
+		return make_error(Errc::invalid_argument, where + ": CUDA device " + std::to_string(ordinal) +
+								  " out of range (this machine has " +
+								  std::to_string(count) + ")");
+	DeviceInfo info;
+	if (CUresult r = d.cuDeviceGet(&info.device, int(ordinal)); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuDeviceGet", r);
+	char name[256] = {};
+	if (d.cuDeviceGetName(name, sizeof(name) - 1, info.device) == CUDA_SUCCESS)
+		info.name = name;
+	auto attribute = [&](CUdevice_attribute a) {
+		int v = 0;
+		return d.cuDeviceGetAttribute(&v, a, info.device) == CUDA_SUCCESS ? v : 0;
+	};
+	std::string device = "CUDA device " + std::to_string(ordinal) + " (" + info.name + ")";
+	if (attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE) == CU_COMPUTEMODE_PROHIBITED)
+		return make_error(Errc::permission_denied, where + ": " + device + " is in compute mode prohibited");
+	if (!attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED))
+		return make_error(Errc::invalid_argument,
+				  where + ": " + device + " lacks virtual memory management (cuMemCreate)");
+	if (!attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED))
+		return make_error(Errc::invalid_argument,
+				  where + ": " + device + " cannot share memory as POSIX file descriptors");
+	info.stream_mem_ops = attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS) != 0;
+	if (int a = attribute(CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT); a > 0)
+		info.pitch_alignment = uint32_t(a);
+	return info;
+}
+
+Result<std::shared_ptr<PrimaryContext>> PrimaryContext::retain(uint32_t ordinal, const std::string &where)
+{
+	auto info = check_device(ordinal, where);
+	if (!info)
+		return info.error();
+	const Driver *d = driver().value();
+	CUcontext ctx = nullptr;
+	if (CUresult r = d->cuDevicePrimaryCtxRetain(&ctx, info->device); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuDevicePrimaryCtxRetain", r);
+	return std::shared_ptr<PrimaryContext>(new PrimaryContext(d, info->device, ctx));
+}
+
+PrimaryContext::~PrimaryContext()
+{
+	d_->cuDevicePrimaryCtxRelease(device_);
+}
+
+ContextScope::ContextScope(const PrimaryContext &ctx) : d_(driver().value())
+{
+	pushed_ = d_->cuCtxPushCurrent(ctx.get()) == CUDA_SUCCESS;
+}
+
+ContextScope::~ContextScope()
+{
+	CUcontext popped;
+	if (pushed_)
+		d_->cuCtxPopCurrent(&popped);
+}
+
+} // namespace xmem::cuda

@@ -1,0 +1,116 @@
+// driver.hpp - the CUDA driver, loaded at run time: libcuda.so.1 (or the library
+// named by XMEM_CUDA_DRIVER) opened once into a table of entry points.
+#pragma once
+
+#include "../system.hpp"
+
+#include <cuda.h>
+
+#include <string>
+
+namespace xmem::cuda {
+
+// One member per driver call xmem makes, named as in cuda.h, typed from its
+// prototype and looked up by its ABI name (cuda.h maps cuMemHostRegister to
+// cuMemHostRegister_v2 and so on).
+struct Driver {
+#define XMEM_CUDA_CALLS(X)                                                                                        \
+	X(cuInit)                                                                                                  \
+	X(cuDriverGetVersion)                                                                                      \
+	X(cuGetErrorName)                                                                                          \
+	X(cuGetErrorString)                                                                                        \
+	X(cuDeviceGetCount)                                                                                        \
+	X(cuDeviceGet)                                                                                             \
+	X(cuDeviceGetAttribute)                                                                                    \
+	X(cuDeviceGetName)                                                                                         \
+	X(cuDeviceTotalMem)                                                                                        \
+	X(cuDevicePrimaryCtxRetain)                                                                                \
+	X(cuDevicePrimaryCtxRelease)                                                                               \
+	X(cuCtxPushCurrent)                                                                                        \
+	X(cuCtxPopCurrent)                                                                                         \
+	X(cuCtxSynchronize)                                                                                        \
+	X(cuMemGetAllocationGranularity)                                                                           \
+	X(cuMemCreate)                                                                                             \
+	X(cuMemRelease)                                                                                            \
+	X(cuMemExportToShareableHandle)                                                                            \
+	X(cuMemImportFromShareableHandle)                                                                          \
+	X(cuMemAddressReserve)                                                                                     \
+	X(cuMemAddressFree)                                                                                        \
+	X(cuMemMap)                                                                                                \
+	X(cuMemUnmap)                                                                                              \
+	X(cuMemSetAccess)                                                                                          \
+	X(cuMemAlloc)                                                                                              \
+	X(cuMemFree)                                                                                               \
+	X(cuMemHostRegister)                                                                                       \
+	X(cuMemHostUnregister)                                                                                     \
+	X(cuMemHostGetDevicePointer)                                                                               \
+	X(cuStreamCreate)                                                                                          \
+	X(cuStreamDestroy)                                                                                         \
+	X(cuStreamSynchronize)                                                                                     \
+	X(cuStreamWaitValue64)                                                                                     \
+	X(cuStreamWriteValue64)                                                                                    \
+	X(cuMemcpy2DAsync)                                                                                         \
+	X(cuMemcpyHtoDAsync)                                                                                       \
+	X(cuMemcpyDtoHAsync)                                                                                       \
+	X(cuMemcpyDtoDAsync)                                                                                       \
+	X(cuMemsetD32Async)
+#define XMEM_CUDA_MEMBER(name) decltype(&::name) name = nullptr;
+	XMEM_CUDA_CALLS(XMEM_CUDA_MEMBER)
+#undef XMEM_CUDA_MEMBER
+
+	std::string library; // the path it was loaded from
+	int version = 0; // cuDriverGetVersion
+
+	// "CALL failed: CUDA_ERROR_X (its description)".
+	std::string describe(const char *call, CUresult r) const;
+};
+
+// The driver, loaded and initialised (cuInit) on first use; the same table after.
+// Errors name the cause: no library, a missing entry point, cuInit failing.
+Result<const Driver *> driver();
+
+// The capabilities xmem needs of a device, checked before a pool is made on it.
+struct DeviceInfo {
+	CUdevice device = 0;
+	std::string name;
+	bool stream_mem_ops = false; // 64-bit cuStreamWaitValue64/WriteValue64
+	uint32_t pitch_alignment = 256;
+};
+// Errors for: no driver, no device, ordinal out of range, compute mode prohibited,
+// no virtual memory management, no POSIX-fd shareable handles.
+Result<DeviceInfo> check_device(uint32_t ordinal, const std::string &where);
+
+// The device's primary context, retained for this object's lifetime and made
+// current on the calling thread while a ContextScope lives.
+class PrimaryContext
+{
+public:
+	static Result<std::shared_ptr<PrimaryContext>> retain(uint32_t ordinal, const std::string &where);
+	~PrimaryContext();
+	CUcontext get() const { return ctx_; }
+	CUdevice device() const { return device_; }
+
+private:
+	PrimaryContext(const Driver *d, CUdevice device, CUcontext ctx) : d_(d), device_(device), ctx_(ctx) {}
+	const Driver *d_;
+	CUdevice device_;
+	CUcontext ctx_;
+};
+
+class ContextScope
+{
+public:
+	explicit ContextScope(const PrimaryContext &ctx);
+	~ContextScope();
+	ContextScope(const ContextScope &) = delete;
+	ContextScope &operator=(const ContextScope &) = delete;
+
+private:
+	const Driver *d_;
+	bool pushed_ = false;
+};
+
+// An Error for a failed CALL, with Errc::no_memory for out-of-memory.
+Error cuda_error(const std::string &where, const char *call, CUresult r);
+
+} // namespace xmem::cuda

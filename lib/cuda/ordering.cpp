@@ -1,0 +1,213 @@
+// ordering.cpp - the ready/pending/done protocol on GPU streams, and its CPU fallback.
+#include "ordering.hpp"
+
+#include <thread>
+
+namespace xmem::cuda {
+
+Ordering::Ordering(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx)
+	: d_(driver().value()), seg_(seg), ctx_(std::move(ctx))
+{
+}
+
+std::unique_ptr<Ordering> Ordering::create(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx,
+					   bool use_mem_ops, std::string *fallback)
+{
+	std::unique_ptr<Ordering> o(new Ordering(seg, std::move(ctx)));
+	if (!use_mem_ops)
+		return o;
+	ContextScope scope(*o->ctx_);
+	// The whole segment: the words sit between other records, and registration is
+	// by page. Device-mapped, so streams can wait on and write them.
+	void *base = const_cast<std::byte *>(seg.bytes().data());
+	CUresult r = o->d_->cuMemHostRegister(base, seg.bytes().size(),
+					      CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+	if (r != CUDA_SUCCESS) {
+		if (fallback)
+			*fallback = o->d_->describe("cuMemHostRegister", r);
+		return o;
+	}
+	o->registered_ = base;
+	CUdeviceptr dev = 0;
+	r = o->d_->cuMemHostGetDevicePointer(&dev, base, 0);
+	if (r != CUDA_SUCCESS) {
+		if (fallback)
+			*fallback = o->d_->describe("cuMemHostGetDevicePointer", r);
+		return o;
+	}
+	o->dev_base_ = dev;
+	return o;
+}
+
+Ordering::~Ordering()
+{
+	if (!registered_)
+		return;
+	ContextScope scope(*ctx_);
+	// Queued waits and writes on the words finish before they are unregistered.
+	d_->cuCtxSynchronize();
+	d_->cuMemHostUnregister(registered_);
+}
+
+CUdeviceptr Ordering::device_address(const std::atomic<uint64_t> &word) const
+{
+	auto offset = reinterpret_cast<const std::byte *>(&word) - seg_.bytes().data();
+	return dev_base_ + CUdeviceptr(offset);
+}
+
+Result<void> Ordering::synchronize(CUstream stream, const char *why)
+{
+	ContextScope scope(*ctx_);
+	CUresult r = stream ? d_->cuStreamSynchronize(stream) : d_->cuCtxSynchronize();
+	if (r != CUDA_SUCCESS)
+		return cuda_error(why, stream ? "cuStreamSynchronize" : "cuCtxSynchronize", r);
+	return {};
+}
+
+Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
+{
+	CUstream stream = static_cast<CUstream>(stream_arg);
+	std::atomic<uint64_t> &ready = seg_.ready(slot);
+	if (gpu() && stream) {
+		ContextScope scope(*ctx_);
+		CUresult r = d_->cuStreamWriteValue64(stream, device_address(ready), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+		if (r != CUDA_SUCCESS)
+			return cuda_error("publish", "cuStreamWriteValue64", r);
+		return {};
+	}
+	if (auto r = synchronize(stream, "publish"); !r)
+		return r;
+	ready.store(seq, std::memory_order_release);
+	return {};
+}
+
+Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
+{
+	CUstream stream = static_cast<CUstream>(stream_arg);
+	std::atomic<uint64_t> &ready = seg_.ready(slot);
+	if (reached(ready.load(std::memory_order_acquire), seq))
+		return {};
+	if (gpu() && stream) {
+		ContextScope scope(*ctx_);
+		CUresult r = d_->cuStreamWaitValue64(stream, device_address(ready), seq, CU_STREAM_WAIT_VALUE_GEQ);
+		if (r != CUDA_SUCCESS)
+			return cuda_error("receive", "cuStreamWaitValue64", r);
+		return {};
+	}
+	// The producer's stream writes the word soon after publish; poll it.
+	while (!reached(ready.load(std::memory_order_acquire), seq)) {
+		if (monotonic_ns() >= deadline_ns)
+			return make_error(Errc::timed_out, "frame " + std::to_string(seq) +
+								   " not ready on the GPU within the timeout");
+		std::this_thread::sleep_for(std::chrono::microseconds(20));
+	}
+	return {};
+}
+
+Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream_arg)
+{
+	CUstream stream = static_cast<CUstream>(stream_arg);
+	std::atomic<uint64_t> &done = seg_.done(slot, holder);
+	if (gpu() && stream) {
+		// Pending first: the owner reads it after seeing our holder bit go, which
+		// happens after this returns.
+		seg_.pending(slot, holder).fetch_or(layout::holder_mask(holder), std::memory_order_seq_cst);
+		ContextScope scope(*ctx_);
+		CUresult r = d_->cuStreamWriteValue64(stream, device_address(done), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+		if (r == CUDA_SUCCESS)
+			return {};
+		// Not queued: fall through to the CPU, so the owner never waits on it.
+	}
+	auto synced = synchronize(stream, "release");
+	done.store(seq, std::memory_order_release);
+	return synced;
+}
+
+Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
+{
+	CUstream stream = static_cast<CUstream>(stream_arg);
+	for (uint32_t w = 0; w < layout::kHolderWords; w++) {
+		std::atomic<uint64_t> &pending = seg_.pending(slot, w * 64);
+		uint64_t bits = pending.exchange(0, std::memory_order_seq_cst);
+		for (uint32_t b = 0; bits && b < 64; b++) {
+			if (!(bits & (uint64_t{ 1 } << b)))
+				continue;
+			uint32_t holder = w * 64 + b;
+			if (holder > seg_.max_consumers)
+				continue; // scribbled: no such holder
+			std::atomic<uint64_t> &done = seg_.done(slot, holder);
+			if (reached(done.load(std::memory_order_acquire), seq))
+				continue;
+			if (gpu() && stream) {
+				ContextScope scope(*ctx_);
+				CUresult r = d_->cuStreamWaitValue64(stream, device_address(done), seq,
+								     CU_STREAM_WAIT_VALUE_GEQ);
+				if (r != CUDA_SUCCESS)
+					return cuda_error("acquire", "cuStreamWaitValue64", r);
+				continue;
+			}
+			while (!reached(done.load(std::memory_order_acquire), seq)) {
+				if (monotonic_ns() >= deadline_ns) {
+					// Still pending, with the holders not looked at yet.
+					pending.fetch_or(bits & (~uint64_t{ 0 } << b), std::memory_order_seq_cst);
+					return make_error(Errc::timed_out,
+							  "a consumer's GPU reads of slot " + std::to_string(slot) +
+								  " did not finish within the timeout");
+				}
+				std::this_thread::sleep_for(std::chrono::microseconds(20));
+			}
+		}
+	}
+	return {};
+}
+
+void Ordering::release_dead_holder(uint32_t holder, uint64_t seq)
+{
+	for (uint32_t i = 0; i < seg_.slot_count; i++)
+		seg_.done(i, holder).store(seq, std::memory_order_release);
+}
+
+Result<std::shared_ptr<void>> Ordering::allocate(uint64_t bytes, uint64_t *address)
+{
+	ContextScope scope(*ctx_);
+	CUdeviceptr p = 0;
+	if (CUresult r = d_->cuMemAlloc(&p, std::max<uint64_t>(bytes, 1)); r != CUDA_SUCCESS)
+		return cuda_error("device copy of " + std::to_string(bytes) + " bytes", "cuMemAlloc", r);
+	*address = p;
+	auto ctx = ctx_;
+	const Driver *d = d_;
+	// Freed once no stream of this process can still use it.
+	return std::shared_ptr<void>(reinterpret_cast<void *>(p), [ctx, d](void *q) {
+		ContextScope inner(*ctx);
+		d->cuCtxSynchronize();
+		d->cuMemFree(CUdeviceptr(reinterpret_cast<uintptr_t>(q)));
+	});
+}
+
+Result<void> Ordering::copy(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
+			    void *stream_arg)
+{
+	CUstream stream = static_cast<CUstream>(stream_arg);
+	ContextScope scope(*ctx_);
+	CUresult r;
+	const char *call;
+	if (dst_device && src_device) {
+		call = "cuMemcpyDtoDAsync";
+		r = d_->cuMemcpyDtoDAsync(dst, src, bytes, stream);
+	} else if (dst_device) {
+		call = "cuMemcpyHtoDAsync";
+		r = d_->cuMemcpyHtoDAsync(dst, reinterpret_cast<const void *>(uintptr_t(src)), bytes, stream);
+	} else if (src_device) {
+		call = "cuMemcpyDtoHAsync";
+		r = d_->cuMemcpyDtoHAsync(reinterpret_cast<void *>(uintptr_t(dst)), src, bytes, stream);
+	} else {
+		return make_error(Errc::invalid_argument, "copy between two host buffers");
+	}
+	if (r != CUDA_SUCCESS)
+		return cuda_error("copy", call, r);
+	if (!stream)
+		return synchronize(nullptr, "copy");
+	return {};
+}
+
+} // namespace xmem::cuda

@@ -1,0 +1,70 @@
+// ordering.hpp - GPU-side ordering of a CUDA pool's slots through the ready, pending
+// and done words of its control segment (docs/design.md, "Ordering on the GPU").
+#pragma once
+
+#include "../device_sync.hpp"
+#include "../segment.hpp"
+#include "driver.hpp"
+
+#include <memory>
+
+namespace xmem::cuda {
+
+// One per process and pool. With stream memory operations, streams wait on and write
+// the words themselves, registered with cuMemHostRegister; without them (or when
+// registration fails) every wait and write is made by the CPU after synchronizing
+// the stream: correct, but a CPU stall per frame.
+class Ordering final : public DeviceSync
+{
+public:
+	// USE_MEM_OPS: whether the pool's mode and this device allow the GPU path; a
+	// failed registration falls back to the CPU and says why in FALLBACK.
+	static std::unique_ptr<Ordering> create(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx,
+						bool use_mem_ops, std::string *fallback);
+	~Ordering() override;
+
+	bool gpu() const { return dev_base_ != 0; }
+	layout::SyncMode mode() const override { return gpu() ? layout::kSyncStreamMemOps : layout::kSyncCpu; }
+
+	// Producer, after its writes to SLOT: frame SEQ is ready once STREAM's work so
+	// far is done. Without a stream, once every stream of this process is.
+	Result<void> mark_ready(uint32_t slot, uint64_t seq, void *stream) override;
+	// Consumer: STREAM waits until frame SEQ of SLOT is ready; without a stream the
+	// CPU does, until DEADLINE.
+	Result<void> wait_ready(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) override;
+	// Holder HOLDER is done with frame SEQ of SLOT once STREAM's work so far is done
+	// (without a stream, once every stream of this process is).
+	Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream) override;
+	// Owner, before rewriting SLOT whose last frame was SEQ: STREAM (or the CPU, until
+	// DEADLINE) waits for every holder whose done write is pending.
+	Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) override;
+	// Owner, reaping HOLDER: its done words become SEQ (the newest frame), so no stream
+	// waits on a process that is gone.
+	void release_dead_holder(uint32_t holder, uint64_t seq) override;
+	Result<void> synchronize(void *stream) override { return synchronize(static_cast<CUstream>(stream), "copy"); }
+	Result<std::shared_ptr<void>> allocate(uint64_t bytes, uint64_t *address) override;
+	Result<void> copy(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
+			  void *stream) override;
+
+	PrimaryContext &context() const { return *ctx_; }
+
+private:
+	Ordering(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx);
+	CUdeviceptr device_address(const std::atomic<uint64_t> &word) const;
+	Result<void> synchronize(CUstream stream, const char *why);
+
+	const Driver *d_;
+	const ControlSegment &seg_;
+	std::shared_ptr<PrimaryContext> ctx_;
+	void *registered_ = nullptr;
+	CUdeviceptr dev_base_ = 0;
+	std::string where_;
+};
+
+// Whether sequence word value V has reached SEQ, with wrap-around (as the GPU's GEQ).
+inline bool reached(uint64_t v, uint64_t seq)
+{
+	return int64_t(v - seq) >= 0;
+}
+
+} // namespace xmem::cuda

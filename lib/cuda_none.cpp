@@ -1,0 +1,39 @@
+// cuda_none.cpp - what a libxmem built without CUDA (no cuda.h at build time) says
+// when asked for a device pool.
+#include "arena.hpp"
+#include "device_sync.hpp"
+
+namespace xmem {
+
+namespace {
+
+Error no_cuda(const std::string &where)
+{
+	return make_error(Errc::invalid_argument,
+			  where + ": CUDA storage: this libxmem was built without CUDA support (no cuda.h)");
+}
+
+} // namespace
+
+Result<std::unique_ptr<Arena>> create_cuda_arena(const ArenaSpec &spec)
+{
+	return no_cuda("pool '" + spec.name + "'");
+}
+
+Result<std::unique_ptr<Arena>> import_cuda_arena(const ArenaSpec &, uint64_t, std::vector<UniqueFd>,
+						 const std::string &where)
+{
+	return no_cuda(where);
+}
+
+Result<std::unique_ptr<DeviceSync>> make_device_sync(const ControlSegment &, const Arena &, bool, std::string *)
+{
+	return no_cuda("GPU ordering");
+}
+
+bool device_has_stream_mem_ops(uint32_t)
+{
+	return false;
+}
+
+} // namespace xmem

@@ -1,0 +1,46 @@
+// device_sync.hpp - the seam between a pool's roles and GPU ordering: what a
+// publisher and a subscriber ask of device slots, with no CUDA type in sight.
+#pragma once
+
+#include "layout.hpp"
+#include "system.hpp"
+
+#include <memory>
+
+namespace xmem {
+
+class Arena;
+class ControlSegment;
+
+// Orders GPU work on device slots (see lib/cuda/ordering.hpp). A STREAM is a
+// CUstream, or nullptr for "every stream of this process" (a CPU stall).
+class DeviceSync
+{
+public:
+	virtual ~DeviceSync() = default;
+	virtual layout::SyncMode mode() const = 0;
+	virtual Result<void> mark_ready(uint32_t slot, uint64_t seq, void *stream) = 0;
+	virtual Result<void> wait_ready(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) = 0;
+	virtual Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream) = 0;
+	virtual Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) = 0;
+	virtual void release_dead_holder(uint32_t holder, uint64_t seq) = 0;
+	// Waits on the CPU for STREAM (nullptr: every stream of this process).
+	virtual Result<void> synchronize(void *stream) = 0;
+	// Device copies for copy-on-write and the copy_to_* calls: a private allocation
+	// of BYTES on this pool's device, freed when the last owner lets go.
+	virtual Result<std::shared_ptr<void>> allocate(uint64_t bytes, uint64_t *address) = 0;
+	// Copies BYTES between two device or host addresses on STREAM (nullptr: and waits).
+	virtual Result<void> copy(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
+				  void *stream) = 0;
+};
+
+// The DeviceSync of a CUDA pool, for the process mapping ARENA; MEM_OPS says whether
+// the pool's mode lets this process use stream memory operations. FALLBACK receives
+// why the GPU path could not be used, if it could not. Errors when this libxmem was
+// built without CUDA.
+Result<std::unique_ptr<DeviceSync>> make_device_sync(const ControlSegment &seg, const Arena &arena, bool mem_ops,
+						     std::string *fallback);
+// Whether the device a CUDA pool would use supports 64-bit stream memory operations.
+bool device_has_stream_mem_ops(uint32_t device);
+
+} // namespace xmem

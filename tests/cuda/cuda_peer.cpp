@@ -1,0 +1,224 @@
+// cuda_peer.cpp - the process the CUDA pool tests spawn: a producer that writes every
+// frame through asynchronous operations on its stream, consumers that read each one
+// back on theirs and check every byte, and calls that must fail with a named cause.
+// Against the simulator this proves xmem's ordering logic, not the driver's.
+#include <xmem/xmem.hpp>
+
+#include "cuda/driver.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::map<std::string, std::string> parse(int argc, char **argv, int from)
+{
+	std::map<std::string, std::string> o;
+	for (int i = from; i < argc; i++) {
+		std::string a = argv[i];
+		if (a.rfind("--", 0) != 0)
+			continue;
+		if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+			o[a.substr(2)] = argv[++i];
+		else
+			o[a.substr(2)] = "1";
+	}
+	return o;
+}
+
+uint64_t num(const std::map<std::string, std::string> &o, const char *key, uint64_t def)
+{
+	auto it = o.find(key);
+	return it == o.end() ? def : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+// The 32-bit word every 4 bytes of frame SEQ hold; the last page a second word, so a
+// frame read half-written shows up as well as a stale one.
+uint32_t word(uint64_t seq)
+{
+	return uint32_t(seq * 2654435761u) | 1u;
+}
+uint32_t tail_word(uint64_t seq)
+{
+	return ~word(seq);
+}
+constexpr uint64_t kTail = 4096;
+
+int fail(const std::string &what)
+{
+	std::printf("error %s\n", what.c_str());
+	std::fflush(stdout);
+	return 1;
+}
+
+struct Gpu {
+	const xmem::cuda::Driver *d = nullptr;
+	std::shared_ptr<xmem::cuda::PrimaryContext> ctx;
+	CUstream stream = nullptr;
+};
+
+std::string gpu_init(Gpu &g)
+{
+	auto d = xmem::cuda::driver();
+	if (!d)
+		return d.error().message;
+	g.d = d.value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "peer");
+	if (!ctx)
+		return ctx.error().message;
+	g.ctx = ctx.value();
+	xmem::cuda::ContextScope scope(*g.ctx);
+	if (g.d->cuStreamCreate(&g.stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+		return "cuStreamCreate failed";
+	return {};
+}
+
+// produce NAME --frames N --size BYTES --slots K --wait-consumers C --linger-ms T
+int produce(const std::string &name, const std::map<std::string, std::string> &o)
+{
+	Gpu g;
+	if (auto e = gpu_init(g); !e.empty())
+		return fail(e);
+	xmem::PoolConfig config;
+	config.storage = xmem::Storage::cuda;
+	config.slot_count = uint32_t(num(o, "slots", 4));
+	config.slot_size = num(o, "size", 64 * 1024);
+	config.policy = o.count("drop") ? xmem::Policy::drop_oldest : xmem::Policy::block;
+	config.block_timeout = 10s;
+	config.producer = "cuda-peer";
+	auto pool = xmem::BufferPool::create(name, config);
+	if (!pool)
+		return fail(pool.error().message);
+	auto &p = **pool;
+	std::printf("ready ordering=%s\n", p.gpu_ordering());
+	std::fflush(stdout);
+	auto deadline = std::chrono::steady_clock::now() + 20s;
+	while (p.stats().consumers < num(o, "wait-consumers", 0) && std::chrono::steady_clock::now() < deadline)
+		std::this_thread::sleep_for(1ms);
+	uint64_t frames = num(o, "frames", 100), size = config.slot_size;
+	xmem::cuda::ContextScope scope(*g.ctx);
+	for (uint64_t n = 1; n <= frames; n++) {
+		auto f = p.acquire(10s, g.stream);
+		if (!f)
+			return fail("acquire: " + f.error().message);
+		uint64_t seq = p.stats().published + 1;
+		CUdeviceptr dev = f->device_ptr();
+		// Two asynchronous writes: the body, then the tail page.
+		if (g.d->cuMemsetD32Async(dev, word(seq), (size - kTail) / 4, g.stream) != CUDA_SUCCESS ||
+		    g.d->cuMemsetD32Async(dev + size - kTail, tail_word(seq), kTail / 4, g.stream) != CUDA_SUCCESS)
+			return fail("cuMemsetD32Async");
+		f->meta_mut().value()->size = size;
+		if (auto r = p.publish(std::move(f.value()), g.stream); !r)
+			return fail("publish: " + r.error().message);
+		if (o.count("fps"))
+			std::this_thread::sleep_for(std::chrono::microseconds(1000000 / num(o, "fps", 1)));
+	}
+	(void)p.end_of_stream();
+	std::printf("done published=%llu\n", (unsigned long long)p.stats().published);
+	std::fflush(stdout);
+	std::this_thread::sleep_for(std::chrono::milliseconds(num(o, "linger-ms", 0)));
+	return 0;
+}
+
+// consume NAME --frames N [--no-stream] [--hold] : checks every byte of every frame.
+// With --hold it keeps a frame and a queued read of it forever (to be killed).
+int consume(const std::string &name, const std::map<std::string, std::string> &o)
+{
+	Gpu g;
+	if (auto e = gpu_init(g); !e.empty())
+		return fail(e);
+	xmem::OpenOptions options;
+	options.timeout = 10s;
+	options.client = "cuda-peer";
+	auto pool = xmem::BufferPool::open(name, options);
+	if (!pool)
+		return fail(pool.error().message);
+	auto &p = **pool;
+	std::printf("attached ordering=%s\n", p.gpu_ordering());
+	std::fflush(stdout);
+	bool use_stream = !o.count("no-stream");
+	CUstream stream = use_stream ? g.stream : nullptr;
+	std::vector<uint32_t> host(p.slot_size() / 4);
+	uint64_t frames = 0, bad = 0, last = 0, limit = num(o, "frames", UINT64_MAX);
+	xmem::cuda::ContextScope scope(*g.ctx);
+	std::vector<xmem::BufferGuard> held;
+	while (frames < limit) {
+		auto f = p.receive(10s, stream);
+		if (f.code() == xmem::Errc::end_of_stream || f.code() == xmem::Errc::closed)
+			break;
+		if (!f)
+			return fail("receive: " + f.error().message);
+		uint64_t seq = f->meta().seq, size = f->meta().size;
+		if (g.d->cuMemcpyDtoHAsync(host.data(), f->device_ptr(), size, g.stream) != CUDA_SUCCESS)
+			return fail("cuMemcpyDtoHAsync");
+		if (o.count("hold")) {
+			// A read still queued on the GPU when the process is killed.
+			held.push_back(std::move(f.value()));
+			std::printf("holding %llu\n", (unsigned long long)seq);
+			std::fflush(stdout);
+			if (held.size() >= num(o, "hold", 1))
+				for (;;)
+					std::this_thread::sleep_for(1s);
+			continue;
+		}
+		auto released = use_stream ? f->release(g.stream) : (f->reset(), xmem::Result<void>());
+		if (!released)
+			return fail("release: " + released.error().message);
+		if (g.d->cuStreamSynchronize(g.stream) != CUDA_SUCCESS)
+			return fail("cuStreamSynchronize");
+		bool ok = seq > last;
+		for (uint64_t i = 0; ok && i < (size - kTail) / 4; i++)
+			ok = host[i] == word(seq);
+		for (uint64_t i = (size - kTail) / 4; ok && i < size / 4; i++)
+			ok = host[i] == tail_word(seq);
+		if (!ok && bad++ < 5)
+			std::printf("bad frame %llu\n", (unsigned long long)seq);
+		last = seq;
+		frames++;
+	}
+	std::printf("frames=%llu bad=%llu\n", (unsigned long long)frames, (unsigned long long)bad);
+	std::fflush(stdout);
+	return bad == 0 ? 0 : 1;
+}
+
+// create NAME [--device D] [--size B] : prints "ok" or "error MESSAGE" for a CUDA pool.
+int create(const std::string &name, const std::map<std::string, std::string> &o)
+{
+	xmem::PoolConfig config;
+	config.storage = xmem::Storage::cuda;
+	config.device = uint32_t(num(o, "device", 0));
+	config.slot_count = uint32_t(num(o, "slots", 2));
+	config.slot_size = num(o, "size", 4096);
+	auto pool = xmem::BufferPool::create(name, config);
+	if (!pool)
+		return fail(pool.error().message);
+	std::printf("ok ordering=%s\n", (*pool)->gpu_ordering());
+	return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		std::fprintf(stderr, "usage: xmem-cuda-peer produce|consume|create NAME [options]\n");
+		return 2;
+	}
+	std::string mode = argv[1], name = argv[2];
+	auto o = parse(argc, argv, 3);
+	if (mode == "produce")
+		return produce(name, o);
+	if (mode == "consume")
+		return consume(name, o);
+	if (mode == "create")
+		return create(name, o);
+	return 2;
+}

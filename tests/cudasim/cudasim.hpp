@@ -1,0 +1,257 @@
+// cudasim.hpp - internal state of the CUDA driver simulator (libcuda.so.1 for tests).
+// A strict test double that proves xmem's logic, not the real driver's behaviour.
+#pragma once
+
+// Every cu* function defined by the simulator matches a declaration in cuda.h, which also
+// renames it to its ABI name (cuMemHostRegister -> cuMemHostRegister_v2). Declaring them
+// with default visibility in a module built with hidden visibility exports exactly those.
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#pragma GCC visibility pop
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace cudasim {
+
+// XMEM_CUDASIM_FAIL words: each makes one capability missing or one call fail.
+struct FailSwitches {
+	bool init = false;
+	bool no_vmm = false;
+	bool no_posix_fd = false;
+	bool no_memops = false;
+	bool no_host_register = false;
+	bool alloc = false;
+	bool prohibited = false;
+};
+
+struct Config {
+	int devices = 1;
+	uint64_t memory = uint64_t(1) << 30;
+	uint64_t granularity = uint64_t(2) << 20;
+	uint64_t delay_us = 300;
+	uint64_t seed = 0;
+	bool verbose = false;
+	FailSwitches fail;
+};
+
+// Reads the XMEM_CUDASIM_* variables. A malformed value or an unknown XMEM_CUDASIM_FAIL
+// word prints why and aborts: a typo in a test must not silently test nothing.
+Config read_config();
+
+// The bytes of one allocation: a memfd, and the simulator's own read-write alias of it.
+// Device addresses are PROT_NONE elsewhere; only the simulator touches the bytes, through
+// the alias. Lives as long as a handle or a mapping (or an executing operation) holds it.
+class Backing
+{
+public:
+	// Takes ownership of fd. usage, when set, is the device's byte count charged for
+	// this allocation and refunded by the destructor.
+	Backing(int fd, char *alias, size_t size, int device, unsigned handle_types,
+		std::atomic<uint64_t> *usage);
+	~Backing();
+	Backing(const Backing &) = delete;
+	Backing &operator=(const Backing &) = delete;
+
+	int fd() const { return fd_; }
+	char *alias() const { return alias_; }
+	size_t size() const { return size_; }
+	int device() const { return device_; }
+	unsigned handle_types() const { return handle_types_; }
+
+private:
+	int fd_;
+	char *alias_;
+	size_t size_;
+	int device_;
+	unsigned handle_types_;
+	std::atomic<uint64_t> *usage_;
+};
+
+struct Stream;
+
+// A device's primary context. The objects live for the whole process (a CUcontext handle
+// stays valid); "destroyed" means no references are held.
+struct Context {
+	int device = 0;
+
+	// Guarded by State::lock.
+	unsigned refs = 0;
+	std::shared_ptr<Stream> default_stream;
+	std::vector<std::weak_ptr<Stream>> streams;
+
+	// Set by a stream worker on an illegal access and read by every call without a lock;
+	// cleared when the context is destroyed. reported orders the stderr line before it.
+	std::atomic<bool> reported{ false };
+	std::atomic<bool> sticky{ false };
+};
+
+// One enqueued operation; run() executes on the stream's worker thread.
+struct Op {
+	const char *name = nullptr;
+	std::function<void(Stream &)> run;
+};
+
+struct Stream {
+	uint64_t id = 0;
+	CUstream handle = nullptr;
+	Context *ctx = nullptr;
+	int device = 0;
+
+	// Guards the fields below. Never held while an operation runs; taken after
+	// State::lock when both are needed.
+	std::mutex lock;
+	std::condition_variable cv;
+	std::deque<Op> queue;
+	uint64_t enqueued = 0;
+	uint64_t completed = 0;
+	bool closing = false;
+
+	// Set when the context is destroyed: remaining work is dropped, waits give up.
+	std::atomic<bool> abandoned{ false };
+};
+
+// A VA range from cuMemAddressReserve, or (plain) the range behind one cuMemAlloc.
+struct Reservation {
+	size_t size = 0;
+	bool plain = false;
+	Context *owner = nullptr; // plain allocations die with their context
+};
+
+// A mapped VA range: [va, va + size) shows backing bytes [offset, offset + size).
+struct Mapping {
+	size_t size = 0;
+	size_t offset = 0;
+	std::shared_ptr<Backing> backing;
+	std::vector<CUmemAccess_flags> access; // per device, set by cuMemSetAccess
+	bool plain = false;
+};
+
+struct HostRegistration {
+	size_t size = 0;
+	unsigned flags = 0;
+	CUdeviceptr dptr = 0; // what cuMemHostGetDevicePointer returns for the base
+	uintptr_t alias_base = 0; // the PROT_NONE range that holds dptr
+	size_t alias_size = 0;
+	Context *owner = nullptr;
+};
+
+// The alias VA range of a host registration, keyed by alias_base.
+struct HostAlias {
+	size_t size = 0;
+	uintptr_t host = 0; // key of the registration in State::host_registrations
+};
+
+// Device VA that was freed, unmapped or unregistered. It stays reserved PROT_NONE
+// forever, so the kernel never reuses it and a stale pointer keeps faulting.
+struct Retired {
+	size_t size = 0;
+};
+
+// Everything the simulator knows in this process. Created by the first successful cuInit
+// and intentionally leaked: no static destructor may join a worker at exit.
+struct State {
+	Config config;
+	std::vector<std::unique_ptr<Context>> contexts; // one per device, fixed after cuInit
+	std::unique_ptr<std::atomic<uint64_t>[]> usage; // device bytes allocated here, per device
+
+	// Guards everything below. Held only for table look-ups and updates, never while an
+	// operation copies bytes or waits on a value; Stream::lock may be taken inside it.
+	std::mutex lock;
+	CUmemGenericAllocationHandle next_handle = 0xc0da0000;
+	std::map<CUmemGenericAllocationHandle, std::shared_ptr<Backing>> handles;
+	std::map<uintptr_t, Reservation> reservations;
+	std::map<uintptr_t, Mapping> mappings;
+	std::map<uintptr_t, HostRegistration> host_registrations; // by host address
+	std::map<uintptr_t, HostAlias> host_aliases;
+	std::map<uintptr_t, Retired> retired;
+	uint64_t next_stream_id = 1;
+	std::map<CUstream, std::shared_ptr<Stream>> streams;
+};
+
+// The state after a successful cuInit, nullptr before.
+State *state();
+
+// Prints "cudasim: ..." to stderr when XMEM_CUDASIM_VERBOSE=1.
+void verbose(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Returns err, saying why on stderr when XMEM_CUDASIM_VERBOSE=1.
+CUresult fail(CUresult err, const char *call, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// The current context of a call that needs one: CUDA_ERROR_NOT_INITIALIZED,
+// CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED, or (when honour_sticky)
+// CUDA_ERROR_ILLEGAL_ADDRESS once an operation of the context touched a bad address.
+CUresult current_context(const char *call, Context **ctx, bool honour_sticky = true);
+
+// Runs an API body, turning an escaping exception into an error code.
+template<typename Body>
+CUresult guarded(Body &&body) noexcept
+{
+	try {
+		return body();
+	} catch (const std::bad_alloc &) {
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	} catch (const std::system_error &) {
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	} catch (...) {
+		return CUDA_ERROR_UNKNOWN;
+	}
+}
+
+size_t page_size();
+
+// --- memory.cpp: what an operation sees when it executes -------------------------------
+
+struct Segment {
+	char *data = nullptr;
+	size_t size = 0;
+	std::shared_ptr<Backing> keep; // keeps the alias mapped while the bytes are touched
+};
+using Segments = std::vector<Segment>;
+
+struct Fault {
+	uintptr_t address = 0;
+	std::string why;
+};
+
+enum class Access { read, write };
+
+enum class Space {
+	device, // must resolve as the device sees it
+	host, // a CPU pointer, pageable or registered, that must not be a device address
+	unified, // looked up: device if it is in the simulator's device address space
+};
+
+// Resolves [addr, addr + size) for an operation executing on device. Caller holds
+// State::lock. False with fault set when any byte does not resolve.
+bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Access access, Segments &out,
+	     Fault &fault);
+
+// Releases the plain allocations and host registrations a destroyed context owned.
+// Caller holds State::lock; dead receives the backings to drop after unlocking.
+void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<Backing>> &dead);
+
+// --- stream.cpp ---------------------------------------------------------------------------
+
+// Marks the context's streams abandoned and removes them. Caller holds State::lock.
+void abandon_streams(State &s, Context &ctx);
+
+// Waits for everything enqueued so far on every stream of ctx.
+void synchronize_context(State &s, Context &ctx);
+
+// Makes ctx's error sticky after an executing operation touched a bad address, printing
+// one line to stderr the first time.
+void raise_illegal(Stream &stream, const char *op, const Fault &fault);
+
+} // namespace cudasim

@@ -1,0 +1,436 @@
+// device.cpp - cuInit, devices, their attributes and primary contexts, and the
+// per-thread context stack of the CUDA driver simulator.
+
+#include "cudasim.hpp"
+
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+
+#include <unistd.h>
+
+namespace cudasim {
+
+namespace {
+
+// Serializes cuInit; the result of the first call is the result of every later one.
+std::mutex init_lock;
+bool init_attempted = false; // guarded by init_lock
+CUresult init_result = CUDA_ERROR_NOT_INITIALIZED; // guarded by init_lock
+
+// Published once by cuInit, never freed.
+std::atomic<State *> global_state{ nullptr };
+
+// The calling thread's context stack. A fixed array, so no TLS destructor runs in a
+// module that might be unloaded.
+constexpr int max_stack_depth = 32;
+thread_local Context *context_stack[max_stack_depth];
+thread_local int context_depth = 0;
+
+Context *find_context(State &s, CUcontext handle)
+{
+	for (const auto &ctx : s.contexts) {
+		if (reinterpret_cast<CUcontext>(ctx.get()) == handle)
+			return ctx.get();
+	}
+	return nullptr;
+}
+
+CUresult initialized(const char *call, State **out)
+{
+	State *s = state();
+	if (!s)
+		return fail(CUDA_ERROR_NOT_INITIALIZED, call, "cuInit has not succeeded");
+	*out = s;
+	return CUDA_SUCCESS;
+}
+
+CUresult valid_device(const char *call, State &s, CUdevice dev)
+{
+	if (dev < 0 || dev >= s.config.devices)
+		return fail(CUDA_ERROR_INVALID_DEVICE, call, "device %d of %d", dev, s.config.devices);
+	return CUDA_SUCCESS;
+}
+
+// The attribute's value on this simulated device (an H100-like one), or false when the
+// simulator does not know it.
+bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevice dev, int *value)
+{
+	const FailSwitches &fail = config.fail;
+	switch (attribute) {
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+		*value = !fail.no_vmm;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+		*value = !fail.no_posix_fd;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+	case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
+		*value = !fail.no_memops;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+		*value = !fail.no_host_register;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+	case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+		*value = 1;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+		*value = fail.prohibited ? CU_COMPUTEMODE_PROHIBITED : CU_COMPUTEMODE_DEFAULT;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+		*value = 32;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+		// Strict: a device operation must use cuMemHostGetDevicePointer's address.
+		*value = 0;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+		*value = 0x10 + dev;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+		*value = 0;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+		*value = 9;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+		*value = 0;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+		*value = 132;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+		*value = 2147483647;
+		return true;
+	default:
+		return false;
+	}
+}
+
+// The primary context's last reference is gone: as the real driver, destroy what it owns
+// (its streams, plain allocations and host registrations) and forget a sticky error.
+// VMM handles, reservations and mappings are process-wide and stay.
+void destroy_context(State &s, Context &ctx, std::vector<std::shared_ptr<Backing>> &dead)
+{
+	abandon_streams(s, ctx);
+	release_context_memory(s, ctx, dead);
+	ctx.sticky.store(false, std::memory_order_release);
+	ctx.reported.store(false, std::memory_order_relaxed);
+	verbose("primary context of device %d destroyed", ctx.device);
+}
+
+} // namespace
+
+State *state()
+{
+	return global_state.load(std::memory_order_acquire);
+}
+
+size_t page_size()
+{
+	static const size_t size = size_t(sysconf(_SC_PAGESIZE));
+	return size;
+}
+
+void verbose(const char *fmt, ...)
+{
+	State *s = state();
+	if (!s || !s->config.verbose)
+		return;
+	char line[512];
+	va_list args;
+	va_start(args, fmt);
+	std::vsnprintf(line, sizeof(line), fmt, args);
+	va_end(args);
+	std::fprintf(stderr, "cudasim: %s\n", line);
+}
+
+CUresult fail(CUresult err, const char *call, const char *fmt, ...)
+{
+	State *s = state();
+	if (!s || !s->config.verbose)
+		return err;
+	const char *name = "?";
+	cuGetErrorName(err, &name);
+	char line[512];
+	va_list args;
+	va_start(args, fmt);
+	std::vsnprintf(line, sizeof(line), fmt, args);
+	va_end(args);
+	std::fprintf(stderr, "cudasim: %s -> %s: %s\n", call, name, line);
+	return err;
+}
+
+CUresult current_context(const char *call, Context **out, bool honour_sticky)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized(call, &s))
+		return r;
+	if (context_depth == 0)
+		return fail(CUDA_ERROR_INVALID_CONTEXT, call, "no current context on this thread");
+
+	Context *ctx = context_stack[context_depth - 1];
+	{
+		std::lock_guard<std::mutex> guard(s->lock);
+		if (ctx->refs == 0)
+			return fail(CUDA_ERROR_CONTEXT_IS_DESTROYED, call,
+				    "the current context (device %d) has been released", ctx->device);
+	}
+	if (honour_sticky && ctx->sticky.load(std::memory_order_acquire))
+		return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", ctx->device);
+	*out = ctx;
+	return CUDA_SUCCESS;
+}
+
+} // namespace cudasim
+
+using namespace cudasim;
+
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+	return guarded([&] {
+		if (Flags != 0)
+			return CUDA_ERROR_INVALID_VALUE;
+
+		std::lock_guard<std::mutex> guard(init_lock);
+		if (init_attempted)
+			return init_result;
+		init_attempted = true;
+
+		Config config = read_config();
+		if (config.fail.init) {
+			init_result = CUDA_ERROR_UNKNOWN;
+			return init_result;
+		}
+		if (config.devices == 0) {
+			init_result = CUDA_ERROR_NO_DEVICE;
+			return init_result;
+		}
+
+		auto *s = new State;
+		s->config = config;
+		s->usage = std::make_unique<std::atomic<uint64_t>[]>(size_t(config.devices));
+		for (int dev = 0; dev < config.devices; dev++) {
+			auto ctx = std::make_unique<Context>();
+			ctx->device = dev;
+			s->contexts.push_back(std::move(ctx));
+		}
+		global_state.store(s, std::memory_order_release);
+		init_result = CUDA_SUCCESS;
+
+		verbose("%d device(s), %" PRIu64 " bytes each, granularity %" PRIu64 ", delay 0..%" PRIu64
+			" us, seed %" PRIu64,
+			config.devices, config.memory, config.granularity, config.delay_us, config.seed);
+		return init_result;
+	});
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+	// Works before cuInit, as in the real driver.
+	if (!driverVersion)
+		return CUDA_ERROR_INVALID_VALUE;
+	*driverVersion = 13000;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceGetCount", &s))
+		return r;
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = s->config.devices;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceGet", &s))
+		return r;
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDeviceGet", *s, ordinal))
+		return r;
+	*device = ordinal;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceGetName", &s))
+		return r;
+	if (!name || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDeviceGetName", *s, dev))
+		return r;
+	std::snprintf(name, size_t(len), "xmem cudasim device %d", dev);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceTotalMem", &s))
+		return r;
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDeviceTotalMem", *s, dev))
+		return r;
+	*bytes = size_t(s->config.memory);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceGetAttribute", &s))
+		return r;
+	if (!pi)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDeviceGetAttribute", *s, dev))
+		return r;
+	if (!attribute_value(s->config, attrib, dev, pi)) {
+		// Always said, so a caller relying on an attribute the simulator lacks notices.
+		std::fprintf(stderr, "cudasim: cuDeviceGetAttribute: attribute %d is not simulated\n", int(attrib));
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	return guarded([&] {
+		State *s = nullptr;
+		if (CUresult r = initialized("cuDevicePrimaryCtxRetain", &s))
+			return r;
+		if (!pctx)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (CUresult r = valid_device("cuDevicePrimaryCtxRetain", *s, dev))
+			return r;
+		if (s->config.fail.prohibited)
+			return fail(CUDA_ERROR_DEVICE_UNAVAILABLE, "cuDevicePrimaryCtxRetain",
+				    "compute mode is prohibited (XMEM_CUDASIM_FAIL=prohibited)");
+
+		Context *ctx = s->contexts[size_t(dev)].get();
+		std::lock_guard<std::mutex> guard(s->lock);
+		ctx->refs++;
+		*pctx = reinterpret_cast<CUcontext>(ctx);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return guarded([&] {
+		State *s = nullptr;
+		if (CUresult r = initialized("cuDevicePrimaryCtxRelease", &s))
+			return r;
+		if (CUresult r = valid_device("cuDevicePrimaryCtxRelease", *s, dev))
+			return r;
+
+		Context *ctx = s->contexts[size_t(dev)].get();
+		std::vector<std::shared_ptr<Backing>> dead;
+		std::lock_guard<std::mutex> guard(s->lock);
+		if (ctx->refs == 0)
+			return fail(CUDA_ERROR_INVALID_CONTEXT, "cuDevicePrimaryCtxRelease",
+				    "primary context of device %d is not retained", dev);
+		if (--ctx->refs == 0)
+			destroy_context(*s, *ctx, dead);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuCtxPushCurrent", &s))
+		return r;
+	if (!ctx)
+		return fail(CUDA_ERROR_INVALID_VALUE, "cuCtxPushCurrent", "null context");
+	Context *context = find_context(*s, ctx);
+	if (!context)
+		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPushCurrent", "unknown context %p", static_cast<void *>(ctx));
+	if (context_depth == max_stack_depth)
+		return fail(CUDA_ERROR_OUT_OF_MEMORY, "cuCtxPushCurrent", "context stack deeper than %d", max_stack_depth);
+	context_stack[context_depth++] = context;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuCtxPopCurrent", &s))
+		return r;
+	if (context_depth == 0)
+		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPopCurrent", "the context stack is empty");
+	Context *ctx = context_stack[--context_depth];
+	if (pctx)
+		*pctx = reinterpret_cast<CUcontext>(ctx);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuCtxGetCurrent", &s))
+		return r;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = context_depth ? reinterpret_cast<CUcontext>(context_stack[context_depth - 1]) : nullptr;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuCtxSetCurrent", &s))
+		return r;
+	if (!ctx) {
+		// As documented: equivalent to popping, a no-op on an empty stack.
+		if (context_depth)
+			context_depth--;
+		return CUDA_SUCCESS;
+	}
+	Context *context = find_context(*s, ctx);
+	if (!context)
+		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSetCurrent", "unknown context %p", static_cast<void *>(ctx));
+	if (context_depth == 0)
+		context_depth = 1;
+	context_stack[context_depth - 1] = context;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+	Context *ctx = nullptr;
+	if (CUresult r = current_context("cuCtxGetDevice", &ctx))
+		return r;
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	*device = ctx->device;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+	return guarded([&] {
+		Context *ctx = nullptr;
+		if (CUresult r = current_context("cuCtxSynchronize", &ctx))
+			return r;
+		synchronize_context(*state(), *ctx);
+		if (ctx->sticky.load(std::memory_order_acquire))
+			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, "cuCtxSynchronize", "sticky error of device %d",
+				    ctx->device);
+		return CUDA_SUCCESS;
+	});
+}

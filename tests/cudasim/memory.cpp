@@ -1,0 +1,771 @@
+// memory.cpp - device memory of the CUDA driver simulator: VMM allocations and their fd
+// export/import, cuMemAlloc, host registration, and the address look-up operations use.
+//
+// Every device address is a PROT_NONE reservation, so a CPU dereference by the caller
+// faults; bytes live in memfds that the simulator reaches through private aliases.
+
+#include "cudasim.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace cudasim {
+
+Backing::Backing(int fd, char *alias, size_t size, int device, unsigned handle_types, std::atomic<uint64_t> *usage)
+	: fd_(fd), alias_(alias), size_(size), device_(device), handle_types_(handle_types), usage_(usage)
+{
+}
+
+Backing::~Backing()
+{
+	::munmap(alias_, size_);
+	::close(fd_);
+	if (usage_)
+		usage_->fetch_sub(size_, std::memory_order_relaxed);
+}
+
+namespace {
+
+constexpr const char *vmm_name_prefix = "cudasim:dev";
+
+uint64_t round_up(uint64_t value, uint64_t align)
+{
+	return (value + align - 1) / align * align;
+}
+
+template<typename Table>
+auto find_containing(Table &table, uintptr_t addr)
+{
+	auto it = table.upper_bound(addr);
+	if (it == table.begin())
+		return table.end();
+	--it;
+	return addr - it->first < it->second.size ? it : table.end();
+}
+
+// Whether any range of the table intersects [addr, addr + size). Ranges are disjoint.
+template<typename Table>
+bool overlaps(const Table &table, uintptr_t addr, size_t size)
+{
+	auto it = table.lower_bound(addr + size);
+	if (it == table.begin())
+		return false;
+	--it;
+	return it->first + it->second.size > addr;
+}
+
+bool in_device_space(const State &s, uintptr_t addr, size_t size)
+{
+	return overlaps(s.reservations, addr, size) || overlaps(s.host_aliases, addr, size) ||
+	       overlaps(s.retired, addr, size);
+}
+
+// Charges size bytes to the device, or false when it would exceed its memory.
+bool charge(State &s, int device, uint64_t size)
+{
+	std::atomic<uint64_t> &used = s.usage[size_t(device)];
+	uint64_t now = used.load(std::memory_order_relaxed);
+	do {
+		if (size > s.config.memory || now > s.config.memory - size)
+			return false;
+	} while (!used.compare_exchange_weak(now, now + size, std::memory_order_relaxed));
+	return true;
+}
+
+// A memfd of size bytes and its alias. On failure, refunds the charge (when usage is set).
+std::shared_ptr<Backing> make_backing(const char *call, const char *name, size_t size, int device,
+				      unsigned handle_types, std::atomic<uint64_t> *usage, CUresult *err)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, off_t(size)) < 0) {
+		*err = fail(CUDA_ERROR_OUT_OF_MEMORY, call, "memfd: %s", std::strerror(errno));
+		if (fd >= 0)
+			::close(fd);
+		if (usage)
+			usage->fetch_sub(size, std::memory_order_relaxed);
+		return nullptr;
+	}
+	void *alias = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (alias == MAP_FAILED) {
+		*err = fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
+		::close(fd);
+		if (usage)
+			usage->fetch_sub(size, std::memory_order_relaxed);
+		return nullptr;
+	}
+	return std::make_shared<Backing>(fd, static_cast<char *>(alias), size, device, handle_types, usage);
+}
+
+// A PROT_NONE range of size bytes aligned to align (a power of two, at least a page).
+uintptr_t reserve_va(size_t size, size_t align)
+{
+	size_t span = size + align - page_size();
+	void *p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return 0;
+	uintptr_t start = uintptr_t(p);
+	uintptr_t aligned = round_up(start, align);
+	if (aligned > start)
+		::munmap(p, aligned - start);
+	uintptr_t tail = aligned + size;
+	if (start + span > tail)
+		::munmap(reinterpret_cast<void *>(tail), start + span - tail);
+	return aligned;
+}
+
+// The mappings that tile [ptr, ptr + size) exactly, in address order, or empty when the
+// range is not exactly a run of whole, adjacent VMM mappings. Caller holds State::lock.
+std::vector<std::map<uintptr_t, Mapping>::iterator> whole_mappings(State &s, uintptr_t ptr, size_t size)
+{
+	std::vector<std::map<uintptr_t, Mapping>::iterator> run;
+	if (size == 0 || ptr + size < ptr)
+		return {};
+	uintptr_t pos = ptr;
+	while (pos < ptr + size) {
+		auto it = s.mappings.find(pos);
+		if (it == s.mappings.end() || it->second.plain)
+			return {};
+		pos += it->second.size;
+		run.push_back(it);
+	}
+	if (pos != ptr + size)
+		return {};
+	return run;
+}
+
+void retire(State &s, uintptr_t base, size_t size)
+{
+	s.retired[base] = Retired{ size };
+}
+
+// Why addr does not resolve, for the illegal-access line. Caller holds State::lock.
+std::string describe_unresolved(State &s, uintptr_t addr)
+{
+	if (auto r = find_containing(s.reservations, addr); r != s.reservations.end())
+		return r->second.plain ? "past the end of a cuMemAlloc allocation" : "reserved but not mapped";
+	if (find_containing(s.host_aliases, addr) != s.host_aliases.end())
+		return "past the end of a host registration";
+	if (find_containing(s.retired, addr) != s.retired.end())
+		return "freed, unmapped or unregistered memory";
+	if (find_containing(s.host_registrations, addr) != s.host_registrations.end())
+		return "a registered host pointer, not its cuMemHostGetDevicePointer address";
+	return "not a device address";
+}
+
+bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access access, Segments &out, Fault &fault)
+{
+	uintptr_t pos = addr;
+	uintptr_t end = addr + size;
+	while (pos < end) {
+		if (auto m = find_containing(s.mappings, pos); m != s.mappings.end()) {
+			const Mapping &map = m->second;
+			CUmemAccess_flags granted = map.access[size_t(device)];
+			if (granted == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+				fault = { pos, "mapped, but cuMemSetAccess gave device " + std::to_string(device) +
+						       " no access" };
+				return false;
+			}
+			if (access == Access::write && granted != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+				fault = { pos, "a write to memory mapped read-only for device " + std::to_string(device) };
+				return false;
+			}
+			size_t n = std::min<uintptr_t>(end - pos, m->first + map.size - pos);
+			out.push_back({ map.backing->alias() + map.offset + (pos - m->first), n, map.backing });
+			pos += n;
+			continue;
+		}
+		if (auto a = find_containing(s.host_aliases, pos); a != s.host_aliases.end()) {
+			const HostRegistration &reg = s.host_registrations.at(a->second.host);
+			if (pos < reg.dptr || pos - reg.dptr >= reg.size) {
+				fault = { pos, "past the end of a host registration" };
+				return false;
+			}
+			if (access == Access::write && (reg.flags & CU_MEMHOSTREGISTER_READ_ONLY)) {
+				fault = { pos, "a write to host memory registered read-only" };
+				return false;
+			}
+			size_t n = std::min<uintptr_t>(end - pos, reg.dptr + reg.size - pos);
+			out.push_back({ reinterpret_cast<char *>(a->second.host + (pos - reg.dptr)), n, nullptr });
+			pos += n;
+			continue;
+		}
+		fault = { pos, describe_unresolved(s, pos) };
+		return false;
+	}
+	return true;
+}
+
+} // namespace
+
+bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Access access, Segments &out,
+	     Fault &fault)
+{
+	out.clear();
+	if (size == 0)
+		return true;
+	if (addr + size < addr) {
+		fault = { addr, "the range wraps around the address space" };
+		return false;
+	}
+	if (space == Space::unified)
+		space = in_device_space(s, addr, size) ? Space::device : Space::host;
+	if (space == Space::device)
+		return resolve_device(s, addr, size, device, access, out, fault);
+
+	// A pageable or registered host pointer, as the CPU sees it; a device address here
+	// would crash the copy, and is a caller bug the real driver reports too.
+	if (in_device_space(s, addr, size)) {
+		fault = { addr, "a device address passed as a host pointer" };
+		return false;
+	}
+	out.push_back({ reinterpret_cast<char *>(addr), size, nullptr });
+	return true;
+}
+
+void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<Backing>> &dead)
+{
+	for (auto it = s.reservations.begin(); it != s.reservations.end();) {
+		if (!it->second.plain || it->second.owner != &ctx) {
+			++it;
+			continue;
+		}
+		if (auto m = s.mappings.find(it->first); m != s.mappings.end()) {
+			dead.push_back(std::move(m->second.backing));
+			s.mappings.erase(m);
+		}
+		retire(s, it->first, it->second.size);
+		it = s.reservations.erase(it);
+	}
+
+	for (auto it = s.host_registrations.begin(); it != s.host_registrations.end();) {
+		if (it->second.owner != &ctx) {
+			++it;
+			continue;
+		}
+		s.host_aliases.erase(it->second.alias_base);
+		retire(s, it->second.alias_base, it->second.alias_size);
+		it = s.host_registrations.erase(it);
+	}
+}
+
+} // namespace cudasim
+
+using namespace cudasim;
+
+namespace {
+
+// The checks every VMM call starts with.
+CUresult vmm_call(const char *call, Context **ctx)
+{
+	if (CUresult r = current_context(call, ctx))
+		return r;
+	if (state()->config.fail.no_vmm)
+		return fail(CUDA_ERROR_NOT_SUPPORTED, call, "no VMM (XMEM_CUDASIM_FAIL=no_vmm)");
+	return CUDA_SUCCESS;
+}
+
+CUresult check_prop(const char *call, State &s, const CUmemAllocationProp *prop)
+{
+	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "prop->type %d is not CU_MEM_ALLOCATION_TYPE_PINNED",
+			    int(prop->type));
+	if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "prop->location.type %d is not CU_MEM_LOCATION_TYPE_DEVICE",
+			    int(prop->location.type));
+	if (prop->location.id < 0 || prop->location.id >= s.config.devices)
+		return fail(CUDA_ERROR_INVALID_DEVICE, call, "prop->location.id %d", prop->location.id);
+	return CUDA_SUCCESS;
+}
+
+} // namespace
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+					       CUmemAllocationGranularity_flags option)
+{
+	Context *ctx = nullptr;
+	if (CUresult r = vmm_call("cuMemGetAllocationGranularity", &ctx))
+		return r;
+	State &s = *state();
+	if (!granularity || !prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+		return fail(CUDA_ERROR_INVALID_VALUE, "cuMemGetAllocationGranularity", "option %d", int(option));
+	if (CUresult r = check_prop("cuMemGetAllocationGranularity", s, prop))
+		return r;
+	*granularity = size_t(s.config.granularity);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			     unsigned long long flags)
+{
+	return guarded([&] {
+		const char *call = "cuMemCreate";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!handle || !prop || flags)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null handle or prop, or flags");
+		if (CUresult r = check_prop(call, s, prop))
+			return r;
+		if (prop->requestedHandleTypes & ~unsigned(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "requestedHandleTypes 0x%x",
+				    unsigned(prop->requestedHandleTypes));
+		if (size == 0 || size % s.config.granularity)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "size %zu is not a non-zero multiple of %" PRIu64,
+				    size, s.config.granularity);
+		int device = prop->location.id;
+		if (s.config.fail.alloc)
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "XMEM_CUDASIM_FAIL=alloc");
+		if (!charge(s, device, size))
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "device %d has %" PRIu64 " of %" PRIu64
+				    " bytes in use", device, s.usage[size_t(device)].load(), s.config.memory);
+
+		// The name lets an importer recognize the fd (cudasim:dev<N>:<size>).
+		char name[64];
+		std::snprintf(name, sizeof(name), "%s%d:%zu", vmm_name_prefix, device, size);
+		CUresult err = CUDA_SUCCESS;
+		auto backing = make_backing(call, name, size, device, unsigned(prop->requestedHandleTypes),
+					    &s.usage[size_t(device)], &err);
+		if (!backing)
+			return err;
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		CUmemGenericAllocationHandle h = s.next_handle++;
+		s.handles[h] = std::move(backing);
+		*handle = h;
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	return guarded([&] {
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call("cuMemRelease", &ctx))
+			return r;
+		State &s = *state();
+		std::shared_ptr<Backing> dropped; // freed after unlocking, if no mapping holds it
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto it = s.handles.find(handle);
+		if (it == s.handles.end())
+			return fail(CUDA_ERROR_INVALID_VALUE, "cuMemRelease", "unknown handle 0x%llx", handle);
+		dropped = std::move(it->second);
+		s.handles.erase(it);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+					      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	return guarded([&] {
+		const char *call = "cuMemExportToShareableHandle";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!shareableHandle || flags)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null shareableHandle or flags");
+		if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "handle type %d", int(handleType));
+		if (s.config.fail.no_posix_fd)
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "XMEM_CUDASIM_FAIL=no_posix_fd");
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto it = s.handles.find(handle);
+		if (it == s.handles.end())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "unknown handle 0x%llx", handle);
+		if (!(it->second->handle_types() & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+			return fail(CUDA_ERROR_INVALID_VALUE, call,
+				    "cuMemCreate did not request CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR");
+		int fd = fcntl(it->second->fd(), F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			return fail(CUDA_ERROR_OPERATING_SYSTEM, call, "dup: %s", std::strerror(errno));
+		*static_cast<int *>(shareableHandle) = fd;
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+						CUmemAllocationHandleType shHandleType)
+{
+	return guarded([&] {
+		const char *call = "cuMemImportFromShareableHandle";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!handle)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "handle type %d", int(shHandleType));
+		if (s.config.fail.no_posix_fd)
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "XMEM_CUDASIM_FAIL=no_posix_fd");
+
+		intptr_t value = intptr_t(reinterpret_cast<uintptr_t>(osHandle));
+		if (value < 0 || value > INT_MAX)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "osHandle %" PRIdPTR " is not an fd", value);
+		int fd = int(value);
+
+		// Only an fd exported by a simulator (in any process) is an allocation.
+		char link[64];
+		char target[256] = {};
+		std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		ssize_t n = readlink(link, target, sizeof(target) - 1);
+		std::string prefix = std::string("/memfd:") + vmm_name_prefix;
+		int device = -1;
+		size_t size = 0;
+		if (n <= 0 || std::strncmp(target, prefix.c_str(), prefix.size()) != 0 ||
+		    std::sscanf(target + prefix.size(), "%d:%zu", &device, &size) != 2)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "fd %d (%s) is not an exported allocation", fd,
+				    n > 0 ? target : "not open");
+		struct stat st;
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != size || size == 0)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "fd %d does not hold %zu bytes", fd, size);
+		if (device < 0 || device >= s.config.devices)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "fd %d is memory of device %d, absent here", fd,
+				    device);
+
+		// The caller keeps its fd: the allocation holds a duplicate.
+		int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (own < 0)
+			return fail(CUDA_ERROR_OPERATING_SYSTEM, call, "dup: %s", std::strerror(errno));
+		void *alias = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+		if (alias == MAP_FAILED) {
+			::close(own);
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
+		}
+		// Imported memory was charged to the exporter's device, not to this process.
+		auto backing = std::make_shared<Backing>(own, static_cast<char *>(alias), size, device,
+							 unsigned(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), nullptr);
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		CUmemGenericAllocationHandle h = s.next_handle++;
+		s.handles[h] = std::move(backing);
+		*handle = h;
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+				     unsigned long long flags)
+{
+	return guarded([&] {
+		const char *call = "cuMemAddressReserve";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!ptr || flags)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null ptr or flags");
+		if (size == 0 || size % s.config.granularity)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "size %zu is not a non-zero multiple of %" PRIu64,
+				    size, s.config.granularity);
+		if (alignment & (alignment - 1))
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "alignment %zu is not a power of two", alignment);
+		if (addr % page_size())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "hint 0x%llx is not page aligned", addr);
+
+		// The hint is only a hint; the simulator ignores it.
+		size_t align = std::max<size_t>(alignment, size_t(s.config.granularity));
+		uintptr_t va = reserve_va(size, align);
+		if (!va)
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		s.reservations[va] = Reservation{ size, false, nullptr };
+		*ptr = CUdeviceptr(va);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	return guarded([&] {
+		const char *call = "cuMemAddressFree";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto it = s.reservations.find(uintptr_t(ptr));
+		if (it == s.reservations.end() || it->second.plain)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "0x%llx is not a reservation", ptr);
+		if (it->second.size != size)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "size %zu, reserved %zu", size, it->second.size);
+		if (overlaps(s.mappings, uintptr_t(ptr), size))
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "0x%llx is still mapped: cuMemUnmap first", ptr);
+		retire(s, it->first, it->second.size);
+		s.reservations.erase(it);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			  unsigned long long flags)
+{
+	return guarded([&] {
+		const char *call = "cuMemMap";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		uint64_t g = s.config.granularity;
+		if (flags)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%llx", flags);
+		if (size == 0 || size % g || ptr % g || offset % g)
+			return fail(CUDA_ERROR_INVALID_VALUE, call,
+				    "ptr 0x%llx, size %zu, offset %zu: each must be a multiple of %" PRIu64, ptr, size,
+				    offset, g);
+		if (ptr + size < ptr)
+			return CUDA_ERROR_INVALID_VALUE;
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto h = s.handles.find(handle);
+		if (h == s.handles.end())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "unknown handle 0x%llx", handle);
+		const std::shared_ptr<Backing> &backing = h->second;
+		if (offset > backing->size() || size > backing->size() - offset)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "offset %zu + size %zu exceed the allocation's %zu",
+				    offset, size, backing->size());
+		auto r = find_containing(s.reservations, uintptr_t(ptr));
+		if (r == s.reservations.end() || r->second.plain || ptr + size > r->first + r->second.size)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "[0x%llx, +%zu) is not inside one reservation", ptr,
+				    size);
+		if (overlaps(s.mappings, uintptr_t(ptr), size))
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "[0x%llx, +%zu) is already mapped", ptr, size);
+
+		Mapping map;
+		map.size = size;
+		map.offset = offset;
+		map.backing = backing;
+		map.access.assign(size_t(s.config.devices), CU_MEM_ACCESS_FLAGS_PROT_NONE);
+		s.mappings[uintptr_t(ptr)] = std::move(map);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	return guarded([&] {
+		const char *call = "cuMemUnmap";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		std::vector<std::shared_ptr<Backing>> dropped; // freed after unlocking if released
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto run = whole_mappings(s, uintptr_t(ptr), size);
+		if (run.empty())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "[0x%llx, +%zu) is not exactly mapped", ptr, size);
+		for (auto it : run) {
+			dropped.push_back(std::move(it->second.backing));
+			s.mappings.erase(it);
+		}
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	return guarded([&] {
+		const char *call = "cuMemSetAccess";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!desc || count == 0)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "no descriptors");
+		for (size_t i = 0; i < count; i++) {
+			const CUmemAccessDesc &d = desc[i];
+			if (d.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+				return fail(CUDA_ERROR_INVALID_VALUE, call, "desc[%zu].location.type %d", i,
+					    int(d.location.type));
+			if (d.location.id < 0 || d.location.id >= s.config.devices)
+				return fail(CUDA_ERROR_INVALID_DEVICE, call, "desc[%zu].location.id %d", i, d.location.id);
+			if (d.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && d.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+			    d.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+				return fail(CUDA_ERROR_INVALID_VALUE, call, "desc[%zu].flags %d", i, int(d.flags));
+		}
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto run = whole_mappings(s, uintptr_t(ptr), size);
+		if (run.empty())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "[0x%llx, +%zu) is not exactly mapped", ptr, size);
+		for (auto it : run) {
+			for (size_t i = 0; i < count; i++)
+				it->second.access[size_t(desc[i].location.id)] = desc[i].flags;
+		}
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+	return guarded([&] {
+		const char *call = "cuMemAlloc";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!dptr || bytesize == 0)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null dptr or zero size");
+		if (s.config.fail.alloc)
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "XMEM_CUDASIM_FAIL=alloc");
+		size_t rounded = round_up(bytesize, page_size());
+		if (!charge(s, ctx->device, rounded))
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "device %d has %" PRIu64 " of %" PRIu64
+				    " bytes in use", ctx->device, s.usage[size_t(ctx->device)].load(), s.config.memory);
+
+		char name[64];
+		std::snprintf(name, sizeof(name), "cudasim-alloc:dev%d", ctx->device);
+		CUresult err = CUDA_SUCCESS;
+		auto backing = make_backing(call, name, rounded, ctx->device, 0, &s.usage[size_t(ctx->device)], &err);
+		if (!backing)
+			return err;
+		uintptr_t va = reserve_va(rounded, page_size());
+		if (!va)
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
+
+		// Bytes past bytesize, up to the page, are backed but not mapped: touching them
+		// is an illegal access, as past any allocation's end.
+		Mapping map;
+		map.size = bytesize;
+		map.backing = std::move(backing);
+		map.access.assign(size_t(s.config.devices), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+		map.plain = true;
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		s.reservations[va] = Reservation{ rounded, true, ctx };
+		s.mappings[va] = std::move(map);
+		*dptr = CUdeviceptr(va);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
+{
+	return guarded([&] {
+		const char *call = "cuMemFree";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		State &s = *state();
+		std::shared_ptr<Backing> dropped;
+		std::lock_guard<std::mutex> guard(s.lock);
+		// No implicit synchronization ("may" in cuda.h): work still queued that uses the
+		// allocation faults when it executes.
+		auto it = s.reservations.find(uintptr_t(dptr));
+		if (it == s.reservations.end() || !it->second.plain)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "0x%llx is not a cuMemAlloc allocation", dptr);
+		auto m = s.mappings.find(it->first);
+		dropped = std::move(m->second.backing);
+		s.mappings.erase(m);
+		retire(s, it->first, it->second.size);
+		s.reservations.erase(it);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return guarded([&] {
+		const char *call = "cuMemHostRegister";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		State &s = *state();
+		if (s.config.fail.no_host_register)
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "XMEM_CUDASIM_FAIL=no_host_register");
+		constexpr unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+					   CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+		if (!p || bytesize == 0 || (Flags & ~known))
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null pointer, zero size or flags 0x%x", Flags);
+		if (Flags & CU_MEMHOSTREGISTER_IOMEMORY)
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "CU_MEMHOSTREGISTER_IOMEMORY is not simulated");
+
+		uintptr_t host = reinterpret_cast<uintptr_t>(p);
+		if (host + bytesize < host)
+			return CUDA_ERROR_INVALID_VALUE;
+		uintptr_t first_page = host & ~uintptr_t(page_size() - 1);
+		size_t alias_size = round_up(host + bytesize - first_page, page_size());
+		// Pinning needs every page to exist.
+		if (msync(reinterpret_cast<void *>(first_page), alias_size, MS_ASYNC) < 0)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "[%p, +%zu) is not mapped memory", p, bytesize);
+
+		uintptr_t alias = reserve_va(alias_size, page_size());
+		if (!alias)
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
+
+		std::lock_guard<std::mutex> guard(s.lock);
+		if (in_device_space(s, host, bytesize) || overlaps(s.host_registrations, host, bytesize)) {
+			// Never handed out: give the alias back rather than retire it.
+			::munmap(reinterpret_cast<void *>(alias), alias_size);
+			if (in_device_space(s, host, bytesize))
+				return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is device memory", p);
+			return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, call, "[%p, +%zu) overlaps a registration",
+				    p, bytesize);
+		}
+		HostRegistration reg;
+		reg.size = bytesize;
+		reg.flags = Flags;
+		// Same offset in its page as p, so the device address has p's alignment.
+		reg.dptr = CUdeviceptr(alias + (host - first_page));
+		reg.alias_base = alias;
+		reg.alias_size = alias_size;
+		reg.owner = ctx;
+		s.host_registrations[host] = reg;
+		s.host_aliases[alias] = HostAlias{ alias_size, host };
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	return guarded([&] {
+		const char *call = "cuMemHostUnregister";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto it = s.host_registrations.find(reinterpret_cast<uintptr_t>(p));
+		if (it == s.host_registrations.end())
+			return fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, call, "%p is not the base of a registration",
+				    p);
+		s.host_aliases.erase(it->second.alias_base);
+		retire(s, it->second.alias_base, it->second.alias_size);
+		s.host_registrations.erase(it);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	return guarded([&] {
+		const char *call = "cuMemHostGetDevicePointer";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!pdptr || Flags)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null pdptr or flags");
+		std::lock_guard<std::mutex> guard(s.lock);
+		uintptr_t host = reinterpret_cast<uintptr_t>(p);
+		auto it = find_containing(s.host_registrations, host);
+		if (it == s.host_registrations.end())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is not registered host memory", p);
+		*pdptr = it->second.dptr + (host - it->first);
+		return CUDA_SUCCESS;
+	});
+}

@@ -1,0 +1,1570 @@
+// test_cudasim.cpp - self-test of the CUDA driver simulator: each test checks one promise
+// of README.md through dlopen(), the way xmem loads the driver.
+
+#include <cuda.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace {
+
+// Every entry point xmem uses, by the name cuda.h gives it; each expands to its ABI name
+// (cuMemHostRegister -> cuMemHostRegister_v2) both as a member and as the dlsym() string.
+#define CUDASIM_ENTRY_POINTS(X)                                                                                        \
+	X(cuInit)                                                                                                      \
+	X(cuDriverGetVersion)                                                                                          \
+	X(cuDeviceGetCount)                                                                                            \
+	X(cuDeviceGet)                                                                                                 \
+	X(cuDeviceGetName)                                                                                             \
+	X(cuDeviceTotalMem)                                                                                            \
+	X(cuDeviceGetAttribute)                                                                                        \
+	X(cuGetErrorName)                                                                                              \
+	X(cuGetErrorString)                                                                                            \
+	X(cuDevicePrimaryCtxRetain)                                                                                    \
+	X(cuDevicePrimaryCtxRelease)                                                                                   \
+	X(cuCtxPushCurrent)                                                                                            \
+	X(cuCtxPopCurrent)                                                                                             \
+	X(cuCtxGetCurrent)                                                                                             \
+	X(cuCtxSetCurrent)                                                                                             \
+	X(cuCtxGetDevice)                                                                                              \
+	X(cuCtxSynchronize)                                                                                            \
+	X(cuMemGetAllocationGranularity)                                                                               \
+	X(cuMemCreate)                                                                                                 \
+	X(cuMemRelease)                                                                                                \
+	X(cuMemExportToShareableHandle)                                                                                \
+	X(cuMemImportFromShareableHandle)                                                                              \
+	X(cuMemAddressReserve)                                                                                         \
+	X(cuMemAddressFree)                                                                                            \
+	X(cuMemMap)                                                                                                    \
+	X(cuMemUnmap)                                                                                                  \
+	X(cuMemSetAccess)                                                                                              \
+	X(cuMemAlloc)                                                                                                  \
+	X(cuMemFree)                                                                                                   \
+	X(cuMemHostRegister)                                                                                           \
+	X(cuMemHostUnregister)                                                                                         \
+	X(cuMemHostGetDevicePointer)                                                                                   \
+	X(cuStreamCreate)                                                                                              \
+	X(cuStreamDestroy)                                                                                             \
+	X(cuStreamSynchronize)                                                                                         \
+	X(cuStreamQuery)                                                                                               \
+	X(cuStreamWaitValue64)                                                                                         \
+	X(cuStreamWriteValue64)                                                                                        \
+	X(cuMemcpy2DAsync)                                                                                             \
+	X(cuMemcpyHtoDAsync)                                                                                           \
+	X(cuMemcpyDtoHAsync)                                                                                           \
+	X(cuMemcpyDtoDAsync)                                                                                           \
+	X(cuMemsetD8Async)                                                                                             \
+	X(cuMemsetD32Async)
+
+#define CUDASIM_STRING(name) #name
+#define CUDASIM_ABI_NAME(name) CUDASIM_STRING(name)
+
+struct Driver {
+#define CUDASIM_DECLARE(fn) decltype(&::fn) fn = nullptr;
+	CUDASIM_ENTRY_POINTS(CUDASIM_DECLARE)
+#undef CUDASIM_DECLARE
+};
+
+constexpr size_t MiB = size_t(1) << 20;
+constexpr size_t granularity = 2 * MiB; // the simulator's default
+constexpr int segv_exit = 42;
+
+// This process runs with two devices of 64 MiB and long delays; child processes inherit
+// that and add their own settings.
+bool apply_settings()
+{
+	if (std::getenv("CUDASIM_SELFTEST_CHILD"))
+		return false;
+	setenv("XMEM_CUDASIM_DEVICES", "2", 1);
+	setenv("XMEM_CUDASIM_MEMORY", "64M", 1);
+	setenv("XMEM_CUDASIM_DELAY_US", "2000", 1);
+	unsetenv("XMEM_CUDASIM_GRANULARITY");
+	unsetenv("XMEM_CUDASIM_FAIL");
+	unsetenv("XMEM_CUDASIM_VERBOSE");
+	return true;
+}
+
+[[maybe_unused]] const bool settings_applied = apply_settings();
+
+std::string self_dir()
+{
+	char path[4096] = {};
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+	std::string exe(path, n > 0 ? size_t(n) : 0);
+	return exe.substr(0, exe.rfind('/'));
+}
+
+Driver load_driver()
+{
+	// meson sets XMEM_CUDA_DRIVER; run by hand, the module sits next to this binary.
+	const char *env = std::getenv("XMEM_CUDA_DRIVER");
+	std::string path = env ? env : self_dir() + "/libcuda.so.1";
+	void *module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+	if (!module) {
+		std::fprintf(stderr, "cannot load the simulator: %s\n", dlerror());
+		std::abort();
+	}
+
+	Driver driver;
+#define CUDASIM_LOAD(fn)                                                                                               \
+	driver.fn = reinterpret_cast<decltype(driver.fn)>(dlsym(module, CUDASIM_ABI_NAME(fn)));                        \
+	if (!driver.fn) {                                                                                              \
+		std::fprintf(stderr, "%s: no %s\n", path.c_str(), CUDASIM_ABI_NAME(fn));                               \
+		std::abort();                                                                                          \
+	}
+	CUDASIM_ENTRY_POINTS(CUDASIM_LOAD)
+#undef CUDASIM_LOAD
+	return driver;
+}
+
+const Driver &cu()
+{
+	static const Driver driver = load_driver();
+	return driver;
+}
+
+} // namespace
+
+// Failure messages name CUresult values.
+void PrintTo(CUresult result, std::ostream *os)
+{
+	const char *name = nullptr;
+	if (cu().cuGetErrorName(result, &name) == CUDA_SUCCESS)
+		*os << name;
+	else
+		*os << "CUresult " << int(result);
+}
+
+namespace {
+
+CUmemAllocationProp device_prop(int device = 0, bool exportable = true)
+{
+	CUmemAllocationProp prop = {};
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = device;
+	prop.requestedHandleTypes = exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+	return prop;
+}
+
+CUmemAccessDesc access_for(int device, CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+{
+	CUmemAccessDesc desc = {};
+	desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	desc.location.id = device;
+	desc.flags = flags;
+	return desc;
+}
+
+// A fresh reservation of size bytes with handle mapped at its start, read-write for
+// device 0 when access is set.
+CUdeviceptr map_fresh(CUmemGenericAllocationHandle handle, size_t size, bool access = true)
+{
+	CUdeviceptr va = 0;
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, size, 0, 0, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemMap(va, size, 0, handle, 0), CUDA_SUCCESS);
+	if (access) {
+		CUmemAccessDesc desc = access_for(0);
+		EXPECT_EQ(cu().cuMemSetAccess(va, size, &desc, 1), CUDA_SUCCESS);
+	}
+	return va;
+}
+
+void unmap_fresh(CUdeviceptr va, size_t size)
+{
+	EXPECT_EQ(cu().cuMemUnmap(va, size), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemAddressFree(va, size), CUDA_SUCCESS);
+}
+
+// A VMM allocation mapped at a reservation of its own: the sequence xmem uses.
+struct VmmBuffer {
+	CUmemGenericAllocationHandle handle = 0;
+	CUdeviceptr va = 0;
+	size_t size = 0;
+};
+
+VmmBuffer make_vmm(size_t size, bool access = true)
+{
+	VmmBuffer buffer;
+	buffer.size = size;
+	CUmemAllocationProp prop = device_prop();
+	EXPECT_EQ(cu().cuMemCreate(&buffer.handle, size, &prop, 0), CUDA_SUCCESS);
+	buffer.va = map_fresh(buffer.handle, size, access);
+	return buffer;
+}
+
+void free_vmm(const VmmBuffer &buffer)
+{
+	unmap_fresh(buffer.va, buffer.size);
+	EXPECT_EQ(cu().cuMemRelease(buffer.handle), CUDA_SUCCESS);
+}
+
+// A page of host memory registered with the simulator: words another thread (or
+// process) writes and stream memory operations use through the page's device address.
+class HostPage
+{
+public:
+	HostPage()
+	{
+		void *mem = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		EXPECT_NE(mem, MAP_FAILED);
+		mem_ = static_cast<char *>(mem);
+		EXPECT_EQ(cu().cuMemHostRegister(mem_, size_, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemHostGetDevicePointer(&dptr_, mem_, 0), CUDA_SUCCESS);
+	}
+	~HostPage()
+	{
+		// Fails harmlessly when a destroyed context already dropped the registration.
+		cu().cuMemHostUnregister(mem_);
+		munmap(mem_, size_);
+	}
+	HostPage(const HostPage &) = delete;
+	HostPage &operator=(const HostPage &) = delete;
+
+	std::atomic_ref<uint64_t> word(size_t i) { return std::atomic_ref<uint64_t>(reinterpret_cast<uint64_t *>(mem_)[i]); }
+	CUdeviceptr device_word(size_t i) const { return dptr_ + i * sizeof(uint64_t); }
+	char *data() const { return mem_; }
+	CUdeviceptr dptr() const { return dptr_; }
+
+private:
+	static constexpr size_t size_ = 4096;
+	char *mem_ = nullptr;
+	CUdeviceptr dptr_ = 0;
+};
+
+template<typename Body>
+void on_fresh_thread(Body body)
+{
+	// A new thread's context stack is empty, whatever the test runner's thread holds.
+	std::thread thread(body);
+	thread.join();
+}
+
+// Whether the stream ran dry within the timeout: a broken wait fails the test instead of
+// hanging it.
+bool finishes(CUstream stream, std::chrono::milliseconds timeout = std::chrono::seconds(5))
+{
+	auto deadline = std::chrono::steady_clock::now() + timeout;
+	while (cu().cuStreamQuery(stream) == CUDA_ERROR_NOT_READY) {
+		if (std::chrono::steady_clock::now() > deadline)
+			return false;
+		std::this_thread::sleep_for(std::chrono::milliseconds(1));
+	}
+	return true;
+}
+
+bool all_equal(const void *data, size_t size, unsigned char value)
+{
+	const auto *bytes = static_cast<const unsigned char *>(data);
+	return std::all_of(bytes, bytes + size, [value](unsigned char b) { return b == value; });
+}
+
+// --- child processes -----------------------------------------------------------------
+
+struct ChildResult {
+	int status = -1;
+	std::string output; // its stdout and stderr
+};
+
+// Runs the test DISABLED_Child.<test> in a new process of this binary, with extra
+// environment entries ("NAME=value") and, when given, fd as its fd 3.
+ChildResult run_child(const std::string &test, const std::vector<std::string> &extra_env, int fd = -1)
+{
+	ChildResult result;
+	int out = memfd_create("cudasim-child-output", MFD_CLOEXEC);
+	if (out < 0)
+		return result;
+
+	posix_spawn_file_actions_t actions;
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
+	posix_spawn_file_actions_adddup2(&actions, out, STDERR_FILENO);
+	int passed = -1;
+	if (fd >= 0) {
+		// dup2 to the same number would keep FD_CLOEXEC.
+		passed = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+		posix_spawn_file_actions_adddup2(&actions, passed, 3);
+	}
+
+	std::string exe = "/proc/self/exe";
+	std::string all = "--gtest_also_run_disabled_tests";
+	std::string filter = "--gtest_filter=DISABLED_Child." + test;
+	char *argv[] = { exe.data(), all.data(), filter.data(), nullptr };
+
+	std::vector<std::string> env = extra_env;
+	env.push_back("CUDASIM_SELFTEST_CHILD=1");
+	for (char **e = environ; *e; e++) {
+		std::string entry(*e);
+		std::string name = entry.substr(0, entry.find('='));
+		bool overridden = std::any_of(env.begin(), env.end(), [&](const std::string &x) {
+			return x.compare(0, name.size() + 1, name + "=") == 0;
+		});
+		if (!overridden)
+			env.push_back(entry);
+	}
+	std::vector<char *> envp;
+	for (std::string &entry : env)
+		envp.push_back(entry.data());
+	envp.push_back(nullptr);
+
+	pid_t pid = -1;
+	int err = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data());
+	posix_spawn_file_actions_destroy(&actions);
+	if (passed >= 0)
+		close(passed);
+	if (err == 0)
+		waitpid(pid, &result.status, 0);
+
+	char buffer[4096];
+	off_t offset = 0;
+	for (ssize_t n; (n = pread(out, buffer, sizeof(buffer), offset)) > 0; offset += n)
+		result.output.append(buffer, size_t(n));
+	close(out);
+	return result;
+}
+
+bool exited_cleanly(const ChildResult &result)
+{
+	return WIFEXITED(result.status) && WEXITSTATUS(result.status) == 0;
+}
+
+bool send_fd(int sock, int fd)
+{
+	char byte = 'f';
+	iovec iov = { &byte, 1 };
+	alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+	msghdr msg = {};
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = control;
+	msg.msg_controllen = sizeof(control);
+	cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+	cmsg->cmsg_level = SOL_SOCKET;
+	cmsg->cmsg_type = SCM_RIGHTS;
+	cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+	std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+	return sendmsg(sock, &msg, 0) == 1;
+}
+
+int receive_fd(int sock)
+{
+	char byte;
+	iovec iov = { &byte, 1 };
+	alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+	msghdr msg = {};
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = control;
+	msg.msg_controllen = sizeof(control);
+	if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1)
+		return -1;
+	cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+	if (!cmsg || cmsg->cmsg_type != SCM_RIGHTS)
+		return -1;
+	int fd;
+	std::memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
+	return fd;
+}
+
+// --- the fixture: a fresh primary context of device 0 and a stream per test ------------
+
+class Sim : public ::testing::Test
+{
+protected:
+	void SetUp() override
+	{
+		ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx_, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	}
+
+	void TearDown() override
+	{
+		// The last release destroys the primary context: the next test gets a fresh
+		// one, even after a sticky error.
+		cu().cuStreamDestroy(stream_);
+		CUcontext popped;
+		cu().cuCtxPopCurrent(&popped);
+		cu().cuDevicePrimaryCtxRelease(0);
+	}
+
+	// Destroys and recreates the context, so a test can clean up after a sticky error.
+	void reset_context()
+	{
+		TearDown();
+		SetUp();
+	}
+
+	// Expects what enqueue() put on stream_ to fault when it executes: one line on
+	// stderr naming the operation, then CUDA_ERROR_ILLEGAL_ADDRESS from every call that
+	// takes the context, until the context is destroyed.
+	void expect_illegal(const char *op, const std::function<void()> &enqueue)
+	{
+		testing::internal::CaptureStderr();
+		enqueue();
+		CUresult synced = cu().cuStreamSynchronize(stream_);
+		std::string err = testing::internal::GetCapturedStderr();
+		EXPECT_EQ(synced, CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_NE(err.find(std::string("cudasim: illegal address: ") + op), std::string::npos) << err;
+		EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+
+		CUdeviceptr p;
+		CUstream other;
+		EXPECT_EQ(cu().cuStreamSynchronize(stream_), CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_EQ(cu().cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_EQ(cu().cuStreamCreate(&other, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_EQ(cu().cuMemsetD8Async(0x1000, 0, 1, stream_), CUDA_ERROR_ILLEGAL_ADDRESS);
+
+		reset_context();
+		EXPECT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemFree(p), CUDA_SUCCESS);
+	}
+
+	CUcontext ctx_ = nullptr;
+	CUstream stream_ = nullptr;
+};
+
+// --- devices and contexts ------------------------------------------------------------
+
+TEST(Init, CallsBeforeCuInitFail)
+{
+	ChildResult child = run_child("BeforeInit", {});
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+}
+
+TEST_F(Sim, DevicesAnswerQueries)
+{
+	int count = 0;
+	EXPECT_EQ(cu().cuDeviceGetCount(&count), CUDA_SUCCESS);
+	EXPECT_EQ(count, 2);
+
+	CUdevice dev = -1;
+	EXPECT_EQ(cu().cuDeviceGet(&dev, 1), CUDA_SUCCESS);
+	EXPECT_EQ(dev, 1);
+	EXPECT_EQ(cu().cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
+
+	char name[64];
+	EXPECT_EQ(cu().cuDeviceGetName(name, sizeof(name), 1), CUDA_SUCCESS);
+	EXPECT_STREQ(name, "xmem cudasim device 1");
+
+	size_t total = 0;
+	EXPECT_EQ(cu().cuDeviceTotalMem(&total, 0), CUDA_SUCCESS);
+	EXPECT_EQ(total, 64 * MiB);
+
+	int version = 0;
+	EXPECT_EQ(cu().cuDriverGetVersion(&version), CUDA_SUCCESS);
+	EXPECT_EQ(version, 13000);
+
+	struct {
+		CUdevice_attribute attribute;
+		int value;
+	} expected[] = {
+		{ CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1 },
+		{ CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1 },
+		{ CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 1 },
+		{ CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 1 },
+		{ CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 1 },
+		{ CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT },
+		{ CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1 },
+		{ CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32 },
+		{ CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0 },
+		{ CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0x10 },
+		{ CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0 },
+		{ CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0 },
+		{ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9 },
+		{ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0 },
+		{ CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132 },
+		{ CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647 },
+	};
+	for (const auto &e : expected) {
+		int value = -1;
+		EXPECT_EQ(cu().cuDeviceGetAttribute(&value, e.attribute, 0), CUDA_SUCCESS) << e.attribute;
+		EXPECT_EQ(value, e.value) << "attribute " << e.attribute;
+	}
+	int bus = -1;
+	EXPECT_EQ(cu().cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 1), CUDA_SUCCESS);
+	EXPECT_EQ(bus, 0x11);
+
+	// An attribute the simulator does not know is an error a caller notices.
+	int value = -1;
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(cu().cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0),
+		  CUDA_ERROR_INVALID_VALUE);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_NE(err.find("attribute 1 "), std::string::npos) << err;
+}
+
+TEST(Errors, EveryCodeTheSimulatorReturnsHasItsRealNameAndString)
+{
+	struct {
+		CUresult code;
+		const char *name;
+		const char *string;
+	} expected[] = {
+		{ CUDA_SUCCESS, "CUDA_SUCCESS", "no error" },
+		{ CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
+		{ CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
+		{ CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error" },
+		{ CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE",
+		  "CUDA-capable device(s) is/are busy or unavailable" },
+		{ CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected" },
+		{ CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal" },
+		{ CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context" },
+		{ CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM",
+		  "OS call failed or operation not supported on this OS" },
+		{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
+		{ CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready" },
+		{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered" },
+		{ CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed" },
+		{ CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+		  "part or all of the requested memory range is already mapped" },
+		{ CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+		  "pointer does not correspond to a registered memory region" },
+		{ CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
+		{ CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
+	};
+	for (const auto &e : expected) {
+		const char *name = nullptr;
+		const char *string = nullptr;
+		EXPECT_EQ(cu().cuGetErrorName(e.code, &name), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuGetErrorString(e.code, &string), CUDA_SUCCESS);
+		EXPECT_STREQ(name, e.name);
+		EXPECT_STREQ(string, e.string);
+	}
+	const char *name = "unchanged";
+	EXPECT_EQ(cu().cuGetErrorName(CUresult(12345), &name), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(name, nullptr);
+	EXPECT_EQ(cu().cuGetErrorString(CUDA_SUCCESS, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(Context, CallsNeedACurrentContextOnTheirThread)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	on_fresh_thread([] {
+		CUcontext current = reinterpret_cast<CUcontext>(1);
+		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+		EXPECT_EQ(current, nullptr);
+
+		CUdeviceptr p;
+		CUstream stream;
+		CUdevice dev;
+		CUcontext popped;
+		int host = 0;
+		CUmemAllocationProp prop = device_prop();
+		CUmemGenericAllocationHandle handle;
+		EXPECT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuMemCreate(&handle, granularity, &prop, 0), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuMemAddressReserve(&p, granularity, 0, 0, 0), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuMemHostRegister(&host, sizeof(host), 0), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuMemsetD8Async(0x1000, 0, 1, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuCtxGetDevice(&dev), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_ERROR_INVALID_CONTEXT);
+
+		CUcontext c0, c1;
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&c0, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+		EXPECT_NE(c0, c1);
+		EXPECT_EQ(cu().cuCtxPushCurrent(c0), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuCtxPushCurrent(c1), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+		EXPECT_EQ(dev, 1);
+		EXPECT_EQ(cu().cuCtxSetCurrent(c0), CUDA_SUCCESS); // replaces the top
+		EXPECT_EQ(cu().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+		EXPECT_EQ(dev, 0);
+		EXPECT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+		EXPECT_EQ(popped, c0);
+		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+		EXPECT_EQ(current, c0);
+		EXPECT_EQ(cu().cuCtxSetCurrent(nullptr), CUDA_SUCCESS); // pops
+		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+		EXPECT_EQ(current, nullptr);
+		EXPECT_EQ(cu().cuCtxSetCurrent(nullptr), CUDA_SUCCESS); // no-op on an empty stack
+		EXPECT_EQ(cu().cuCtxSetCurrent(c1), CUDA_SUCCESS); // pushes on an empty stack
+		EXPECT_EQ(cu().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+		EXPECT_EQ(dev, 1);
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+
+		EXPECT_EQ(cu().cuCtxPushCurrent(nullptr), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuCtxPushCurrent(reinterpret_cast<CUcontext>(&host)), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+	});
+}
+
+TEST(Context, TheLastReleaseDestroysThePrimaryContextAndWhatItOwns)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	on_fresh_thread([] {
+		CUcontext ctx, again;
+		CUdeviceptr p;
+		CUstream stream;
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 1), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+		CUdeviceptr q;
+		EXPECT_EQ(cu().cuMemAlloc(&q, 4096), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_ERROR_INVALID_CONTEXT);
+
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&again, 1), CUDA_SUCCESS);
+		EXPECT_EQ(again, ctx); // the primary context's handle is stable
+		EXPECT_EQ(cu().cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+	});
+}
+
+// --- virtual memory management ---------------------------------------------------------
+
+TEST_F(Sim, VmmCallsCheckTheirArguments)
+{
+	CUmemAllocationProp prop = device_prop();
+	size_t g = 0;
+	EXPECT_EQ(cu().cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+	EXPECT_EQ(g, granularity);
+	EXPECT_EQ(cu().cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+	EXPECT_EQ(g, granularity);
+
+	CUmemGenericAllocationHandle h;
+	EXPECT_EQ(cu().cuMemCreate(&h, g + 4096, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemCreate(&h, 0, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemCreate(&h, g, &prop, 1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemCreate(nullptr, g, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	CUmemAllocationProp bad = prop;
+	bad.type = CU_MEM_ALLOCATION_TYPE_INVALID;
+	EXPECT_EQ(cu().cuMemCreate(&h, g, &bad, 0), CUDA_ERROR_INVALID_VALUE);
+	bad = prop;
+	bad.location.type = CU_MEM_LOCATION_TYPE_HOST;
+	EXPECT_EQ(cu().cuMemCreate(&h, g, &bad, 0), CUDA_ERROR_INVALID_VALUE);
+	bad = prop;
+	bad.location.id = 5;
+	EXPECT_EQ(cu().cuMemCreate(&h, g, &bad, 0), CUDA_ERROR_INVALID_DEVICE);
+	ASSERT_EQ(cu().cuMemCreate(&h, 2 * g, &prop, 0), CUDA_SUCCESS);
+
+	CUdeviceptr va;
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, 4 * g, 3, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, g + 1, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, g, 0, 0, 1), CUDA_ERROR_INVALID_VALUE);
+	ASSERT_EQ(cu().cuMemAddressReserve(&va, 4 * g, 0, 0, 0), CUDA_SUCCESS);
+	EXPECT_EQ(va % g, 0u);
+
+	EXPECT_EQ(cu().cuMemMap(va + 4096, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE); // misaligned
+	EXPECT_EQ(cu().cuMemMap(va, g, 2 * g, h, 0), CUDA_ERROR_INVALID_VALUE); // past the allocation
+	EXPECT_EQ(cu().cuMemMap(va + 3 * g, 2 * g, 0, h, 0), CUDA_ERROR_INVALID_VALUE); // past the reservation
+	EXPECT_EQ(cu().cuMemMap(va, 2 * g, 0, h + 12345, 0), CUDA_ERROR_INVALID_VALUE); // unknown handle
+	EXPECT_EQ(cu().cuMemMap(va, 2 * g, 0, h, 1), CUDA_ERROR_INVALID_VALUE);
+	ASSERT_EQ(cu().cuMemMap(va, 2 * g, 0, h, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemMap(va + g, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE); // already mapped
+	ASSERT_EQ(cu().cuMemMap(va + 2 * g, g, g, h, 0), CUDA_SUCCESS); // the second half, again
+
+	CUmemAccessDesc rw = access_for(0);
+	CUmemAccessDesc nowhere = access_for(7);
+	EXPECT_EQ(cu().cuMemSetAccess(va, g, &rw, 1), CUDA_ERROR_INVALID_VALUE); // part of a mapping
+	EXPECT_EQ(cu().cuMemSetAccess(va, 4 * g, &rw, 1), CUDA_ERROR_INVALID_VALUE); // a hole at the end
+	EXPECT_EQ(cu().cuMemSetAccess(va, 3 * g, &nowhere, 1), CUDA_ERROR_INVALID_DEVICE);
+	EXPECT_EQ(cu().cuMemSetAccess(va, 3 * g, &rw, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemSetAccess(va, 3 * g, &rw, 1), CUDA_SUCCESS); // two whole mappings
+
+	EXPECT_EQ(cu().cuMemUnmap(va, g), CUDA_ERROR_INVALID_VALUE); // part of a mapping
+	EXPECT_EQ(cu().cuMemAddressFree(va, 4 * g), CUDA_ERROR_INVALID_VALUE); // still mapped
+	EXPECT_EQ(cu().cuMemAddressFree(va, 2 * g), CUDA_ERROR_INVALID_VALUE); // not its size
+	EXPECT_EQ(cu().cuMemUnmap(va, 3 * g), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemUnmap(va, 2 * g), CUDA_ERROR_INVALID_VALUE); // no longer mapped
+	EXPECT_EQ(cu().cuMemAddressFree(va, 4 * g), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemAddressFree(va, 4 * g), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemRelease(h), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(Sim, MemoryLivesUntilReleasedAndUnmapped)
+{
+	CUmemAllocationProp prop = device_prop();
+	VmmBuffer a = make_vmm(32 * MiB);
+	std::vector<unsigned char> pattern(4096);
+	for (size_t i = 0; i < pattern.size(); i++)
+		pattern[i] = static_cast<unsigned char>(i * 7);
+	ASSERT_EQ(cu().cuMemcpyHtoDAsync(a.va + 5 * MiB, pattern.data(), pattern.size(), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+
+	// The device has 64 MiB.
+	CUmemGenericAllocationHandle b, c;
+	ASSERT_EQ(cu().cuMemCreate(&b, 32 * MiB, &prop, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemCreate(&c, granularity, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CUdeviceptr p;
+	EXPECT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_ERROR_OUT_OF_MEMORY);
+
+	// Released while mapped: legal, and the bytes stay until the mapping goes.
+	ASSERT_EQ(cu().cuMemRelease(a.handle), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemCreate(&c, granularity, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	std::vector<unsigned char> back(pattern.size(), 0);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(back.data(), a.va + 5 * MiB, back.size(), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_EQ(back, pattern);
+
+	unmap_fresh(a.va, a.size);
+	ASSERT_EQ(cu().cuMemCreate(&c, granularity, &prop, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemRelease(c), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemRelease(b), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, TheCpuCannotTouchDeviceAddresses)
+{
+	GTEST_FLAG_SET(death_test_style, "threadsafe");
+	VmmBuffer buffer = make_vmm(granularity);
+	CUdeviceptr plain = 0;
+	ASSERT_EQ(cu().cuMemAlloc(&plain, 4096), CUDA_SUCCESS);
+	HostPage page;
+
+	// Exits segv_exit on SIGSEGV, the same with and without AddressSanitizer.
+	auto touch = [](CUdeviceptr address) {
+		struct sigaction action = {};
+		action.sa_handler = [](int) { _exit(segv_exit); };
+		sigaction(SIGSEGV, &action, nullptr);
+		(void)*reinterpret_cast<volatile const char *>(address);
+		_exit(0);
+	};
+	EXPECT_EXIT(touch(buffer.va), testing::ExitedWithCode(segv_exit), "");
+	EXPECT_EXIT(touch(plain), testing::ExitedWithCode(segv_exit), "");
+	EXPECT_EXIT(touch(page.dptr()), testing::ExitedWithCode(segv_exit), "");
+	EXPECT_NE(page.dptr(), reinterpret_cast<CUdeviceptr>(page.data()));
+
+	EXPECT_EQ(cu().cuMemFree(plain), CUDA_SUCCESS);
+	free_vmm(buffer);
+}
+
+// --- streams ---------------------------------------------------------------------------
+
+TEST_F(Sim, CopiesRunLaterAndReadTheirSourceWhenTheyExecute)
+{
+	HostPage gate;
+	VmmBuffer buffer = make_vmm(granularity);
+	std::vector<char> source(4096, 'a');
+	std::vector<char> result(4096, 0);
+
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, source.data(), source.size(), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data(), buffer.va, result.size(), stream_), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
+
+	std::fill(source.begin(), source.end(), 'b'); // not read yet
+	std::this_thread::sleep_for(std::chrono::milliseconds(20));
+	EXPECT_TRUE(all_equal(result.data(), result.size(), 0));
+
+	gate.word(0).store(1, std::memory_order_release);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(result.data(), result.size(), 'b'));
+	EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_SUCCESS);
+	free_vmm(buffer);
+}
+
+TEST_F(Sim, AStreamRunsItsOperationsInOrder)
+{
+	VmmBuffer buffer = make_vmm(granularity);
+	constexpr size_t size = 65536;
+	auto start = std::chrono::steady_clock::now();
+	for (int i = 1; i <= 40; i++)
+		ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, static_cast<unsigned char>(i), size, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD32Async(buffer.va + 4, 0x04030201, 1, stream_), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_ERROR_NOT_READY); // ~40 ms of delays queued
+
+	ASSERT_EQ(cu().cuMemcpyDtoDAsync(buffer.va + MiB, buffer.va, size, stream_), CUDA_SUCCESS);
+	std::vector<unsigned char> result(size, 0);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data(), buffer.va + MiB, size, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	// 43 random delays of up to 2 ms each: about 43 ms, surely more than 10.
+	EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(10));
+
+	EXPECT_TRUE(all_equal(result.data(), 4, 40));
+	EXPECT_EQ(result[4], 1);
+	EXPECT_EQ(result[5], 2);
+	EXPECT_EQ(result[6], 3);
+	EXPECT_EQ(result[7], 4);
+	EXPECT_TRUE(all_equal(result.data() + 8, size - 8, 40));
+	free_vmm(buffer);
+}
+
+TEST_F(Sim, WaitValueHoldsLaterWorkUntilTheWordIsWritten)
+{
+	HostPage gate;
+	VmmBuffer buffer = make_vmm(granularity);
+	std::vector<char> result(4096, 0);
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0x5a, result.size(), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 7, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data(), buffer.va, result.size(), stream_), CUDA_SUCCESS);
+
+	auto start = std::chrono::steady_clock::now();
+	std::thread writer([&] {
+		std::this_thread::sleep_for(std::chrono::milliseconds(60));
+		gate.word(0).store(7, std::memory_order_release);
+	});
+	std::this_thread::sleep_for(std::chrono::milliseconds(30));
+	EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
+	EXPECT_TRUE(all_equal(result.data(), result.size(), 0));
+
+	bool finished = finishes(stream_);
+	writer.join();
+	if (!finished) {
+		reset_context();
+		FAIL() << "the wait was never satisfied";
+	}
+	EXPECT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(60));
+	EXPECT_TRUE(all_equal(result.data(), result.size(), 0x5a));
+	free_vmm(buffer);
+}
+
+TEST_F(Sim, WaitValueConditionsFollowCudaH)
+{
+	HostPage gate;
+	constexpr uint64_t minus16 = ~uint64_t(15);
+	constexpr uint64_t int64_min = uint64_t(1) << 63;
+	struct {
+		uint64_t word;
+		uint64_t value;
+		unsigned flags;
+		bool satisfied;
+		uint64_t then; // a word that satisfies it
+	} cases[] = {
+		{ 5, 5, CU_STREAM_WAIT_VALUE_GEQ, true, 0 },
+		{ 4, 5, CU_STREAM_WAIT_VALUE_GEQ, false, 6 },
+		{ 5, minus16, CU_STREAM_WAIT_VALUE_GEQ, true, 0 }, // wraps: 5 comes after -16
+		{ minus16, 5, CU_STREAM_WAIT_VALUE_GEQ, false, 5 },
+		{ int64_min, 0, CU_STREAM_WAIT_VALUE_GEQ, false, 1 },
+		{ 3, 3, CU_STREAM_WAIT_VALUE_EQ, true, 0 },
+		{ 3, 4, CU_STREAM_WAIT_VALUE_EQ, false, 4 },
+		{ 0x6, 0x4, CU_STREAM_WAIT_VALUE_AND, true, 0 },
+		{ 0x6, 0x9, CU_STREAM_WAIT_VALUE_AND, false, 0x8 },
+		{ 0, 0, CU_STREAM_WAIT_VALUE_NOR, true, 0 },
+		{ ~uint64_t(0), 0, CU_STREAM_WAIT_VALUE_NOR, false, 0x7 },
+		{ 9, 9, CU_STREAM_WAIT_VALUE_EQ | CU_STREAM_WAIT_VALUE_FLUSH, true, 0 },
+	};
+	for (const auto &c : cases) {
+		SCOPED_TRACE(testing::Message() << "word " << c.word << " value " << c.value << " flags " << c.flags);
+		gate.word(0).store(c.word, std::memory_order_release);
+		gate.word(1).store(0, std::memory_order_release);
+		ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), c.value, c.flags), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamWriteValue64(stream_, gate.device_word(1), 1, 0), CUDA_SUCCESS);
+		if (!c.satisfied) {
+			std::this_thread::sleep_for(std::chrono::milliseconds(15));
+			EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
+			EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 0u);
+			gate.word(0).store(c.then, std::memory_order_release);
+		}
+		if (!finishes(stream_)) {
+			reset_context(); // abandons the stuck wait
+			FAIL() << "the wait was never satisfied";
+		}
+		ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+		EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 1u);
+	}
+
+	EXPECT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 0, 0x10), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0) + 4, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuStreamWaitValue64(stream_, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(Sim, WriteValueLandsAfterEarlierWork)
+{
+	HostPage flag;
+	constexpr size_t size = 8 * MiB, chunk = 512 * 1024;
+	VmmBuffer buffer = make_vmm(size);
+	std::vector<unsigned char> result(size, 0);
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0xab, size, stream_), CUDA_SUCCESS);
+	for (size_t offset = 0; offset < size; offset += chunk)
+		ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data() + offset, buffer.va + offset, chunk, stream_),
+			  CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream_, flag.device_word(0), 1, CU_STREAM_WRITE_VALUE_DEFAULT),
+		  CUDA_SUCCESS);
+
+	// A consumer that waits for the word, not for the stream, sees every earlier byte.
+	auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+	while (flag.word(0).load(std::memory_order_acquire) != 1 && std::chrono::steady_clock::now() < deadline)
+		std::this_thread::yield();
+	ASSERT_EQ(flag.word(0).load(std::memory_order_acquire), 1u);
+	EXPECT_TRUE(all_equal(result.data(), size, 0xab));
+
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream_, flag.device_word(0), 2, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+		  CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_EQ(flag.word(0).load(std::memory_order_acquire), 2u);
+
+	EXPECT_EQ(cu().cuStreamWriteValue64(stream_, flag.device_word(0), 1, 7), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuStreamWriteValue64(stream_, flag.device_word(0) + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuStreamWriteValue64(stream_, 0, 1, 0), CUDA_ERROR_INVALID_VALUE);
+	free_vmm(buffer);
+}
+
+TEST_F(Sim, DestroyReturnsAtOnceAndQueuedWorkStillRuns)
+{
+	HostPage gate;
+	VmmBuffer buffer = make_vmm(granularity);
+	std::vector<char> result(4096, 0);
+	CUstream stream;
+	ASSERT_EQ(cu().cuStreamCreate(&stream, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0x11, result.size(), stream), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data(), buffer.va, result.size(), stream), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream, gate.device_word(1), 1, 0), CUDA_SUCCESS);
+
+	auto start = std::chrono::steady_clock::now();
+	ASSERT_EQ(cu().cuStreamDestroy(stream), CUDA_SUCCESS);
+	EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+	EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuStreamSynchronize(stream), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuStreamDestroy(stream), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuMemsetD8Async(buffer.va, 0, 1, stream), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuStreamDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);
+
+	gate.word(0).store(1, std::memory_order_release);
+	ASSERT_EQ(cu().cuCtxSynchronize(), CUDA_SUCCESS); // includes streams still draining
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 1u);
+	EXPECT_TRUE(all_equal(result.data(), result.size(), 0x11));
+	free_vmm(buffer);
+}
+
+TEST_F(Sim, TheDefaultStreamIsAsynchronousAndCtxSynchronizeWaitsForEveryStream)
+{
+	HostPage gate;
+	ASSERT_EQ(cu().cuStreamWaitValue64(nullptr, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWriteValue64(CU_STREAM_LEGACY, gate.device_word(1), 1, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY); // the same stream
+
+	// Not modelled: the legacy stream's implicit synchronization with other streams.
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream_, gate.device_word(2), 1, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_EQ(gate.word(2).load(std::memory_order_acquire), 1u);
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 0u);
+
+	std::thread writer([&] {
+		std::this_thread::sleep_for(std::chrono::milliseconds(20));
+		gate.word(0).store(1, std::memory_order_release);
+	});
+	EXPECT_EQ(cu().cuCtxSynchronize(), CUDA_SUCCESS);
+	writer.join();
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 1u);
+	EXPECT_EQ(cu().cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+}
+
+// --- copies ----------------------------------------------------------------------------
+
+TEST_F(Sim, Memcpy2DHonoursPitchesAndOffsets)
+{
+	VmmBuffer buffer = make_vmm(granularity);
+	constexpr size_t width = 100, height = 10, host_pitch = 128, device_pitch = 256;
+	std::vector<unsigned char> source(host_pitch * (height + 1));
+	for (size_t i = 0; i < source.size(); i++)
+		source[i] = static_cast<unsigned char>(i * 7 + 1);
+	std::vector<unsigned char> result(host_pitch * height, 0);
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0, granularity, stream_), CUDA_SUCCESS);
+
+	CUDA_MEMCPY2D up = {};
+	up.srcMemoryType = CU_MEMORYTYPE_HOST;
+	up.srcHost = source.data();
+	up.srcPitch = host_pitch;
+	up.srcXInBytes = 4;
+	up.srcY = 1;
+	up.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	up.dstDevice = buffer.va;
+	up.dstPitch = device_pitch;
+	up.dstXInBytes = 8;
+	up.dstY = 2;
+	up.WidthInBytes = width;
+	up.Height = height;
+	ASSERT_EQ(cu().cuMemcpy2DAsync(&up, stream_), CUDA_SUCCESS);
+
+	// Back again with both sides UNIFIED: looked up, device and host.
+	CUDA_MEMCPY2D down = {};
+	down.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+	down.srcDevice = buffer.va;
+	down.srcPitch = device_pitch;
+	down.srcXInBytes = 8;
+	down.srcY = 2;
+	down.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+	down.dstDevice = reinterpret_cast<CUdeviceptr>(result.data());
+	down.dstPitch = host_pitch;
+	down.WidthInBytes = width;
+	down.Height = height;
+	ASSERT_EQ(cu().cuMemcpy2DAsync(&down, stream_), CUDA_SUCCESS);
+
+	// The bytes left of the rectangle on the device stayed zero.
+	std::vector<unsigned char> margin(8, 0xff);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(margin.data(), buffer.va + 2 * device_pitch, margin.size(), stream_),
+		  CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+
+	for (size_t y = 0; y < height; y++) {
+		for (size_t x = 0; x < host_pitch; x++) {
+			unsigned char want = x < width ? source[(y + 1) * host_pitch + 4 + x] : 0;
+			ASSERT_EQ(result[y * host_pitch + x], want) << "x " << x << " y " << y;
+		}
+	}
+	EXPECT_TRUE(all_equal(margin.data(), margin.size(), 0));
+
+	CUDA_MEMCPY2D bad = up;
+	bad.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+	EXPECT_EQ(cu().cuMemcpy2DAsync(&bad, stream_), CUDA_ERROR_NOT_SUPPORTED);
+	bad = up;
+	bad.WidthInBytes = host_pitch + 1;
+	bad.srcXInBytes = 0;
+	EXPECT_EQ(cu().cuMemcpy2DAsync(&bad, stream_), CUDA_ERROR_INVALID_VALUE); // wider than the pitch
+	bad = up;
+	bad.srcXInBytes = host_pitch - width + 1;
+	EXPECT_EQ(cu().cuMemcpy2DAsync(&bad, stream_), CUDA_ERROR_INVALID_VALUE); // X + width past the pitch
+	bad = up;
+	bad.dstPitch = size_t(1) << 31;
+	EXPECT_EQ(cu().cuMemcpy2DAsync(&bad, stream_), CUDA_ERROR_INVALID_VALUE); // over MAX_PITCH
+	EXPECT_EQ(cu().cuMemcpy2DAsync(nullptr, stream_), CUDA_ERROR_INVALID_VALUE);
+	free_vmm(buffer);
+}
+
+TEST_F(Sim, MemAllocAndMemsets)
+{
+	CUdeviceptr a = 0, b = 0, c = 0;
+	ASSERT_EQ(cu().cuMemAlloc(&a, 1000), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemAlloc(&b, 1000), CUDA_SUCCESS);
+	EXPECT_NE(a, b);
+	EXPECT_EQ(cu().cuMemAlloc(&c, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAlloc(nullptr, 1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAlloc(&c, 65 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+
+	EXPECT_EQ(cu().cuMemsetD32Async(a + 2, 0, 1, stream_), CUDA_ERROR_INVALID_VALUE); // misaligned
+	ASSERT_EQ(cu().cuMemsetD32Async(a, 0xdeadbeef, 250, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoDAsync(b, a, 1000, stream_), CUDA_SUCCESS);
+	std::vector<uint32_t> result(250, 0);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data(), b, 1000, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_TRUE(std::all_of(result.begin(), result.end(), [](uint32_t w) { return w == 0xdeadbeef; }));
+
+	EXPECT_EQ(cu().cuMemFree(a), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemFree(b + 8), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemFree(b), CUDA_SUCCESS);
+}
+
+// --- host registration -----------------------------------------------------------------
+
+TEST_F(Sim, HostRegistrationRules)
+{
+	constexpr size_t size = 3 * 4096;
+	void *mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(mem, MAP_FAILED);
+	char *p = static_cast<char *>(mem);
+
+	ASSERT_EQ(cu().cuMemHostRegister(p + 104, 5000, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemHostRegister(p + 4096, 10, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	EXPECT_EQ(cu().cuMemHostRegister(p, 200, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	ASSERT_EQ(cu().cuMemHostRegister(p + 5104, 100, 0), CUDA_SUCCESS); // adjacent, not overlapping
+	EXPECT_EQ(cu().cuMemHostUnregister(p + 105), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	EXPECT_EQ(cu().cuMemHostUnregister(p), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+
+	CUdeviceptr d = 0, interior = 0, none = 0;
+	ASSERT_EQ(cu().cuMemHostGetDevicePointer(&d, p + 104, 0), CUDA_SUCCESS);
+	EXPECT_NE(d, reinterpret_cast<CUdeviceptr>(p + 104));
+	EXPECT_EQ(d % 8, reinterpret_cast<uintptr_t>(p + 104) % 8);
+	ASSERT_EQ(cu().cuMemHostGetDevicePointer(&interior, p + 112, 0), CUDA_SUCCESS);
+	EXPECT_EQ(interior, d + 8);
+	EXPECT_EQ(cu().cuMemHostGetDevicePointer(&none, p, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemHostGetDevicePointer(&none, p + 104, 1), CUDA_ERROR_INVALID_VALUE);
+
+	// Device operations reach registered memory through its device address; copies take
+	// host pointers, registered or pageable.
+	VmmBuffer buffer = make_vmm(granularity);
+	std::memset(p + 104, 'h', 64);
+	ASSERT_EQ(cu().cuMemcpyDtoDAsync(buffer.va, d, 64, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(p + 5104, buffer.va, 64, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(p + 5104, 64, 'h'));
+
+	void *hole = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap(hole, 4096);
+	EXPECT_EQ(cu().cuMemHostRegister(hole, 4096, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemHostRegister(reinterpret_cast<void *>(buffer.va), 4096, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemHostRegister(p + 8192, 8, CU_MEMHOSTREGISTER_IOMEMORY), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuMemHostRegister(p + 8192, 8, 0x100), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemHostRegister(nullptr, 8, 0), CUDA_ERROR_INVALID_VALUE);
+
+	EXPECT_EQ(cu().cuMemHostUnregister(p + 104), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemHostUnregister(p + 5104), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemHostUnregister(p + 104), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	free_vmm(buffer);
+	munmap(mem, size);
+}
+
+// --- export and import -----------------------------------------------------------------
+
+TEST_F(Sim, AnExportedFdImportsAsTheSameMemory)
+{
+	VmmBuffer a = make_vmm(2 * granularity);
+	int fd = -1;
+	ASSERT_EQ(cu().cuMemExportToShareableHandle(&fd, a.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		  CUDA_SUCCESS);
+	ASSERT_GE(fd, 0);
+	EXPECT_TRUE(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+
+	CUmemGenericAllocationHandle imported = 0;
+	ASSERT_EQ(cu().cuMemImportFromShareableHandle(&imported, reinterpret_cast<void *>(uintptr_t(fd)),
+						      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		  CUDA_SUCCESS);
+	EXPECT_NE(imported, a.handle);
+	EXPECT_GE(fcntl(fd, F_GETFD), 0); // the caller still owns its fd
+	close(fd); // and the import holds its own reference
+
+	CUdeviceptr b = map_fresh(imported, a.size);
+	const char hello[] = "hello through two mappings";
+	char result[sizeof(hello)] = {};
+	ASSERT_EQ(cu().cuMemcpyHtoDAsync(a.va + granularity + 100, hello, sizeof(hello), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result, b + granularity + 100, sizeof(result), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_STREQ(result, hello);
+
+	EXPECT_EQ(cu().cuMemExportToShareableHandle(&fd, a.handle, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+		  CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuMemExportToShareableHandle(&fd, a.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1),
+		  CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemExportToShareableHandle(&fd, a.handle + 999, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		  CUDA_ERROR_INVALID_VALUE);
+
+	// An allocation created without the handle type cannot be exported.
+	CUmemAllocationProp local = device_prop(0, false);
+	CUmemGenericAllocationHandle h;
+	ASSERT_EQ(cu().cuMemCreate(&h, granularity, &local, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		  CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemRelease(h), CUDA_SUCCESS);
+
+	unmap_fresh(b, a.size);
+	EXPECT_EQ(cu().cuMemRelease(imported), CUDA_SUCCESS);
+	free_vmm(a);
+}
+
+TEST_F(Sim, ImportAcceptsOnlyExportedAllocations)
+{
+	auto import = [](int fd) {
+		CUmemGenericAllocationHandle h = 0;
+		CUresult r = cu().cuMemImportFromShareableHandle(&h, reinterpret_cast<void *>(uintptr_t(fd)),
+								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (r == CUDA_SUCCESS)
+			cu().cuMemRelease(h);
+		return r;
+	};
+
+	int pipefd[2];
+	ASSERT_EQ(pipe2(pipefd, O_CLOEXEC), 0);
+	EXPECT_EQ(import(pipefd[0]), CUDA_ERROR_INVALID_VALUE);
+	close(pipefd[0]);
+	close(pipefd[1]);
+
+	int file = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (file >= 0) {
+		EXPECT_EQ(ftruncate(file, off_t(granularity)), 0);
+		EXPECT_EQ(import(file), CUDA_ERROR_INVALID_VALUE);
+		close(file);
+	}
+
+	int plain = memfd_create("plain", MFD_CLOEXEC);
+	ASSERT_GE(plain, 0);
+	EXPECT_EQ(ftruncate(plain, off_t(granularity)), 0);
+	EXPECT_EQ(import(plain), CUDA_ERROR_INVALID_VALUE);
+	close(plain);
+
+	// The right name with the wrong size.
+	int impostor = memfd_create("cudasim:dev0:2097152", MFD_CLOEXEC);
+	ASSERT_GE(impostor, 0);
+	EXPECT_EQ(import(impostor), CUDA_ERROR_INVALID_VALUE);
+	close(impostor);
+
+	EXPECT_EQ(import(-1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(import(impostor), CUDA_ERROR_INVALID_VALUE); // closed
+
+	CUmemGenericAllocationHandle h;
+	EXPECT_EQ(cu().cuMemImportFromShareableHandle(&h, reinterpret_cast<void *>(uintptr_t(0)),
+						      CU_MEM_HANDLE_TYPE_WIN32),
+		  CUDA_ERROR_NOT_SUPPORTED);
+}
+
+TEST_F(Sim, AnExportedFdWorksInAnotherProcess)
+{
+	VmmBuffer buffer = make_vmm(granularity);
+	std::vector<unsigned char> first(4096), second(4096, 0);
+	for (size_t i = 0; i < first.size(); i++)
+		first[i] = static_cast<unsigned char>(i * 7);
+	ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, first.data(), first.size(), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va + 4096, 0, 4096 + 8, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+
+	// The child writes its bytes, then the word this stream waits for.
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, buffer.va + 8192, 42, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(second.data(), buffer.va + 4096, second.size(), stream_), CUDA_SUCCESS);
+
+	int fd = -1;
+	ASSERT_EQ(cu().cuMemExportToShareableHandle(&fd, buffer.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		  CUDA_SUCCESS);
+	int sv[2];
+	ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	std::thread sender([&] {
+		EXPECT_TRUE(send_fd(sv[0], fd));
+		close(fd);
+	});
+	ChildResult child = run_child("ImportOverSocket", { "CUDASIM_SELFTEST_SOCKET=3" }, sv[1]);
+	sender.join();
+	close(sv[0]);
+	close(sv[1]);
+
+	if (!exited_cleanly(child)) {
+		ADD_FAILURE() << "child:\n" << child.output;
+		// Unblock the stream so the test can end.
+		CUstream other;
+		ASSERT_EQ(cu().cuStreamCreate(&other, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamWriteValue64(other, buffer.va + 8192, 42, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamDestroy(other), CUDA_SUCCESS);
+	}
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	for (size_t i = 0; i < second.size(); i++)
+		ASSERT_EQ(second[i], static_cast<unsigned char>(i * 13)) << i;
+	free_vmm(buffer);
+}
+
+TEST(DISABLED_Child, ImportOverSocket)
+{
+	const char *sock = std::getenv("CUDASIM_SELFTEST_SOCKET");
+	ASSERT_NE(sock, nullptr);
+	CUcontext ctx;
+	CUstream stream;
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+
+	int fd = receive_fd(std::atoi(sock));
+	ASSERT_GE(fd, 0);
+	CUmemGenericAllocationHandle handle;
+	ASSERT_EQ(cu().cuMemImportFromShareableHandle(&handle, reinterpret_cast<void *>(uintptr_t(fd)),
+						      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		  CUDA_SUCCESS);
+	close(fd);
+	CUdeviceptr va = map_fresh(handle, granularity);
+
+	std::vector<unsigned char> first(4096, 0), second(4096);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(first.data(), va, first.size(), stream), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream), CUDA_SUCCESS);
+	for (size_t i = 0; i < first.size(); i++)
+		ASSERT_EQ(first[i], static_cast<unsigned char>(i * 7)) << i;
+
+	for (size_t i = 0; i < second.size(); i++)
+		second[i] = static_cast<unsigned char>(i * 13);
+	ASSERT_EQ(cu().cuMemcpyHtoDAsync(va + 4096, second.data(), second.size(), stream), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream, va + 8192, 42, CU_STREAM_WRITE_VALUE_DEFAULT), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream), CUDA_SUCCESS);
+
+	unmap_fresh(va, granularity);
+	EXPECT_EQ(cu().cuMemRelease(handle), CUDA_SUCCESS);
+}
+
+// --- illegal accesses ------------------------------------------------------------------
+
+TEST_F(Sim, IllegalAccessHostPointerInAStreamMemoryOperation)
+{
+	HostPage page;
+	expect_illegal("cuStreamWriteValue64", [&] {
+		// The host pointer of registered memory, not its device address.
+		ASSERT_EQ(cu().cuStreamWriteValue64(stream_, reinterpret_cast<CUdeviceptr>(page.data()), 1, 0),
+			  CUDA_SUCCESS);
+	});
+	expect_illegal("cuStreamWaitValue64", [&] {
+		uint64_t unregistered = 1;
+		ASSERT_EQ(cu().cuStreamWaitValue64(stream_, reinterpret_cast<CUdeviceptr>(&unregistered), 1, 0),
+			  CUDA_SUCCESS);
+	});
+}
+
+TEST_F(Sim, IllegalAccessMappedWithoutAccess)
+{
+	VmmBuffer buffer = make_vmm(granularity, false);
+	char byte = 1;
+	expect_illegal("cuMemcpyHtoDAsync",
+		       [&] { ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, &byte, 1, stream_), CUDA_SUCCESS); });
+
+	// Read-only access: reads work, writes fault.
+	CUmemAccessDesc read_only = access_for(0, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &read_only, 1), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer.va, 1, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	expect_illegal("cuMemsetD8Async",
+		       [&] { ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0, 1, stream_), CUDA_SUCCESS); });
+
+	// Access for device 1 does not give device 0's streams access.
+	CUmemAccessDesc other = access_for(1);
+	CUmemAccessDesc none = access_for(0, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &other, 1), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &none, 1), CUDA_SUCCESS);
+	expect_illegal("cuMemcpyDtoHAsync",
+		       [&] { ASSERT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer.va, 1, stream_), CUDA_SUCCESS); });
+	free_vmm(buffer);
+}
+
+TEST_F(Sim, IllegalAccessPastTheEndOfAMapping)
+{
+	CUmemAllocationProp prop = device_prop();
+	CUmemGenericAllocationHandle handle;
+	CUdeviceptr va;
+	ASSERT_EQ(cu().cuMemCreate(&handle, granularity, &prop, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemAddressReserve(&va, 2 * granularity, 0, 0, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemMap(va, granularity, 0, handle, 0), CUDA_SUCCESS);
+	CUmemAccessDesc rw = access_for(0);
+	ASSERT_EQ(cu().cuMemSetAccess(va, granularity, &rw, 1), CUDA_SUCCESS);
+	char bytes[16] = {};
+	expect_illegal("cuMemcpyHtoDAsync", [&] {
+		ASSERT_EQ(cu().cuMemcpyHtoDAsync(va + granularity - 8, bytes, sizeof(bytes), stream_), CUDA_SUCCESS);
+	});
+
+	CUdeviceptr small;
+	ASSERT_EQ(cu().cuMemAlloc(&small, 100), CUDA_SUCCESS);
+	expect_illegal("cuMemsetD8Async", [&] { ASSERT_EQ(cu().cuMemsetD8Async(small, 0, 101, stream_), CUDA_SUCCESS); });
+
+	EXPECT_EQ(cu().cuMemUnmap(va, granularity), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemAddressFree(va, 2 * granularity), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemRelease(handle), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, IllegalAccessWorkQueuedBeforeAnUnmapOrFree)
+{
+	HostPage gate;
+	VmmBuffer buffer = make_vmm(granularity);
+	char byte = 1;
+	expect_illegal("cuMemcpyHtoDAsync", [&] {
+		// Valid when enqueued; the unmap comes before it executes.
+		ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, &byte, 1, stream_), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemUnmap(buffer.va, buffer.size), CUDA_SUCCESS);
+		gate.word(0).store(1, std::memory_order_release);
+	});
+	EXPECT_EQ(cu().cuMemAddressFree(buffer.va, buffer.size), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemRelease(buffer.handle), CUDA_SUCCESS);
+
+	HostPage gate2; // the reset dropped the first page's registration
+	CUdeviceptr plain;
+	ASSERT_EQ(cu().cuMemAlloc(&plain, 4096), CUDA_SUCCESS);
+	expect_illegal("cuMemsetD32Async", [&] {
+		ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate2.device_word(0), 1, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemsetD32Async(plain, 0, 4, stream_), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemFree(plain), CUDA_SUCCESS); // no implicit synchronization
+		gate2.word(0).store(1, std::memory_order_release);
+	});
+}
+
+TEST_F(Sim, IllegalAccessDeviceAddressAsAHostPointer)
+{
+	VmmBuffer a = make_vmm(granularity);
+	VmmBuffer b = make_vmm(granularity);
+	expect_illegal("cuMemcpyHtoDAsync", [&] {
+		ASSERT_EQ(cu().cuMemcpyHtoDAsync(a.va, reinterpret_cast<const void *>(b.va), 64, stream_), CUDA_SUCCESS);
+	});
+	free_vmm(a);
+	free_vmm(b);
+}
+
+// --- settings and XMEM_CUDASIM_FAIL ------------------------------------------------------
+
+TEST(Settings, EachFailWordChangesWhatTheDriverSays)
+{
+	for (const char *word : { "init", "no_vmm", "no_posix_fd", "no_memops", "no_host_register", "alloc",
+				  "prohibited" }) {
+		ChildResult child = run_child("FailSwitch", { std::string("XMEM_CUDASIM_FAIL=") + word });
+		EXPECT_TRUE(exited_cleanly(child)) << word << ":\n" << child.output;
+	}
+}
+
+TEST(Settings, AMistypedSettingAborts)
+{
+	ChildResult child = run_child("InitOnly", { "XMEM_CUDASIM_FAIL=no_vmm,nosuchword" });
+	EXPECT_TRUE(WIFSIGNALED(child.status) && WTERMSIG(child.status) == SIGABRT) << child.output;
+	EXPECT_NE(child.output.find("nosuchword"), std::string::npos) << child.output;
+
+	child = run_child("InitOnly", { "XMEM_CUDASIM_MEMORY=12Q" });
+	EXPECT_TRUE(WIFSIGNALED(child.status) && WTERMSIG(child.status) == SIGABRT) << child.output;
+	EXPECT_NE(child.output.find("XMEM_CUDASIM_MEMORY"), std::string::npos) << child.output;
+}
+
+TEST(Settings, DevicesMemoryGranularityAndVerbose)
+{
+	ChildResult child = run_child("Settings", { "XMEM_CUDASIM_DEVICES=1", "XMEM_CUDASIM_MEMORY=1M",
+						    "XMEM_CUDASIM_GRANULARITY=65536", "XMEM_CUDASIM_VERBOSE=1",
+						    "XMEM_CUDASIM_SEED=7" });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+	EXPECT_NE(child.output.find("seed 7"), std::string::npos) << child.output;
+	EXPECT_NE(child.output.find("cudasim: cuMemCreate -> CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos)
+		<< child.output;
+
+	child = run_child("NoDevice", { "XMEM_CUDASIM_DEVICES=0" });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+}
+
+TEST(DISABLED_Child, BeforeInit)
+{
+	int count;
+	CUdevice dev;
+	CUcontext ctx;
+	CUdeviceptr p;
+	EXPECT_EQ(cu().cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuDeviceGet(&dev, 0), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuCtxGetCurrent(&ctx), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuStreamSynchronize(nullptr), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuMemAddressReserve(&p, granularity, 0, 0, 0), CUDA_ERROR_NOT_INITIALIZED);
+
+	// As in the real driver, these work before cuInit.
+	int version = 0;
+	const char *name = nullptr;
+	EXPECT_EQ(cu().cuDriverGetVersion(&version), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuGetErrorName(CUDA_ERROR_NOT_INITIALIZED, &name), CUDA_SUCCESS);
+
+	EXPECT_EQ(cu().cuInit(1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuDeviceGetCount(&count), CUDA_SUCCESS);
+}
+
+TEST(DISABLED_Child, InitOnly)
+{
+	cu().cuInit(0);
+}
+
+TEST(DISABLED_Child, NoDevice)
+{
+	int count;
+	EXPECT_EQ(cu().cuInit(0), CUDA_ERROR_NO_DEVICE);
+	EXPECT_EQ(cu().cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
+}
+
+TEST(DISABLED_Child, Settings)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	int count = 0;
+	size_t total = 0, g = 0;
+	EXPECT_EQ(cu().cuDeviceGetCount(&count), CUDA_SUCCESS);
+	EXPECT_EQ(count, 1);
+	EXPECT_EQ(cu().cuDeviceTotalMem(&total, 0), CUDA_SUCCESS);
+	EXPECT_EQ(total, MiB);
+
+	CUcontext ctx;
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+	CUmemAllocationProp prop = device_prop();
+	EXPECT_EQ(cu().cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+	EXPECT_EQ(g, 65536u);
+
+	std::vector<CUmemGenericAllocationHandle> handles(16);
+	for (auto &h : handles)
+		EXPECT_EQ(cu().cuMemCreate(&h, 65536, &prop, 0), CUDA_SUCCESS);
+	CUmemGenericAllocationHandle h;
+	EXPECT_EQ(cu().cuMemCreate(&h, 65536, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	for (auto handle : handles)
+		EXPECT_EQ(cu().cuMemRelease(handle), CUDA_SUCCESS);
+}
+
+TEST(DISABLED_Child, FailSwitch)
+{
+	const std::string word = std::getenv("XMEM_CUDASIM_FAIL");
+	if (word == "init") {
+		int count;
+		EXPECT_EQ(cu().cuInit(0), CUDA_ERROR_UNKNOWN);
+		EXPECT_EQ(cu().cuInit(0), CUDA_ERROR_UNKNOWN);
+		EXPECT_EQ(cu().cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
+		return;
+	}
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	auto attribute = [](CUdevice_attribute a) {
+		int value = -1;
+		EXPECT_EQ(cu().cuDeviceGetAttribute(&value, a, 0), CUDA_SUCCESS);
+		return value;
+	};
+
+	CUcontext ctx;
+	if (word == "prohibited") {
+		EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE), CU_COMPUTEMODE_PROHIBITED);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_ERROR_DEVICE_UNAVAILABLE);
+		return;
+	}
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE), CU_COMPUTEMODE_DEFAULT);
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), word != "no_vmm");
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED), word != "no_posix_fd");
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS), word != "no_memops");
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1), word != "no_memops");
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED), word != "no_host_register");
+
+	CUstream stream;
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+
+	CUmemAllocationProp prop = device_prop();
+	CUmemGenericAllocationHandle h;
+	CUresult created = cu().cuMemCreate(&h, granularity, &prop, 0);
+	EXPECT_EQ(created, word == "no_vmm"  ? CUDA_ERROR_NOT_SUPPORTED
+			   : word == "alloc" ? CUDA_ERROR_OUT_OF_MEMORY
+					     : CUDA_SUCCESS);
+	if (created == CUDA_SUCCESS) {
+		int fd = -1;
+		CUresult exported =
+			cu().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		EXPECT_EQ(exported, word == "no_posix_fd" ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS);
+		if (exported == CUDA_SUCCESS)
+			close(fd);
+		EXPECT_EQ(cu().cuMemRelease(h), CUDA_SUCCESS);
+	}
+
+	CUdeviceptr plain = 0;
+	CUresult allocated = cu().cuMemAlloc(&plain, 4096);
+	EXPECT_EQ(allocated, word == "alloc" ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS);
+
+	uint64_t host[2] = {};
+	CUresult registered = cu().cuMemHostRegister(host, sizeof(host), 0);
+	EXPECT_EQ(registered, word == "no_host_register" ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS);
+	CUdeviceptr word_address = plain;
+	if (registered == CUDA_SUCCESS) {
+		ASSERT_EQ(cu().cuMemHostGetDevicePointer(&word_address, host, 0), CUDA_SUCCESS);
+	}
+
+	CUresult memops = word == "no_memops" ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+	EXPECT_EQ(cu().cuStreamWriteValue64(stream, word_address, 1, 0), memops);
+	EXPECT_EQ(cu().cuStreamWaitValue64(stream, word_address, 1, 0), memops);
+	EXPECT_EQ(cu().cuStreamSynchronize(stream), CUDA_SUCCESS);
+
+	if (registered == CUDA_SUCCESS) {
+		EXPECT_EQ(cu().cuMemHostUnregister(host), CUDA_SUCCESS);
+	}
+	if (allocated == CUDA_SUCCESS) {
+		EXPECT_EQ(cu().cuMemFree(plain), CUDA_SUCCESS);
+	}
+}
+
+} // namespace
