@@ -36,4 +36,19 @@ bool device_has_stream_mem_ops(uint32_t)
 	return false;
 }
 
+Result<std::shared_ptr<void>> device_allocate(uint32_t, uint64_t, uint64_t *)
+{
+	return no_cuda("device copy");
+}
+
+Result<void> device_copy(uint32_t, uint64_t, bool, uint64_t, bool, uint64_t, void *)
+{
+	return no_cuda("device copy");
+}
+
+Result<void> device_synchronize(uint32_t, void *)
+{
+	return no_cuda("device synchronize");
+}
+
 } // namespace xmem

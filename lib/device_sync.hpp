@@ -24,14 +24,6 @@ public:
 	virtual Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream) = 0;
 	virtual Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) = 0;
 	virtual void release_dead_holder(uint32_t holder, uint64_t seq) = 0;
-	// Waits on the CPU for STREAM (nullptr: every stream of this process).
-	virtual Result<void> synchronize(void *stream) = 0;
-	// Device copies for copy-on-write and the copy_to_* calls: a private allocation
-	// of BYTES on this pool's device, freed when the last owner lets go.
-	virtual Result<std::shared_ptr<void>> allocate(uint64_t bytes, uint64_t *address) = 0;
-	// Copies BYTES between two device or host addresses on STREAM (nullptr: and waits).
-	virtual Result<void> copy(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
-				  void *stream) = 0;
 };
 
 // The DeviceSync of a CUDA pool, for the process mapping ARENA; MEM_OPS says whether
@@ -42,5 +34,15 @@ Result<std::unique_ptr<DeviceSync>> make_device_sync(const ControlSegment &seg, 
 						     std::string *fallback);
 // Whether the device a CUDA pool would use supports 64-bit stream memory operations.
 bool device_has_stream_mem_ops(uint32_t device);
+
+// Private device memory for copies (copy-on-write, copy_to_*): BYTES on DEVICE, freed
+// when the last owner lets go, once this process's streams on it are done.
+Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address);
+// Copies BYTES on DEVICE's context between device (CUdeviceptr) or host addresses,
+// queued on STREAM; without a stream, complete on return.
+Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device,
+			 uint64_t bytes, void *stream);
+// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE).
+Result<void> device_synchronize(uint32_t device, void *stream);
 
 } // namespace xmem

@@ -161,25 +161,28 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 	lock.unlock();
 
 	BufferGuard shared = make_guard(index, false);
-	auto copy = private_copy(shared, shared.storage());
+	auto copy = private_copy(shared, shared.storage(), shared.device());
 	if (copy)
 		copy->writable_ = true;
 	return copy; // `shared` releases the slot reference: the copy needs it no more
 }
 
-// A private copy of FRAME's payload in host memory (TO system: complete when this
-// returns) or on the pool's device (TO cuda: queued on STREAM; without one, complete
-// when this returns). No slot reference.
-Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to, void *stream)
+// A private copy of FRAME's payload: in host memory (TO system; complete when this
+// returns), or on CUDA device DEVICE (TO cuda; queued on STREAM, or complete when
+// this returns without one). No slot reference: the copy lives on its own.
+Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to, uint32_t device, void *stream)
 {
 	uint64_t bytes = std::min<uint64_t>(frame.meta_.size, seg.slot_size);
+	uint32_t from_device = frame.meta_.device_id;
 	BufferGuard g;
 	g.pool_ = frame.pool_;
 	g.index_ = frame.index_;
 	g.meta_ = frame.meta_;
 	g.meta_.storage_type = uint8_t(to);
+	g.meta_.device_id = uint8_t(to == Storage::cuda ? device : 0);
 	g.format_ = frame.format_;
 	g.capacity_ = bytes;
+	auto failed = [&](const Error &e) { return make_error(e.code, where() + ": " + e.message); };
 	if (to == Storage::system) {
 		std::shared_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
 		if (!copy)
@@ -188,26 +191,26 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 		if (frame.data_) {
 			std::memcpy(copy.get(), frame.data_, bytes);
 		} else {
-			auto copied = sync->copy(uint64_t(uintptr_t(copy.get())), false, frame.device_, true, bytes,
-						 stream);
+			auto copied = device_copy(from_device, uint64_t(uintptr_t(copy.get())), false, frame.device_,
+						  true, bytes, stream);
 			if (copied && stream)
-				copied = sync->synchronize(stream); // the host copy is complete on return
+				copied = device_synchronize(from_device, stream); // complete on return
 			if (!copied)
-				return make_error(copied.code(), where() + ": " + copied.error().message);
+				return failed(copied.error());
 		}
 		g.data_ = copy.get();
 		g.copy_ = std::move(copy);
 		return g;
 	}
-	if (!sync || !frame.device_)
-		return make_error(Errc::invalid_argument, where() + ": a device copy needs a device frame");
 	uint64_t address = 0;
-	auto memory = sync->allocate(bytes, &address);
+	auto memory = device_allocate(device, bytes, &address);
 	if (!memory)
-		return make_error(memory.code(), where() + ": " + memory.error().message);
-	auto copied = sync->copy(address, true, frame.device_, true, bytes, stream);
+		return failed(memory.error());
+	auto copied = frame.data_ ? device_copy(device, address, true, uint64_t(uintptr_t(frame.data_)), false, bytes,
+						stream)
+				  : device_copy(device, address, true, frame.device_, true, bytes, stream);
 	if (!copied)
-		return make_error(copied.code(), where() + ": " + copied.error().message);
+		return failed(copied.error());
 	g.device_ = address;
 	g.copy_ = std::move(memory.value());
 	return g;
@@ -332,7 +335,19 @@ Result<BufferGuard> BufferGuard::copy_to_cpu(CudaStream stream) const
 {
 	if (!valid())
 		return make_error(Errc::invalid_argument, "copy of an empty buffer");
-	return pool_->private_copy(*this, Storage::system, stream);
+	return pool_->private_copy(*this, Storage::system, 0, stream);
+}
+
+Result<BufferGuard> BufferGuard::copy_to_cuda(uint32_t device, CudaStream stream) const
+{
+	if (!valid())
+		return make_error(Errc::invalid_argument, "copy of an empty buffer");
+	return pool_->private_copy(*this, Storage::cuda, device, stream);
+}
+
+Result<BufferGuard> BufferGuard::copy_to_device(uint32_t device, CudaStream stream) const
+{
+	return copy_to_cuda(device, stream);
 }
 
 Result<FrameMeta *> BufferGuard::meta_mut()

@@ -68,7 +68,7 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	Result<void> release(uint32_t index, void *stream = nullptr, bool gpu_reads = true);
 	Result<void> set_ref_count(uint32_t index, uint32_t count);
 	BufferGuard make_guard(uint32_t index, bool writable);
-	Result<BufferGuard> private_copy(const BufferGuard &frame, Storage to, void *stream = nullptr);
+	Result<BufferGuard> private_copy(const BufferGuard &frame, Storage to, uint32_t device, void *stream = nullptr);
 	bool take_exclusive(uint32_t index); // refs_lock held
 	void clear_holder_bit(uint32_t index, uint32_t bit);
 	void notify_owner();

@@ -102,6 +102,13 @@ TEST(Crash, ConsumersKilledAtRandomMoments)
 		std::uniform_int_distribution<int> delay_us(0, 15000);
 		std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
 		Process &v = victims[pick(rng)];
+		// Half the kills wait until the victim has attached, so a slow machine (a
+		// sanitizer build on two busy cores) still kills plenty of attached
+		// consumers in every phase: receiving, holding, releasing.
+		if (rng() % 2 == 0 && v.wait_output("attached", 5s)) {
+			std::uniform_int_distribution<int> after_us(0, 3000);
+			std::this_thread::sleep_for(std::chrono::microseconds(after_us(rng)));
+		}
 		v.kill_wait();
 		if (v.output().find("attached") != std::string::npos)
 			killed_attached++;

@@ -167,47 +167,4 @@ void Ordering::release_dead_holder(uint32_t holder, uint64_t seq)
 		seg_.done(i, holder).store(seq, std::memory_order_release);
 }
 
-Result<std::shared_ptr<void>> Ordering::allocate(uint64_t bytes, uint64_t *address)
-{
-	ContextScope scope(*ctx_);
-	CUdeviceptr p = 0;
-	if (CUresult r = d_->cuMemAlloc(&p, std::max<uint64_t>(bytes, 1)); r != CUDA_SUCCESS)
-		return cuda_error("device copy of " + std::to_string(bytes) + " bytes", "cuMemAlloc", r);
-	*address = p;
-	auto ctx = ctx_;
-	const Driver *d = d_;
-	// Freed once no stream of this process can still use it.
-	return std::shared_ptr<void>(reinterpret_cast<void *>(p), [ctx, d](void *q) {
-		ContextScope inner(*ctx);
-		d->cuCtxSynchronize();
-		d->cuMemFree(CUdeviceptr(reinterpret_cast<uintptr_t>(q)));
-	});
-}
-
-Result<void> Ordering::copy(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
-			    void *stream_arg)
-{
-	CUstream stream = static_cast<CUstream>(stream_arg);
-	ContextScope scope(*ctx_);
-	CUresult r;
-	const char *call;
-	if (dst_device && src_device) {
-		call = "cuMemcpyDtoDAsync";
-		r = d_->cuMemcpyDtoDAsync(dst, src, bytes, stream);
-	} else if (dst_device) {
-		call = "cuMemcpyHtoDAsync";
-		r = d_->cuMemcpyHtoDAsync(dst, reinterpret_cast<const void *>(uintptr_t(src)), bytes, stream);
-	} else if (src_device) {
-		call = "cuMemcpyDtoHAsync";
-		r = d_->cuMemcpyDtoHAsync(reinterpret_cast<void *>(uintptr_t(dst)), src, bytes, stream);
-	} else {
-		return make_error(Errc::invalid_argument, "copy between two host buffers");
-	}
-	if (r != CUDA_SUCCESS)
-		return cuda_error("copy", call, r);
-	if (!stream)
-		return synchronize(nullptr, "copy");
-	return {};
-}
-
 } // namespace xmem::cuda

@@ -41,10 +41,7 @@ public:
 	// Owner, reaping HOLDER: its done words become SEQ (the newest frame), so no stream
 	// waits on a process that is gone.
 	void release_dead_holder(uint32_t holder, uint64_t seq) override;
-	Result<void> synchronize(void *stream) override { return synchronize(static_cast<CUstream>(stream), "copy"); }
-	Result<std::shared_ptr<void>> allocate(uint64_t bytes, uint64_t *address) override;
-	Result<void> copy(uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
-			  void *stream) override;
+
 
 	PrimaryContext &context() const { return *ctx_; }
 

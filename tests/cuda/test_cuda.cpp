@@ -8,6 +8,8 @@
 #include "arena.hpp"
 #include "cuda/driver.hpp"
 
+#include <cstring>
+
 #include <sys/mman.h>
 
 using namespace std::chrono_literals;
@@ -96,6 +98,105 @@ TEST(CudaSimPool, InProcessFramesArriveInOrderAndCopyToCpu)
 			ASSERT_EQ(words[i], n) << "frame " << n << " word " << i;
 	}
 	d->cuStreamDestroy(stream);
+}
+
+TEST(CudaSimPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)
+{
+	RuntimeDir dir;
+	auto owner = xmem::BufferPool::create("copies", cuda_config(8192, 2));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("copies");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream stream;
+	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+
+	auto f = (*owner)->acquire(5s, stream);
+	ASSERT_TRUE(f.ok());
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0xabcd1234, 8192 / 4, stream), CUDA_SUCCESS);
+	f->meta_mut().value()->size = 8192;
+	ASSERT_TRUE((*owner)->publish(std::move(f.value()), stream).ok());
+	auto r = (*consumer)->receive(5s, stream);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+
+	// Device to device, on the consumer's stream, then back to the CPU.
+	auto dev = r->copy_to_device(0, stream);
+	ASSERT_TRUE(dev.ok()) << xmem::test::why(dev);
+	EXPECT_NE(dev->device_ptr(), r->device_ptr());
+	EXPECT_TRUE(dev->is_copy());
+	EXPECT_EQ(dev->storage(), xmem::Storage::cuda);
+	ASSERT_TRUE(r->release(stream).ok());
+	auto host = dev->copy_to_cpu(stream);
+	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+	EXPECT_EQ(host->storage(), xmem::Storage::system);
+	auto words = reinterpret_cast<const uint32_t *>(host->data().data());
+	ASSERT_EQ(host->data().size(), 8192u);
+	for (size_t i = 0; i < 8192 / 4; i++)
+		ASSERT_EQ(words[i], 0xabcd1234u) << i;
+
+	// Host to device and back: copy_to_cuda of a host copy.
+	auto again = host->copy_to_cuda(0, stream);
+	ASSERT_TRUE(again.ok()) << xmem::test::why(again);
+	auto back = again->copy_to_cpu(stream);
+	ASSERT_TRUE(back.ok());
+	EXPECT_EQ(std::memcmp(back->data().data(), host->data().data(), 8192), 0);
+
+	// A device out of range names the cause.
+	auto bad = host->copy_to_cuda(7, stream);
+	ASSERT_FALSE(bad.ok());
+	EXPECT_NE(bad.error().message.find("out of range"), std::string::npos) << bad.error().message;
+
+	// get_mut of a frame another process holds: a private device copy, writable.
+	auto g2 = (*owner)->acquire(5s, stream);
+	ASSERT_TRUE(g2.ok());
+	ASSERT_EQ(d->cuMemsetD32Async(g2->device_ptr(), 77, 8192 / 4, stream), CUDA_SUCCESS);
+	g2->meta_mut().value()->size = 8192;
+	uint32_t index = g2->index();
+	ASSERT_TRUE((*owner)->publish(std::move(g2.value()), stream).ok());
+	auto held = (*consumer)->receive(5s);
+	ASSERT_TRUE(held.ok());
+	auto mine = (*owner)->get_mut(index);
+	ASSERT_TRUE(mine.ok()) << xmem::test::why(mine);
+	EXPECT_TRUE(mine->writable());
+	EXPECT_TRUE(mine->is_copy());
+	EXPECT_NE(mine->device_ptr(), held->device_ptr());
+	auto check = mine->copy_to_cpu();
+	ASSERT_TRUE(check.ok());
+	EXPECT_EQ(reinterpret_cast<const uint32_t *>(check->data().data())[100], 77u);
+	d->cuStreamDestroy(stream);
+}
+
+// A consumer holding device frames when the producer is SIGKILLed keeps reading
+// them: its import keeps every allocation alive (in the simulator, the memfds; on a
+// GPU, the driver's reference; docs/gpu-results.md says whether that was run).
+TEST(CudaSimCrash, FramesOutliveAKilledProducer)
+{
+	RuntimeDir dir;
+	Process producer = peer({}, { "produce", "dies", "--frames", "3", "--slots", "4", "--wait-consumers", "1",
+				      "--linger-ms", "60000" });
+	ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
+	auto pool = xmem::BufferPool::open("dies", { 5s, 4, "holder", false });
+	ASSERT_TRUE(pool.ok()) << xmem::test::why(pool);
+	std::vector<xmem::BufferGuard> frames;
+	for (int i = 0; i < 3; i++) {
+		auto f = (*pool)->receive(5s);
+		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+		frames.push_back(std::move(f.value()));
+	}
+	ASSERT_TRUE(producer.wait_output("done"));
+	producer.kill_wait();
+	EXPECT_EQ((*pool)->receive(2s).code(), Errc::end_of_stream);
+	for (auto &f : frames) {
+		auto host = f.copy_to_cpu();
+		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+		auto words = reinterpret_cast<const uint32_t *>(host->data().data());
+		// The peer's pattern (cuda_peer.cpp): the body's word, then the tail page's.
+		uint32_t word = uint32_t(f.meta().seq * 2654435761u) | 1u;
+		EXPECT_EQ(words[0], word) << "frame " << f.meta().seq;
+		EXPECT_EQ(words[host->data().size() / 4 - 1], ~word) << "frame " << f.meta().seq;
+	}
 }
 
 // The ordering test: a producer writes each frame through two delayed asynchronous

@@ -168,6 +168,12 @@ public:
 	// A private host copy of a device frame (or of a system one), made on STREAM and
 	// complete when this returns. Read-only, like the frame.
 	Result<BufferGuard> copy_to_cpu(CudaStream stream = nullptr) const;
+	// A private copy on CUDA device DEVICE (from system or device memory), queued on
+	// STREAM: use it on that stream, or after it. Without a stream it is complete on
+	// return. Read-only, like the frame; freed with the last guard on it.
+	Result<BufferGuard> copy_to_cuda(uint32_t device, CudaStream stream = nullptr) const;
+	// The seed API's name for the same copy.
+	Result<BufferGuard> copy_to_device(uint32_t device, CudaStream stream = nullptr) const;
 
 private:
 	friend class BufferPool;

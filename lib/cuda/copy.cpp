@@ -1,0 +1,79 @@
+// copy.cpp - private device copies of frames (copy-on-write and the copy_to_* calls),
+// each on the target device's primary context.
+#include "../device_sync.hpp"
+#include "driver.hpp"
+
+namespace xmem {
+
+using cuda::ContextScope;
+using cuda::cuda_error;
+using cuda::Driver;
+using cuda::PrimaryContext;
+
+Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address)
+{
+	std::string where = "device copy on CUDA device " + std::to_string(device);
+	auto ctx = PrimaryContext::retain(device, where);
+	if (!ctx)
+		return ctx.error();
+	const Driver *d = cuda::driver().value();
+	ContextScope scope(**ctx);
+	CUdeviceptr p = 0;
+	if (CUresult r = d->cuMemAlloc(&p, std::max<uint64_t>(bytes, 1)); r != CUDA_SUCCESS)
+		return cuda_error(where + " of " + std::to_string(bytes) + " bytes", "cuMemAlloc", r);
+	*address = p;
+	std::shared_ptr<PrimaryContext> keep = ctx.value();
+	// Freed once no stream of this process can still be using it.
+	return std::shared_ptr<void>(reinterpret_cast<void *>(uintptr_t(p)), [keep, d](void *q) {
+		ContextScope inner(*keep);
+		d->cuCtxSynchronize();
+		d->cuMemFree(CUdeviceptr(reinterpret_cast<uintptr_t>(q)));
+	});
+}
+
+Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device,
+			 uint64_t bytes, void *stream_arg)
+{
+	std::string where = "copy on CUDA device " + std::to_string(device);
+	auto ctx = PrimaryContext::retain(device, where);
+	if (!ctx)
+		return ctx.error();
+	const Driver *d = cuda::driver().value();
+	CUstream stream = static_cast<CUstream>(stream_arg);
+	ContextScope scope(**ctx);
+	CUresult r;
+	const char *call;
+	if (dst_device && src_device) {
+		call = "cuMemcpyDtoDAsync";
+		r = d->cuMemcpyDtoDAsync(dst, src, bytes, stream);
+	} else if (dst_device) {
+		call = "cuMemcpyHtoDAsync";
+		r = d->cuMemcpyHtoDAsync(dst, reinterpret_cast<const void *>(uintptr_t(src)), bytes, stream);
+	} else if (src_device) {
+		call = "cuMemcpyDtoHAsync";
+		r = d->cuMemcpyDtoHAsync(reinterpret_cast<void *>(uintptr_t(dst)), src, bytes, stream);
+	} else {
+		return make_error(Errc::invalid_argument, where + ": both sides are host memory");
+	}
+	if (r != CUDA_SUCCESS)
+		return cuda_error(where, call, r);
+	if (!stream && (r = d->cuStreamSynchronize(nullptr)) != CUDA_SUCCESS)
+		return cuda_error(where, "cuStreamSynchronize", r);
+	return {};
+}
+
+Result<void> device_synchronize(uint32_t device, void *stream)
+{
+	std::string where = "CUDA device " + std::to_string(device);
+	auto ctx = PrimaryContext::retain(device, where);
+	if (!ctx)
+		return ctx.error();
+	const Driver *d = cuda::driver().value();
+	ContextScope scope(**ctx);
+	CUresult r = stream ? d->cuStreamSynchronize(static_cast<CUstream>(stream)) : d->cuCtxSynchronize();
+	if (r != CUDA_SUCCESS)
+		return cuda_error(where, stream ? "cuStreamSynchronize" : "cuCtxSynchronize", r);
+	return {};
+}
+
+} // namespace xmem
