@@ -24,6 +24,13 @@ public:
 	virtual Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream) = 0;
 	virtual Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) = 0;
 	virtual void release_dead_holder(uint32_t holder, uint64_t seq) = 0;
+	// Consumer, when the owner is gone: every slot's ready word reaches the frame
+	// published in it, so no stream waits forever on writes that died with the owner.
+	// A frame whose writes had not completed is marked: its bytes are whatever those
+	// writes left (died_unready()).
+	virtual void release_dead_owner() = 0;
+	// Whether frame SEQ of SLOT was released that way rather than completed.
+	virtual bool died_unready(uint32_t slot, uint64_t seq) const = 0;
 };
 
 // The DeviceSync of a CUDA pool, for the process mapping ARENA; MEM_OPS says whether

@@ -331,6 +331,11 @@ Result<void> BufferGuard::release(CudaStream stream)
 	return r;
 }
 
+bool BufferGuard::incomplete() const
+{
+	return pool_ && !copy_ && pool_->sync && pool_->sync->died_unready(index_, meta_.seq);
+}
+
 Result<BufferGuard> BufferGuard::copy_to_cpu(CudaStream stream) const
 {
 	if (!valid())

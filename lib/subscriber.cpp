@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <system_error>
 #include <thread>
 
 #include <fcntl.h>
@@ -33,6 +34,37 @@ Error segment_error(const std::string &where, const std::string &what)
 
 Subscriber::Subscriber(PoolImpl &pool) : pool_(pool), seg(pool.seg)
 {
+}
+
+Subscriber::~Subscriber()
+{
+	if (owner_watch.joinable()) {
+		uint64_t one = 1;
+		[[maybe_unused]] ssize_t n = ::write(watch_stop.get(), &one, sizeof(one));
+		owner_watch.join();
+	}
+}
+
+Result<void> Subscriber::watch_owner()
+{
+	watch_stop = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	if (!watch_stop.valid())
+		return errno_error(pool_.where() + ": eventfd");
+	try {
+		owner_watch = std::thread([this] {
+			// The owner writes nothing after the Welcome: any event is its hang-up.
+			pollfd fds[2] = { { sock.get(), POLLIN | POLLRDHUP, 0 }, { watch_stop.get(), POLLIN, 0 } };
+			while (::poll(fds, 2, -1) < 0 && errno == EINTR)
+				;
+			if (fds[1].revents)
+				return;
+			owner_gone_.store(true);
+			pool_.sync->release_dead_owner();
+		});
+	} catch (const std::system_error &e) {
+		return make_error(Errc::system, pool_.where() + ": cannot start the owner watch: " + e.what());
+	}
+	return {};
 }
 
 Result<void> Subscriber::attach(const OpenOptions &options, uint64_t deadline_ns)
@@ -153,6 +185,8 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 	if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, sock.get(), &e) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
 	pool_.role = Role::consumer;
+	if (pool_.sync)
+		return watch_owner();
 	return {};
 }
 
@@ -240,6 +274,8 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 			return errno_error(pool_.where() + ": poll");
 		if (r > 0 && fds[0].revents) {
 			owner_gone_.store(true); // the owner never writes after Welcome: hang-up
+			if (pool_.sync)
+				pool_.sync->release_dead_owner();
 			continue;
 		}
 		if (ms == 0)

@@ -4,6 +4,8 @@
 
 #include "pool_impl.hpp"
 
+#include <thread>
+
 namespace xmem {
 
 class Subscriber
@@ -14,6 +16,7 @@ public:
 						      const OpenOptions &options);
 
 	explicit Subscriber(PoolImpl &pool);
+	~Subscriber();
 	Subscriber(const Subscriber &) = delete;
 	Subscriber &operator=(const Subscriber &) = delete;
 
@@ -29,6 +32,9 @@ private:
 	// One handshake on a connected socket; Errc::closed when the owner died in it.
 	Result<void> handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns);
 	Result<void> start_consumer(uint32_t index, UniqueFd event);
+	// Device pools: a thread blocked on the socket that, when the owner dies,
+	// releases the ready words its GPU writes would have set (see DeviceSync).
+	Result<void> watch_owner();
 
 	PoolImpl &pool_;
 	ControlSegment &seg;
@@ -45,6 +51,8 @@ private:
 	std::atomic<bool> owner_gone_{ false };
 	// One receiver at a time; taken before the pool's refs_lock.
 	std::mutex receive_lock;
+	std::thread owner_watch;
+	UniqueFd watch_stop;
 };
 
 } // namespace xmem

@@ -167,4 +167,23 @@ void Ordering::release_dead_holder(uint32_t holder, uint64_t seq)
 		seg_.done(i, holder).store(seq, std::memory_order_release);
 }
 
+void Ordering::release_dead_owner()
+{
+	for (uint32_t i = 0; i < seg_.slot_count; i++) {
+		uint32_t state = seg_.slots[i].state.load(std::memory_order_acquire);
+		if (state != layout::kSlotPublished && state != layout::kSlotExclusive)
+			continue;
+		uint64_t seq = seg_.slots[i].meta.seq;
+		std::atomic<uint64_t> &ready = seg_.ready(i);
+		uint64_t v = ready.load(std::memory_order_acquire);
+		while (!reached(v, seq) && !ready.compare_exchange_weak(v, seq + kDiedUnready, std::memory_order_acq_rel))
+			;
+	}
+}
+
+bool Ordering::died_unready(uint32_t slot, uint64_t seq) const
+{
+	return seg_.ready(slot).load(std::memory_order_acquire) == seq + kDiedUnready;
+}
+
 } // namespace xmem::cuda

@@ -41,6 +41,8 @@ public:
 	// Owner, reaping HOLDER: its done words become SEQ (the newest frame), so no stream
 	// waits on a process that is gone.
 	void release_dead_holder(uint32_t holder, uint64_t seq) override;
+	void release_dead_owner() override;
+	bool died_unready(uint32_t slot, uint64_t seq) const override;
 
 
 	PrimaryContext &context() const { return *ctx_; }
@@ -57,6 +59,10 @@ private:
 	CUdeviceptr dev_base_ = 0;
 	std::string where_;
 };
+
+// What release_dead_owner() adds to a frame's sequence number for its ready word: far
+// enough to read as reached (GEQ, wrap-around) and to be told apart from seq itself.
+inline constexpr uint64_t kDiedUnready = uint64_t{ 1 } << 62;
 
 // Whether sequence word value V has reached SEQ, with wrap-around (as the GPU's GEQ).
 inline bool reached(uint64_t v, uint64_t seq)

@@ -10,6 +10,7 @@
 #include "cuda/driver.hpp"
 
 #include <cstring>
+#include <random>
 
 #include <sys/mman.h>
 
@@ -90,6 +91,13 @@ TEST(CudaPool, DeviceSlotsAreNotCpuMemory)
 	EXPECT_EQ(f->data_mut().code(), Errc::invalid_argument);
 	EXPECT_EQ(f->storage(), xmem::Storage::cuda);
 	EXPECT_EQ(f->meta().storage_type, XMEM_STORAGE_CUDA);
+	// xmem-inspect, from another process, says how GPU work is ordered.
+	const char *inspect = std::getenv("XMEM_INSPECT");
+	ASSERT_TRUE(inspect) << "XMEM_INSPECT must name the built xmem-inspect";
+	Process tool({ inspect, "--json", "dev" });
+	EXPECT_EQ(tool.wait(10s), 0) << tool.output();
+	EXPECT_NE(tool.output().find("\"storage_type\":1"), std::string::npos) << tool.output();
+	EXPECT_NE(tool.output().find("\"gpu_ordering\":\"stream-memops\""), std::string::npos) << tool.output();
 	// The simulator's device pointers fault on a CPU access.
 	GTEST_FLAG_SET(death_test_style, "threadsafe");
 	EXPECT_DEATH(*reinterpret_cast<volatile char *>(f->device_ptr()) = 1, "");
@@ -262,7 +270,8 @@ TEST_P(CudaOrdering, EveryByteOfEveryFrameAcrossProcesses)
 			env.push_back(c.mode_env);
 		return env;
 	};
-	const int frames = 300;
+	// Thousands of frames where the waits matter most (stream memory operations).
+	const int frames = c.mode_env.empty() ? 2000 : 500;
 	std::vector<std::string> args{ "produce", "order", "--frames", std::to_string(frames), "--slots", "3",
 				       "--wait-consumers", "3", "--linger-ms", "200" };
 	if (c.slow_producer) {
@@ -302,39 +311,133 @@ TEST(CudaCrash, ConsumersKilledWithGpuReadsPending)
 {
 	RuntimeDir dir;
 	std::vector<std::string> env{ "XMEM_CUDASIM_DELAY_US=2000" };
-	Process producer = peer(env, { "produce", "crash", "--frames", "100000000", "--slots", "6", "--drop",
-				       "--fps", "100" });
+	constexpr uint32_t kSlots = 6;
+	Process producer = peer(env, { "produce", "crash", "--frames", "100000000", "--slots",
+				       std::to_string(kSlots), "--drop", "--fps", "100" });
 	ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
-	int kills = 0;
 	uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
 	std::printf("seed %llu\n", (unsigned long long)seed);
-	std::srand(unsigned(seed));
+	std::mt19937_64 rng(seed);
+	int kills = 0, attached = 0;
 	while (kills < 200) {
-		std::vector<Process> batch;
 		// Half hold frames with a read queued; half release each frame on their
-		// stream, so their done writes are still queued when they die.
+		// stream, so their done writes are still queued when they die. Each dies at
+		// its own random moment: attaching, waiting, reading, releasing.
+		std::vector<Process> batch;
 		for (int i = 0; i < 4; i++)
-			batch.push_back(i % 2 ? peer(env, { "consume", "crash", "--hold", std::to_string(1 + std::rand() % 3) })
+			batch.push_back(i % 2 ? peer(env, { "consume", "crash", "--hold", std::to_string(1 + rng() % 3) })
 					      : peer(env, { "consume", "crash" }));
-		std::this_thread::sleep_for(std::chrono::milliseconds(20 + std::rand() % 60));
 		for (auto &c : batch) {
+			std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
 			c.kill_wait();
 			kills++;
+			attached += c.output().find("attached") != std::string::npos;
 		}
 	}
-	// The producer is still publishing and every slot can be reused.
-	auto pool = xmem::BufferPool::open("crash", { 5s, 4, "survivor", false });
-	ASSERT_TRUE(pool.ok()) << xmem::test::why(pool);
-	EXPECT_TRUE(eventually([&] { return (*pool)->stats().consumers == 1; }, 10s));
-	for (int i = 0; i < 20; i++) {
-		auto f = (*pool)->receive(5s);
-		ASSERT_TRUE(f.ok()) << "frame " << i << ": " << xmem::test::why(f) << "\n" << producer.output();
+	std::printf("kills %d, %d of them attached\n", kills, attached);
+	EXPECT_GT(attached, kills / 4) << "too few kills hit attached consumers";
+
+	// A survivor gets every frame intact, on its stream, after the churn: no stream
+	// of the producer waits on a dead consumer.
+	{
+		const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+		auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+		xmem::cuda::ContextScope scope(*ctx);
+		CUstream stream;
+		ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+		auto pool = xmem::BufferPool::open("crash", { 5s, 4, "survivor", false });
+		ASSERT_TRUE(pool.ok()) << xmem::test::why(pool);
+		EXPECT_TRUE(eventually([&] { return (*pool)->stats().consumers == 1; }, 10s))
+			<< (*pool)->stats().consumers << " consumers";
+		for (int i = 0; i < 20; i++) {
+			auto f = (*pool)->receive(5s, stream);
+			ASSERT_TRUE(f.ok()) << "frame " << i << ": " << xmem::test::why(f) << "\n" << producer.output();
+			auto host = f->copy_to_cpu(stream);
+			ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+			ASSERT_TRUE(f->release(stream).ok());
+			auto words = reinterpret_cast<const uint32_t *>(host->data().data());
+			uint32_t word = uint32_t(f->meta().seq * 2654435761u) | 1u;
+			ASSERT_EQ(words[0], word) << "frame " << f->meta().seq;
+			ASSERT_EQ(words[host->data().size() / 4 - 1], ~word) << "frame " << f->meta().seq;
+		}
+		pool->reset();
+		d->cuStreamSynchronize(stream);
+		d->cuStreamDestroy(stream);
 	}
-	pool->reset();
+
+	// Every consumer is reaped and every slot comes back, as an inspector sees it.
+	auto inspector = xmem::BufferPool::open("crash", { 5s, 4, "inspector", true });
+	ASSERT_TRUE(inspector.ok()) << xmem::test::why(inspector);
+	EXPECT_TRUE(eventually(
+		[&] {
+			auto st = (*inspector)->stats();
+			return st.consumers == 0 && st.slots_free == kSlots;
+		},
+		20s))
+		<< "consumers " << (*inspector)->stats().consumers << ", free " << (*inspector)->stats().slots_free;
+	EXPECT_GE((*inspector)->stats().reaped, uint64_t(attached));
 	EXPECT_TRUE(producer.running());
 	producer.signal(SIGTERM);
 	producer.wait(10s);
-	std::printf("kills %d\n", kills);
+}
+
+// Producers SIGKILLed at random moments under a consumer that reads on its stream:
+// each time the consumer sees the pool close, its frames stay readable, and a new
+// producer's pool attaches again.
+TEST(CudaCrash, ProducerKilledAtRandomMoments)
+{
+	RuntimeDir dir;
+	std::mt19937_64 rng(uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream stream;
+	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	int intact = 0, incomplete = 0;
+	for (int round = 0; round < 20; round++) {
+		SCOPED_TRACE("round " + std::to_string(round));
+		Process producer = peer({ "XMEM_CUDASIM_DELAY_US=300" },
+					{ "produce", "restart", "--frames", "100000000", "--slots", "4", "--drop",
+					  "--fps", "1000" });
+		ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
+		auto pool = xmem::BufferPool::open("restart", { 5s, 4, "survivor", false });
+		ASSERT_TRUE(pool.ok()) << xmem::test::why(pool);
+		auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 50000);
+		std::vector<xmem::BufferGuard> kept;
+		bool killed = false;
+		for (;;) {
+			if (!killed && std::chrono::steady_clock::now() >= deadline) {
+				producer.kill_wait();
+				killed = true;
+			}
+			auto f = (*pool)->receive(killed ? 5s : 20ms, stream);
+			if (f.code() == Errc::timed_out && !killed)
+				continue;
+			if (f.code() == Errc::closed)
+				break;
+			ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+			if (kept.size() < 2)
+				kept.push_back(std::move(f.value()));
+		}
+		EXPECT_TRUE(killed);
+		for (auto &f : kept) {
+			auto host = f.copy_to_cpu(stream);
+			ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+			// A frame the producer died writing says so; every other is intact.
+			if (f.incomplete()) {
+				incomplete++;
+				continue;
+			}
+			intact++;
+			uint32_t word = uint32_t(f.meta().seq * 2654435761u) | 1u;
+			auto words = reinterpret_cast<const uint32_t *>(host->data().data());
+			EXPECT_EQ(words[0], word) << "frame " << f.meta().seq;
+			EXPECT_EQ(words[host->data().size() / 4 - 1], ~word) << "frame " << f.meta().seq;
+		}
+	}
+	std::printf("frames kept across producer deaths: %d intact, %d incomplete\n", intact, incomplete);
+	EXPECT_GT(intact, 0);
+	d->cuStreamDestroy(stream);
 }
 
 // Each cause a device pool can fail with, named in the error. Each needs a fresh

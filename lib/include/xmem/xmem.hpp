@@ -145,6 +145,10 @@ public:
 	// whose bytes are data(). The planes are at meta().plane_offset[i] from it, each
 	// meta().plane_stride[i] bytes a row (the pitch).
 	uint64_t device_ptr() const { return device_; }
+	// A device frame whose producer died before its GPU writes to it were complete:
+	// streams waiting for it were let go (so none waits forever), but its bytes are
+	// whatever those writes left. Check it after the stream's wait has passed.
+	bool incomplete() const;
 	// Metadata to fill before publish(); only for writable guards.
 	Result<FrameMeta *> meta_mut();
 	std::span<const std::byte> data() const;
