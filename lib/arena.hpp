@@ -38,6 +38,8 @@ public:
 	virtual std::byte *host(uint64_t offset) const = 0;
 	// Device address (a CUdeviceptr) of OFFSET; 0 for system memory.
 	virtual uint64_t device_address(uint64_t offset) const = 0;
+	// The row alignment frames in this memory want (BufferPool::pitch_alignment()).
+	virtual uint32_t pitch_alignment() const = 0;
 	// The file descriptors a consumer imports this arena from, in order. Owned by the
 	// arena; sent with SCM_RIGHTS at attach.
 	virtual std::vector<int> fds() const = 0;

@@ -23,6 +23,7 @@ public:
 	uint64_t size() const override { return map_.size(); }
 	std::byte *host(uint64_t offset) const override { return map_.data() + offset; }
 	uint64_t device_address(uint64_t) const override { return 0; }
+	uint32_t pitch_alignment() const override { return 1; }
 	std::vector<int> fds() const override { return { fd_.get() }; }
 
 private:

@@ -505,6 +505,10 @@ uint32_t BufferPool::device() const
 {
 	return impl_->seg.constants().device_id;
 }
+uint32_t BufferPool::pitch_alignment() const
+{
+	return impl_->arena ? impl_->arena->pitch_alignment() : 1;
+}
 const char *BufferPool::gpu_ordering() const
 {
 	switch (impl_->sync ? impl_->sync->mode() : kSyncNone) {

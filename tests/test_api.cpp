@@ -244,6 +244,41 @@ TEST(Create, SocketHasTheConfiguredMode)
 
 // The frame round trip
 
+TEST(VideoLayout, PlanesArePitchedAndAligned)
+{
+	xmem::FrameMeta m{};
+	// NV12 1920x1080 at 256: Y rows of 2048, UV rows of 2048 (960 pairs), 540 of them.
+	auto size = xmem::set_video_layout(m, "NV12", 1920, 1080, 256);
+	ASSERT_TRUE(size.ok()) << size.error().message;
+	EXPECT_EQ(m.n_planes, 2u);
+	EXPECT_EQ(m.plane_stride[0], 2048u);
+	EXPECT_EQ(m.plane_stride[1], 2048u);
+	EXPECT_EQ(m.plane_offset[0], 0u);
+	EXPECT_EQ(m.plane_offset[1], 2048u * 1080);
+	EXPECT_EQ(*size, 2048u * 1080 + 2048u * 540);
+	EXPECT_EQ(m.size, *size);
+	// Tight packing with alignment 1, as GStreamer lays out 640x480 I420 with 4.
+	ASSERT_TRUE(xmem::set_video_layout(m, "I420", 640, 480, 4).ok());
+	EXPECT_EQ(m.n_planes, 3u);
+	EXPECT_EQ(m.plane_stride[0], 640u);
+	EXPECT_EQ(m.plane_stride[1], 320u);
+	EXPECT_EQ(m.plane_offset[1], 640u * 480);
+	EXPECT_EQ(m.plane_offset[2], 640u * 480 + 320u * 240);
+	EXPECT_EQ(m.size, 640u * 480 * 3 / 2);
+	// Odd sizes round the chroma up; RGBA is one plane of 4 bytes a pixel.
+	ASSERT_TRUE(xmem::set_video_layout(m, "NV12", 5, 3, 1).ok());
+	EXPECT_EQ(m.plane_stride[1], 6u);
+	EXPECT_EQ(m.size, 5u * 3 + 6u * 2);
+	ASSERT_TRUE(xmem::set_video_layout(m, "RGBA", 100, 10, 64).ok());
+	EXPECT_EQ(m.n_planes, 1u);
+	EXPECT_EQ(m.plane_stride[0], 448u);
+	EXPECT_EQ(m.plane_offset[1], 0u);
+	// Bad input names the cause.
+	EXPECT_EQ(xmem::set_video_layout(m, "MJPG", 64, 64, 64).code(), Errc::invalid_argument);
+	EXPECT_EQ(xmem::set_video_layout(m, "NV12", 0, 64, 64).code(), Errc::invalid_argument);
+	EXPECT_EQ(xmem::set_video_layout(m, "NV12", 64, 64, 48).code(), Errc::invalid_argument);
+}
+
 TEST(RoundTrip, CarriesDataAndMetadata)
 {
 	RuntimeDir dir;

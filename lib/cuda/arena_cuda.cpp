@@ -14,6 +14,10 @@ using cuda::cuda_error;
 using cuda::Driver;
 using cuda::PrimaryContext;
 
+// NVENC takes device frames whose pitch is a multiple of 256 without a copy; CUDA
+// textures want the device's texture pitch alignment, which is smaller today.
+constexpr uint32_t kMinPitchAlignment = 256;
+
 CUmemAllocationProp allocation_prop(CUdevice device)
 {
 	CUmemAllocationProp prop{};
@@ -52,6 +56,7 @@ public:
 	uint64_t size() const override { return stride_ * count_; }
 	std::byte *host(uint64_t) const override { return nullptr; }
 	uint64_t device_address(uint64_t offset) const override { return base_ + offset; }
+	uint32_t pitch_alignment() const override { return pitch_alignment_; }
 	std::vector<int> fds() const override
 	{
 		std::vector<int> out;
@@ -60,6 +65,7 @@ public:
 		return out;
 	}
 	std::shared_ptr<PrimaryContext> context() const { return ctx_; }
+	void set_pitch_alignment(uint32_t a) { pitch_alignment_ = std::max(a, kMinPitchAlignment); }
 
 	// Owner: allocates, exports and maps every slot.
 	Result<void> allocate(const std::string &where)
@@ -146,6 +152,7 @@ private:
 	uint64_t stride_;
 	CUdeviceptr base_ = 0;
 	uint32_t mapped_ = 0; // slots [0, mapped_) are mapped
+	uint32_t pitch_alignment_ = kMinPitchAlignment;
 	std::vector<CUmemGenericAllocationHandle> handles_; // owner only
 	std::vector<UniqueFd> exported_; // owner only
 };
@@ -167,6 +174,8 @@ Result<std::unique_ptr<Arena>> create_cuda_arena(const ArenaSpec &spec)
 		return cuda_error(where, "cuMemGetAllocationGranularity", r);
 	uint64_t stride = layout::round_up(spec.slot_size, granularity);
 	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride);
+	if (auto info = cuda::check_device(spec.device, where))
+		arena->set_pitch_alignment(info->pitch_alignment);
 	if (auto r = arena->allocate(where); !r)
 		return r.error();
 	return std::unique_ptr<Arena>(std::move(arena));
@@ -179,6 +188,8 @@ Result<std::unique_ptr<Arena>> import_cuda_arena(const ArenaSpec &spec, uint64_t
 	if (!ctx)
 		return ctx.error();
 	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride);
+	if (auto info = cuda::check_device(spec.device, where))
+		arena->set_pitch_alignment(info->pitch_alignment);
 	if (auto r = arena->import(std::move(fds), where); !r)
 		return r.error();
 	return std::unique_ptr<Arena>(std::move(arena));

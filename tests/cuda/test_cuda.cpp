@@ -84,6 +84,9 @@ TEST(CudaPool, DeviceSlotsAreNotCpuMemory)
 	auto &p = **pool;
 	EXPECT_EQ(p.storage(), xmem::Storage::cuda);
 	EXPECT_STREQ(p.gpu_ordering(), "stream-memops");
+	// NVENC's 256 at least, and a multiple of the device's texture pitch alignment.
+	EXPECT_GE(p.pitch_alignment(), 256u);
+	EXPECT_EQ(p.pitch_alignment() % uint32_t(xmem::cuda::check_device(0, "").value().pitch_alignment), 0u);
 	auto f = p.acquire(1s);
 	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
 	EXPECT_NE(f->device_ptr(), 0u);

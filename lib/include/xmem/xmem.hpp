@@ -223,6 +223,10 @@ public:
 	Storage storage() const;
 	// CUDA device of a device pool.
 	uint32_t device() const;
+	// The row and plane alignment frames of this pool want, for set_video_layout():
+	// for device memory the device's texture pitch alignment, at least 256 (what
+	// NVENC and CUDA textures take without a copy); 1 for system memory.
+	uint32_t pitch_alignment() const;
 	// How GPU work on device slots is ordered in this process: "stream-memops",
 	// "cpu" (the fallback: a CPU synchronization per publish and release) or "none".
 	const char *gpu_ordering() const;
@@ -278,6 +282,14 @@ public:
 private:
 	std::shared_ptr<PoolImpl> impl_;
 };
+
+// Fills META's video plane layout (n_planes, plane_offset, plane_stride) and size for
+// a WIDTH x HEIGHT frame of FORMAT (GStreamer's names: NV12, NV21, I420, YV12,
+// P010_10LE, Y444, GRAY8, RGB, BGR, RGBA, BGRA, RGBx, BGRx), every row padded and every
+// plane started on a multiple of ALIGNMENT bytes (a power of two; use the pool's
+// pitch_alignment()). Returns the payload size, which must fit the slot.
+Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint32_t width, uint32_t height,
+				  uint32_t alignment);
 
 // Where NAME's socket lives, or an error for a bad name.
 Result<std::string> socket_path(std::string_view name);
