@@ -195,7 +195,9 @@ int main(int argc, char **argv)
 	bool consumer = false;
 	for (int i = 1; i < argc; i++) {
 		std::string a = argv[i];
-		auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+		auto next = [&] {
+			return i + 1 < argc ? std::string(argv[++i]) : std::string();
+		};
 		if (a == "--consume")
 			consumer = true;
 		else if (a == "--pool")

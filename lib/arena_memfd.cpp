@@ -70,18 +70,19 @@ Result<std::unique_ptr<Arena>> create_arena(const ArenaSpec &spec)
 	case Storage::cuda:
 		return create_cuda_arena(spec);
 	}
-	return make_error(Errc::invalid_argument,
-			  "pool '" + spec.name + "': storage type " + std::to_string(uint32_t(spec.storage)) +
-				  " is not supported by this library");
+	return make_error(Errc::invalid_argument, "pool '" + spec.name + "': storage type " +
+							  std::to_string(uint32_t(spec.storage)) +
+							  " is not supported by this library");
 }
 
 Result<std::unique_ptr<Arena>> import_arena(const ArenaSpec &spec, uint64_t stride, std::vector<UniqueFd> fds,
 					    const std::string &where)
 {
 	if (fds.size() != arena_fd_count(spec.storage, spec.slot_count))
-		return make_error(Errc::not_a_pool, where + ": owner sent " + std::to_string(fds.size()) +
-							    " arena file descriptors, expected " +
-							    std::to_string(arena_fd_count(spec.storage, spec.slot_count)));
+		return make_error(Errc::not_a_pool,
+				  where + ": owner sent " + std::to_string(fds.size()) +
+					  " arena file descriptors, expected " +
+					  std::to_string(arena_fd_count(spec.storage, spec.slot_count)));
 	switch (spec.storage) {
 	case Storage::system:
 		return import_memfd_arena(spec, stride, std::move(fds[0]), where);

@@ -47,8 +47,8 @@ bool device_has_stream_mem_ops(uint32_t device);
 Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address);
 // Copies BYTES on DEVICE's context between device (CUdeviceptr) or host addresses,
 // queued on STREAM; without a stream, complete on return.
-Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device,
-			 uint64_t bytes, void *stream);
+Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
+			 void *stream);
 // Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE).
 Result<void> device_synchronize(uint32_t device, void *stream);
 

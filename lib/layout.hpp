@@ -272,5 +272,4 @@ static_assert(offsetof(ConsumerRecord, tail) == 128);
 static_assert(offsetof(ConsumerRecord, dropped) == 136);
 static_assert(offsetof(ConsumerRecord, queued_total) == 144);
 
-
 } // namespace xmem::layout

@@ -56,7 +56,6 @@ std::shared_ptr<const std::string> PoolImpl::format_of(const SlotRecord &slot)
 	return f;
 }
 
-
 BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 {
 	BufferGuard g;
@@ -109,8 +108,8 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
 	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) +
-							      " out of range (0.." + std::to_string(seg.slot_count - 1) +
-							      ")");
+							      " out of range (0.." +
+							      std::to_string(seg.slot_count - 1) + ")");
 	SlotRecord &slot = seg.slots[index];
 	std::unique_lock lock(refs_lock);
 	if (local_refs[index] == 0) {
@@ -146,8 +145,8 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		auto ready = sync->wait_ready(index, slot.meta.seq, nullptr, deadline_after(kGetReadyTimeoutNs));
 		if (!ready) {
 			(void)release(index, nullptr, false);
-			return make_error(ready.code(), where() + ": slot " + std::to_string(index) + ": " +
-								ready.error().message);
+			return make_error(ready.code(),
+					  where() + ": slot " + std::to_string(index) + ": " + ready.error().message);
 		}
 	}
 
@@ -182,7 +181,9 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 	g.meta_.device_id = uint8_t(to == Storage::cuda ? device : 0);
 	g.format_ = frame.format_;
 	g.capacity_ = bytes;
-	auto failed = [&](const Error &e) { return make_error(e.code, where() + ": " + e.message); };
+	auto failed = [&](const Error &e) {
+		return make_error(e.code, where() + ": " + e.message);
+	};
 	if (to == Storage::system) {
 		std::shared_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
 		if (!copy)
@@ -206,9 +207,9 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 	auto memory = device_allocate(device, bytes, &address);
 	if (!memory)
 		return failed(memory.error());
-	auto copied = frame.data_ ? device_copy(device, address, true, uint64_t(uintptr_t(frame.data_)), false, bytes,
-						stream)
-				  : device_copy(device, address, true, frame.device_, true, bytes, stream);
+	auto copied =
+		frame.data_ ? device_copy(device, address, true, uint64_t(uintptr_t(frame.data_)), false, bytes, stream)
+			    : device_copy(device, address, true, frame.device_, true, bytes, stream);
 	if (!copied)
 		return failed(copied.error());
 	g.device_ = address;

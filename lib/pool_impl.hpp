@@ -57,7 +57,6 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	std::unique_ptr<Subscriber> subscriber;
 
 	std::string where() const { return "pool '" + name + "'"; }
-	std::byte *slot_data(uint32_t i) const { return arena->host(uint64_t{ i } * seg.slot_stride); }
 
 	// References (all roles).
 	Result<BufferGuard> get(uint32_t index, bool writable);

@@ -82,7 +82,8 @@ Result<Welcome> parse_reply(std::span<const std::byte> bytes, const std::string 
 {
 	MessageHeader mh{};
 	if (bytes.size() < sizeof(mh))
-		return make_error(Errc::not_a_pool, where + ": reply too short for an xmem message (not an xmem pool?)");
+		return make_error(Errc::not_a_pool,
+				  where + ": reply too short for an xmem message (not an xmem pool?)");
 	std::memcpy(&mh, bytes.data(), sizeof(mh));
 	if (mh.magic != kWireMagic)
 		return make_error(Errc::not_a_pool, where + ": reply has a bad magic (not an xmem pool)");

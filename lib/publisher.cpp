@@ -301,13 +301,15 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 								  " is not being written (published twice?)");
 	if (g.meta_.size > seg.slot_size)
 		return make_error(Errc::out_of_range, pool_.where() + ": frame size " + std::to_string(g.meta_.size) +
-							      " exceeds the slot size " + std::to_string(seg.slot_size));
+							      " exceeds the slot size " +
+							      std::to_string(seg.slot_size));
 	if (g.meta_.n_planes > XMEM_MAX_PLANES)
-		return make_error(Errc::invalid_argument, pool_.where() + ": n_planes " + std::to_string(g.meta_.n_planes) +
-								  " > " + std::to_string(XMEM_MAX_PLANES));
+		return make_error(Errc::invalid_argument, pool_.where() + ": n_planes " +
+								  std::to_string(g.meta_.n_planes) + " > " +
+								  std::to_string(XMEM_MAX_PLANES));
 	if (g.meta_.ndim > XMEM_MAX_DIMS)
-		return make_error(Errc::invalid_argument, pool_.where() + ": ndim " + std::to_string(g.meta_.ndim) + " > " +
-								  std::to_string(XMEM_MAX_DIMS));
+		return make_error(Errc::invalid_argument, pool_.where() + ": ndim " + std::to_string(g.meta_.ndim) +
+								  " > " + std::to_string(XMEM_MAX_DIMS));
 	if (shut.load())
 		return make_error(Errc::closed, pool_.where() + " is closed");
 

@@ -239,8 +239,8 @@ Result<UniqueFd> connect(const std::string &path, uint64_t deadline_ns)
 Result<void> send_message(int sock, const void *data, size_t size, const int *fds, size_t nfds)
 {
 	if (nfds > protocol::kMaxFds)
-		return make_error(Errc::invalid_argument, "more than " + std::to_string(protocol::kMaxFds) +
-								  " fds in one message");
+		return make_error(Errc::invalid_argument,
+				  "more than " + std::to_string(protocol::kMaxFds) + " fds in one message");
 	iovec iov{ const_cast<void *>(data), size };
 	msghdr msg{};
 	msg.msg_iov = &iov;
@@ -359,7 +359,8 @@ Result<void> receive_arena_fds(int sock, std::vector<UniqueFd> &fds, size_t want
 	}
 	if (fds.size() != want)
 		return make_error(Errc::not_a_pool, where + ": owner sent " + std::to_string(fds.size()) +
-							    " arena file descriptors, expected " + std::to_string(want));
+							    " arena file descriptors, expected " +
+							    std::to_string(want));
 	return {};
 }
 

@@ -41,7 +41,8 @@ Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::stri
 
 // The owner's answer to a consumer: WELCOME with CONTROL_FD and as many of ARENA_FDS
 // as fit, the rest in ArenaFds messages. An inspector gets no arena fds.
-Result<void> send_welcome(int sock, const protocol::Welcome &welcome, int control_fd, const std::vector<int> &arena_fds);
+Result<void> send_welcome(int sock, const protocol::Welcome &welcome, int control_fd,
+			  const std::vector<int> &arena_fds);
 // A consumer's side: receives ArenaFds messages until FDS holds WANT fds.
 Result<void> receive_arena_fds(int sock, std::vector<UniqueFd> &fds, size_t want, uint64_t deadline_ns,
 			       const std::string &where);

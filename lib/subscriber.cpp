@@ -95,9 +95,9 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 		if (!ev.valid())
 			return errno_error(pool_.where() + ": eventfd");
 	}
-	protocol::Hello hello = protocol::make_hello(
-		inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer, options.queue_size,
-		options.client);
+	protocol::Hello hello =
+		protocol::make_hello(inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer,
+				     options.queue_size, options.client);
 	int evfd = ev.get();
 	auto sent = rendezvous::send_message(conn.get(), &hello, sizeof(hello), &evfd, inspect ? 0 : 1);
 	if (!sent)
@@ -126,7 +126,8 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	size_t first_batch = 1 + std::min(arena_fds, protocol::kMaxFds - 1);
 	if (msg->fds.size() != first_batch)
 		return make_error(Errc::not_a_pool, pool_.where() + ": owner sent " + std::to_string(msg->fds.size()) +
-							    " file descriptors, expected " + std::to_string(first_batch));
+							    " file descriptors, expected " +
+							    std::to_string(first_batch));
 	if (!inspect && welcome->consumer_index >= k.max_consumers)
 		return make_error(Errc::not_a_pool, pool_.where() + ": consumer index " +
 							    std::to_string(welcome->consumer_index) + " out of range");

@@ -44,8 +44,8 @@ Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint
 				  uint32_t alignment)
 {
 	if (width == 0 || height == 0)
-		return make_error(Errc::invalid_argument, "video layout: empty frame " + std::to_string(width) + "x" +
-								  std::to_string(height));
+		return make_error(Errc::invalid_argument,
+				  "video layout: empty frame " + std::to_string(width) + "x" + std::to_string(height));
 	if (alignment == 0 || (alignment & (alignment - 1)) != 0)
 		return make_error(Errc::invalid_argument,
 				  "video layout: alignment " + std::to_string(alignment) + " is not a power of two");
@@ -55,7 +55,9 @@ Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint
 			f = &candidate;
 	if (!f)
 		return make_error(Errc::invalid_argument, "video layout: unknown format '" + std::string(format) + "'");
-	auto align = [&](uint64_t v) { return (v + alignment - 1) / alignment * alignment; };
+	auto align = [&](uint64_t v) {
+		return (v + alignment - 1) / alignment * alignment;
+	};
 	uint64_t offset = 0;
 	meta.n_planes = f->n_planes;
 	for (uint32_t p = 0; p < XMEM_MAX_PLANES; p++) {
@@ -68,7 +70,8 @@ Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint
 		uint64_t row = samples * shape.bytes;
 		uint64_t pitch = align(row);
 		if (pitch > UINT32_MAX)
-			return make_error(Errc::out_of_range, "video layout: rows of " + std::to_string(pitch) + " bytes");
+			return make_error(Errc::out_of_range,
+					  "video layout: rows of " + std::to_string(pitch) + " bytes");
 		uint64_t rows = (uint64_t{ height } + shape.y_divisor - 1) / shape.y_divisor;
 		meta.plane_offset[p] = offset;
 		meta.plane_stride[p] = uint32_t(pitch);

@@ -3,6 +3,7 @@
 #include <xmem/xmem.hpp>
 
 #include "frames.hpp"
+#include "options.hpp"
 #include "protocol.hpp"
 
 #include <chrono>
@@ -26,36 +27,17 @@ namespace {
 
 using xmem::test::check;
 
-std::map<std::string, std::string> parse(int argc, char **argv, int from)
-{
-	std::map<std::string, std::string> o;
-	for (int i = from; i < argc; i++) {
-		std::string a = argv[i];
-		if (a.rfind("--", 0) != 0)
-			continue;
-		if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
-			o[a.substr(2)] = argv[++i];
-		else
-			o[a.substr(2)] = "1";
-	}
-	return o;
-}
-
-uint64_t num(const std::map<std::string, std::string> &o, const char *key, uint64_t def)
-{
-	auto it = o.find(key);
-	return it == o.end() ? def : std::strtoull(it->second.c_str(), nullptr, 10);
-}
+using xmem::test::number_option;
 
 // produce NAME --frames N --size BYTES --slots K --fps F --policy block|drop-oldest|drop-new
 //         --wait-consumers C --consumers-gone --block-timeout-ms T --format F
-int produce(const std::string &name, const std::map<std::string, std::string> &o)
+int produce(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::PoolConfig config;
-	config.slot_count = uint32_t(num(o, "slots", 8));
-	config.slot_size = num(o, "size", 4096);
-	config.max_consumers = uint32_t(num(o, "max-consumers", 64));
-	config.block_timeout = std::chrono::milliseconds(num(o, "block-timeout-ms", 1000));
+	config.slot_count = uint32_t(number_option(o, "slots", 8));
+	config.slot_size = number_option(o, "size", 4096);
+	config.max_consumers = uint32_t(number_option(o, "max-consumers", 64));
+	config.block_timeout = std::chrono::milliseconds(number_option(o, "block-timeout-ms", 1000));
 	config.producer = "xmem-test-peer";
 	if (o.count("format"))
 		config.format = o.at("format");
@@ -68,9 +50,9 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 		std::fprintf(stderr, "produce: %s\n", pool.error().message.c_str());
 		return 1;
 	}
-	uint64_t frames = num(o, "frames", 100);
-	uint64_t fps = num(o, "fps", 0);
-	uint32_t wait = uint32_t(num(o, "wait-consumers", 0));
+	uint64_t frames = number_option(o, "frames", 100);
+	uint64_t fps = number_option(o, "fps", 0);
+	uint32_t wait = uint32_t(number_option(o, "wait-consumers", 0));
 	while ((*pool)->stats().consumers < wait)
 		std::this_thread::sleep_for(1ms);
 	std::printf("ready\n");
@@ -97,7 +79,7 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 	if (!o.count("no-eos"))
 		(void)(*pool)->end_of_stream();
 	if (o.count("linger-ms"))
-		std::this_thread::sleep_for(std::chrono::milliseconds(num(o, "linger-ms", 0)));
+		std::this_thread::sleep_for(std::chrono::milliseconds(number_option(o, "linger-ms", 0)));
 	// Wait until every consumer took its frames (or detached), so a test can count.
 	if (o.count("drain")) {
 		auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -112,16 +94,16 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 
 // consume NAME --frames N (stop after N; 0 = until EOS/closed) --hold K --work-us U
 //         --queue Q --timeout-ms T --reconnect --expect-size S
-int consume(const std::string &name, const std::map<std::string, std::string> &o)
+int consume(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::OpenOptions options;
-	options.timeout = std::chrono::milliseconds(num(o, "open-timeout-ms", 10000));
-	options.queue_size = uint32_t(num(o, "queue", 4));
+	options.timeout = std::chrono::milliseconds(number_option(o, "open-timeout-ms", 10000));
+	options.queue_size = uint32_t(number_option(o, "queue", 4));
 	options.client = "xmem-test-peer";
-	uint64_t limit = num(o, "frames", 0);
-	size_t hold = size_t(num(o, "hold", 0));
-	uint64_t work_us = num(o, "work-us", 0);
-	auto timeout = std::chrono::milliseconds(num(o, "timeout-ms", 10000));
+	uint64_t limit = number_option(o, "frames", 0);
+	size_t hold = size_t(number_option(o, "hold", 0));
+	uint64_t work_us = number_option(o, "work-us", 0);
+	auto timeout = std::chrono::milliseconds(number_option(o, "timeout-ms", 10000));
 	bool reconnect = o.count("reconnect");
 	uint64_t reconnects = 0, received = 0, corrupt = 0, gaps = 0, last = 0;
 	bool eos = false, closed = false;
@@ -184,10 +166,10 @@ int consume(const std::string &name, const std::map<std::string, std::string> &o
 }
 
 // open-as NAME --uid U --gid G: drops privileges, then tries to attach.
-int open_as(const std::string &name, const std::map<std::string, std::string> &o)
+int open_as(const std::string &name, const xmem::test::Options &o)
 {
-	gid_t gid = gid_t(num(o, "gid", 65534));
-	uid_t uid = uid_t(num(o, "uid", 65534));
+	gid_t gid = gid_t(number_option(o, "gid", 65534));
+	uid_t uid = uid_t(number_option(o, "uid", 65534));
 	if (::setgroups(0, nullptr) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0) {
 		std::perror("open-as: cannot drop privileges");
 		return 77;
@@ -204,10 +186,10 @@ int open_as(const std::string &name, const std::map<std::string, std::string> &o
 // connect-as PATH --uid U --gid G --wait-ms W: drops privileges, connects, sends an
 // inspector's Hello by hand and prints the answer: "reject CODE MESSAGE", "welcome",
 // "hangup" or "silent" (nothing within W ms), or "connect ERROR".
-int connect_as(const std::string &path, const std::map<std::string, std::string> &o)
+int connect_as(const std::string &path, const xmem::test::Options &o)
 {
-	gid_t gid = gid_t(num(o, "gid", 65534));
-	uid_t uid = uid_t(num(o, "uid", 65534));
+	gid_t gid = gid_t(number_option(o, "gid", 65534));
+	uid_t uid = uid_t(number_option(o, "uid", 65534));
 	if (::setgroups(0, nullptr) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0) {
 		std::perror("connect-as: cannot drop privileges");
 		return 77;
@@ -228,7 +210,7 @@ int connect_as(const std::string &path, const std::map<std::string, std::string>
 		return 0;
 	}
 	pollfd p{ s, POLLIN, 0 };
-	if (::poll(&p, 1, int(num(o, "wait-ms", 5000))) != 1) {
+	if (::poll(&p, 1, int(number_option(o, "wait-ms", 5000))) != 1) {
 		std::printf("silent\n");
 		return 0;
 	}
@@ -251,7 +233,7 @@ int connect_as(const std::string &path, const std::map<std::string, std::string>
 
 // serve PATH --kind stream|silent|garbage|version|hangup: a socket that is not a
 // pool, or a pool server speaking the wrong protocol. Serves until killed.
-int serve(const std::string &path, const std::map<std::string, std::string> &o)
+int serve(const std::string &path, const xmem::test::Options &o)
 {
 	std::string kind = o.count("kind") ? o.at("kind") : "garbage";
 	int type = kind == "stream" ? SOCK_STREAM : SOCK_SEQPACKET;
@@ -305,7 +287,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	std::string mode = argv[1], name = argv[2];
-	auto o = parse(argc, argv, 3);
+	auto o = xmem::test::parse_options(argc, argv, 3);
 	std::setvbuf(stdout, nullptr, _IOLBF, 0);
 	if (mode == "produce")
 		return produce(name, o);

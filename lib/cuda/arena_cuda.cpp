@@ -82,8 +82,8 @@ public:
 						  "cuMemCreate", r);
 			handles_.push_back(h);
 			int fd = -1;
-			if (CUresult r = d_->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-									 0);
+			if (CUresult r = d_->cuMemExportToShareableHandle(&fd, h,
+									  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 			    r != CUDA_SUCCESS)
 				return cuda_error(where, "cuMemExportToShareableHandle", r);
 			exported_.emplace_back(fd);
@@ -102,13 +102,14 @@ public:
 			return r;
 		for (uint32_t i = 0; i < count_; i++) {
 			CUmemGenericAllocationHandle h;
-			CUresult r = d_->cuMemImportFromShareableHandle(
-				&h, reinterpret_cast<void *>(intptr_t(fds[i].get())),
-				CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+			CUresult r =
+				d_->cuMemImportFromShareableHandle(&h, reinterpret_cast<void *>(intptr_t(fds[i].get())),
+								   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 			if (r != CUDA_SUCCESS)
-				return make_error(Errc::not_a_pool, where + ": slot " + std::to_string(i) +
-									    " is not a CUDA allocation: " +
-									    d_->describe("cuMemImportFromShareableHandle", r));
+				return make_error(Errc::not_a_pool,
+						  where + ": slot " + std::to_string(i) +
+							  " is not a CUDA allocation: " +
+							  d_->describe("cuMemImportFromShareableHandle", r));
 			auto m = map(i, h, where);
 			d_->cuMemRelease(h);
 			if (!m)

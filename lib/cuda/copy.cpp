@@ -31,8 +31,8 @@ Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, u
 	});
 }
 
-Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device,
-			 uint64_t bytes, void *stream_arg)
+Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
+			 void *stream_arg)
 {
 	std::string where = "copy on CUDA device " + std::to_string(device);
 	auto ctx = PrimaryContext::retain(device, where);

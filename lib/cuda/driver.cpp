@@ -35,12 +35,12 @@ Loaded load()
 	}
 	Driver &d = l.driver;
 	d.library = path;
-#define XMEM_CUDA_LOAD(name)                                                                                      \
-	d.name = reinterpret_cast<decltype(d.name)>(::dlsym(lib, XMEM_CUDA_STR(name)));                            \
-	if (!d.name) {                                                                                             \
-		l.error = make_error(Errc::not_found, "CUDA driver " + path + " lacks " XMEM_CUDA_STR(name) \
-						      " (driver too old?)");                                  \
-		return l;                                                                                  \
+#define XMEM_CUDA_LOAD(name)                                                                                           \
+	d.name = reinterpret_cast<decltype(d.name)>(::dlsym(lib, XMEM_CUDA_STR(name)));                                \
+	if (!d.name) {                                                                                                 \
+		l.error = make_error(Errc::not_found,                                                                  \
+				     "CUDA driver " + path + " lacks " XMEM_CUDA_STR(name) " (driver too old?)");      \
+		return l;                                                                                              \
 	}
 	XMEM_CUDA_CALLS(XMEM_CUDA_LOAD)
 #undef XMEM_CUDA_LOAD

@@ -70,7 +70,8 @@ Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
 	if (gpu() && stream) {
 		ContextScope scope(*ctx_);
-		CUresult r = d_->cuStreamWriteValue64(stream, device_address(ready), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+		CUresult r =
+			d_->cuStreamWriteValue64(stream, device_address(ready), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
 		if (r != CUDA_SUCCESS)
 			return cuda_error("publish", "cuStreamWriteValue64", r);
 		return {};
@@ -97,8 +98,8 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 	// The producer's stream writes the word soon after publish; poll it.
 	while (!reached(ready.load(std::memory_order_acquire), seq)) {
 		if (monotonic_ns() >= deadline_ns)
-			return make_error(Errc::timed_out, "frame " + std::to_string(seq) +
-								   " not ready on the GPU within the timeout");
+			return make_error(Errc::timed_out,
+					  "frame " + std::to_string(seq) + " not ready on the GPU within the timeout");
 		std::this_thread::sleep_for(std::chrono::microseconds(20));
 	}
 	return {};
@@ -176,7 +177,8 @@ void Ordering::release_dead_owner()
 		uint64_t seq = seg_.slots[i].meta.seq;
 		std::atomic<uint64_t> &ready = seg_.ready(i);
 		uint64_t v = ready.load(std::memory_order_acquire);
-		while (!reached(v, seq) && !ready.compare_exchange_weak(v, seq + kDiedUnready, std::memory_order_acq_rel))
+		while (!reached(v, seq) &&
+		       !ready.compare_exchange_weak(v, seq + kDiedUnready, std::memory_order_acq_rel))
 			;
 	}
 }

@@ -44,7 +44,6 @@ public:
 	void release_dead_owner() override;
 	bool died_unready(uint32_t slot, uint64_t seq) const override;
 
-
 	PrimaryContext &context() const { return *ctx_; }
 
 private:

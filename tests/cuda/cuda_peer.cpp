@@ -4,6 +4,7 @@
 // Against the simulator this proves xmem's ordering logic, not the driver's.
 #include <xmem/xmem.hpp>
 
+#include "../options.hpp"
 #include "cuda/driver.hpp"
 
 #include <chrono>
@@ -19,26 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::map<std::string, std::string> parse(int argc, char **argv, int from)
-{
-	std::map<std::string, std::string> o;
-	for (int i = from; i < argc; i++) {
-		std::string a = argv[i];
-		if (a.rfind("--", 0) != 0)
-			continue;
-		if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
-			o[a.substr(2)] = argv[++i];
-		else
-			o[a.substr(2)] = "1";
-	}
-	return o;
-}
-
-uint64_t num(const std::map<std::string, std::string> &o, const char *key, uint64_t def)
-{
-	auto it = o.find(key);
-	return it == o.end() ? def : std::strtoull(it->second.c_str(), nullptr, 10);
-}
+using xmem::test::number_option;
 
 // The 32-bit word every 4 bytes of frame SEQ hold; the last page a second word, so a
 // frame read half-written shows up as well as a stale one.
@@ -82,15 +64,15 @@ std::string gpu_init(Gpu &g)
 }
 
 // produce NAME --frames N --size BYTES --slots K --wait-consumers C --linger-ms T
-int produce(const std::string &name, const std::map<std::string, std::string> &o)
+int produce(const std::string &name, const xmem::test::Options &o)
 {
 	Gpu g;
 	if (auto e = gpu_init(g); !e.empty())
 		return fail(e);
 	xmem::PoolConfig config;
 	config.storage = xmem::Storage::cuda;
-	config.slot_count = uint32_t(num(o, "slots", 4));
-	config.slot_size = num(o, "size", 64 * 1024);
+	config.slot_count = uint32_t(number_option(o, "slots", 4));
+	config.slot_size = number_option(o, "size", 64 * 1024);
 	config.policy = o.count("drop") ? xmem::Policy::drop_oldest : xmem::Policy::block;
 	config.block_timeout = 10s;
 	config.producer = "cuda-peer";
@@ -101,9 +83,10 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 	std::printf("ready ordering=%s\n", p.gpu_ordering());
 	std::fflush(stdout);
 	auto deadline = std::chrono::steady_clock::now() + 20s;
-	while (p.stats().consumers < num(o, "wait-consumers", 0) && std::chrono::steady_clock::now() < deadline)
+	while (p.stats().consumers < number_option(o, "wait-consumers", 0) &&
+	       std::chrono::steady_clock::now() < deadline)
 		std::this_thread::sleep_for(1ms);
-	uint64_t frames = num(o, "frames", 100), size = config.slot_size;
+	uint64_t frames = number_option(o, "frames", 100), size = config.slot_size;
 	xmem::cuda::ContextScope scope(*g.ctx);
 	for (uint64_t n = 1; n <= frames; n++) {
 		auto f = p.acquire(10s, g.stream);
@@ -119,18 +102,18 @@ int produce(const std::string &name, const std::map<std::string, std::string> &o
 		if (auto r = p.publish(std::move(f.value()), g.stream); !r)
 			return fail("publish: " + r.error().message);
 		if (o.count("fps"))
-			std::this_thread::sleep_for(std::chrono::microseconds(1000000 / num(o, "fps", 1)));
+			std::this_thread::sleep_for(std::chrono::microseconds(1000000 / number_option(o, "fps", 1)));
 	}
 	(void)p.end_of_stream();
 	std::printf("done published=%llu\n", (unsigned long long)p.stats().published);
 	std::fflush(stdout);
-	std::this_thread::sleep_for(std::chrono::milliseconds(num(o, "linger-ms", 0)));
+	std::this_thread::sleep_for(std::chrono::milliseconds(number_option(o, "linger-ms", 0)));
 	return 0;
 }
 
 // consume NAME --frames N [--no-stream] [--hold] : checks every byte of every frame.
 // With --hold it keeps a frame and a queued read of it forever (to be killed).
-int consume(const std::string &name, const std::map<std::string, std::string> &o)
+int consume(const std::string &name, const xmem::test::Options &o)
 {
 	Gpu g;
 	if (auto e = gpu_init(g); !e.empty())
@@ -147,7 +130,7 @@ int consume(const std::string &name, const std::map<std::string, std::string> &o
 	bool use_stream = !o.count("no-stream");
 	CUstream stream = use_stream ? g.stream : nullptr;
 	std::vector<uint32_t> host(p.slot_size() / 4);
-	uint64_t frames = 0, bad = 0, last = 0, limit = num(o, "frames", UINT64_MAX);
+	uint64_t frames = 0, bad = 0, last = 0, limit = number_option(o, "frames", UINT64_MAX);
 	xmem::cuda::ContextScope scope(*g.ctx);
 	std::vector<xmem::BufferGuard> held;
 	while (frames < limit) {
@@ -164,7 +147,7 @@ int consume(const std::string &name, const std::map<std::string, std::string> &o
 			held.push_back(std::move(f.value()));
 			std::printf("holding %llu\n", (unsigned long long)seq);
 			std::fflush(stdout);
-			if (held.size() >= num(o, "hold", 1))
+			if (held.size() >= number_option(o, "hold", 1))
 				for (;;)
 					std::this_thread::sleep_for(1s);
 			continue;
@@ -190,13 +173,13 @@ int consume(const std::string &name, const std::map<std::string, std::string> &o
 }
 
 // create NAME [--device D] [--size B] : prints "ok" or "error MESSAGE" for a CUDA pool.
-int create(const std::string &name, const std::map<std::string, std::string> &o)
+int create(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::PoolConfig config;
 	config.storage = xmem::Storage::cuda;
-	config.device = uint32_t(num(o, "device", 0));
-	config.slot_count = uint32_t(num(o, "slots", 2));
-	config.slot_size = num(o, "size", 4096);
+	config.device = uint32_t(number_option(o, "device", 0));
+	config.slot_count = uint32_t(number_option(o, "slots", 2));
+	config.slot_size = number_option(o, "size", 4096);
 	auto pool = xmem::BufferPool::create(name, config);
 	if (!pool)
 		return fail(pool.error().message);
@@ -213,7 +196,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	std::string mode = argv[1], name = argv[2];
-	auto o = parse(argc, argv, 3);
+	auto o = xmem::test::parse_options(argc, argv, 3);
 	if (mode == "produce")
 		return produce(name, o);
 	if (mode == "consume")

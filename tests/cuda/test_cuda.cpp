@@ -275,8 +275,9 @@ TEST_P(CudaOrdering, EveryByteOfEveryFrameAcrossProcesses)
 	};
 	// Thousands of frames where the waits matter most (stream memory operations).
 	const int frames = c.mode_env.empty() ? 2000 : 500;
-	std::vector<std::string> args{ "produce", "order", "--frames", std::to_string(frames), "--slots", "3",
-				       "--wait-consumers", "3", "--linger-ms", "200" };
+	std::vector<std::string> args{ "produce",     "order", "--frames",	   std::to_string(frames),
+				       "--slots",     "3",     "--wait-consumers", "3",
+				       "--linger-ms", "200" };
 	if (c.slow_producer) {
 		args.push_back("--fps");
 		args.push_back("250");
@@ -315,8 +316,8 @@ TEST(CudaCrash, ConsumersKilledWithGpuReadsPending)
 	RuntimeDir dir;
 	std::vector<std::string> env{ "XMEM_CUDASIM_DELAY_US=2000" };
 	constexpr uint32_t kSlots = 6;
-	Process producer = peer(env, { "produce", "crash", "--frames", "100000000", "--slots",
-				       std::to_string(kSlots), "--drop", "--fps", "100" });
+	Process producer = peer(env, { "produce", "crash", "--frames", "100000000", "--slots", std::to_string(kSlots),
+				       "--drop", "--fps", "100" });
 	ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
 	uint64_t seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
 	std::printf("seed %llu\n", (unsigned long long)seed);
@@ -328,8 +329,9 @@ TEST(CudaCrash, ConsumersKilledWithGpuReadsPending)
 		// its own random moment: attaching, waiting, reading, releasing.
 		std::vector<Process> batch;
 		for (int i = 0; i < 4; i++)
-			batch.push_back(i % 2 ? peer(env, { "consume", "crash", "--hold", std::to_string(1 + rng() % 3) })
-					      : peer(env, { "consume", "crash" }));
+			batch.push_back(
+				i % 2 ? peer(env, { "consume", "crash", "--hold", std::to_string(1 + rng() % 3) })
+				      : peer(env, { "consume", "crash" }));
 		for (auto &c : batch) {
 			std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
 			c.kill_wait();
@@ -399,9 +401,9 @@ TEST(CudaCrash, ProducerKilledAtRandomMoments)
 	int intact = 0, incomplete = 0;
 	for (int round = 0; round < 20; round++) {
 		SCOPED_TRACE("round " + std::to_string(round));
-		Process producer = peer({ "XMEM_CUDASIM_DELAY_US=300" },
-					{ "produce", "restart", "--frames", "100000000", "--slots", "4", "--drop",
-					  "--fps", "1000" });
+		Process producer =
+			peer({ "XMEM_CUDASIM_DELAY_US=300" }, { "produce", "restart", "--frames", "100000000",
+								"--slots", "4", "--drop", "--fps", "1000" });
 		ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
 		auto pool = xmem::BufferPool::open("restart", { 5s, 4, "survivor", false });
 		ASSERT_TRUE(pool.ok()) << xmem::test::why(pool);
@@ -466,7 +468,9 @@ TEST(CudaErrors, EveryCauseIsNamed)
 		{ "no POSIX fds", { "XMEM_CUDASIM_FAIL=no_posix_fd" }, {}, "cannot share memory as POSIX file" },
 		{ "compute mode prohibited", { "XMEM_CUDASIM_FAIL=prohibited" }, {}, "compute mode prohibited" },
 		{ "allocation fails", { "XMEM_CUDASIM_FAIL=alloc" }, {}, "cuMemCreate failed" },
-		{ "slot past device memory", { "XMEM_CUDASIM_MEMORY=67108864" }, { "--size", "134217728" },
+		{ "slot past device memory",
+		  { "XMEM_CUDASIM_MEMORY=67108864" },
+		  { "--size", "134217728" },
 		  "cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY" },
 	};
 	for (const auto &c : cases) {
@@ -497,6 +501,5 @@ TEST(CudaErrors, AnFdThatIsNotACudaHandleIsRefused)
 	auto arena = xmem::import_cuda_arena(spec, 2 << 20, std::move(fds), "pool 'fake'");
 	ASSERT_FALSE(arena.ok());
 	EXPECT_EQ(arena.code(), Errc::not_a_pool);
-	EXPECT_NE(arena.error().message.find("is not a CUDA allocation"), std::string::npos)
-		<< arena.error().message;
+	EXPECT_NE(arena.error().message.find("is not a CUDA allocation"), std::string::npos) << arena.error().message;
 }
