@@ -58,8 +58,7 @@ class Backing
 public:
 	// Takes ownership of fd. usage, when set, is the device's byte count charged for
 	// this allocation and refunded by the destructor.
-	Backing(int fd, char *alias, size_t size, int device, unsigned handle_types,
-		std::atomic<uint64_t> *usage);
+	Backing(int fd, char *alias, size_t size, int device, unsigned handle_types, std::atomic<uint64_t> *usage);
 	~Backing();
 	Backing(const Backing &) = delete;
 	Backing &operator=(const Backing &) = delete;

@@ -359,9 +359,11 @@ CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
 		return fail(CUDA_ERROR_INVALID_VALUE, "cuCtxPushCurrent", "null context");
 	Context *context = find_context(*s, ctx);
 	if (!context)
-		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPushCurrent", "unknown context %p", static_cast<void *>(ctx));
+		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPushCurrent", "unknown context %p",
+			    static_cast<void *>(ctx));
 	if (context_depth == max_stack_depth)
-		return fail(CUDA_ERROR_OUT_OF_MEMORY, "cuCtxPushCurrent", "context stack deeper than %d", max_stack_depth);
+		return fail(CUDA_ERROR_OUT_OF_MEMORY, "cuCtxPushCurrent", "context stack deeper than %d",
+			    max_stack_depth);
 	context_stack[context_depth++] = context;
 	return CUDA_SUCCESS;
 }
@@ -403,7 +405,8 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 	}
 	Context *context = find_context(*s, ctx);
 	if (!context)
-		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSetCurrent", "unknown context %p", static_cast<void *>(ctx));
+		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSetCurrent", "unknown context %p",
+			    static_cast<void *>(ctx));
 	if (context_depth == 0)
 		context_depth = 1;
 	context_stack[context_depth - 1] = context;

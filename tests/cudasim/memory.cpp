@@ -174,7 +174,8 @@ bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access ac
 				return false;
 			}
 			if (access == Access::write && granted != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
-				fault = { pos, "a write to memory mapped read-only for device " + std::to_string(device) };
+				fault = { pos,
+					  "a write to memory mapped read-only for device " + std::to_string(device) };
 				return false;
 			}
 			size_t n = std::min<uintptr_t>(end - pos, m->first + map.size - pos);
@@ -205,8 +206,7 @@ bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access ac
 
 } // namespace
 
-bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Access access, Segments &out,
-	     Fault &fault)
+bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Access access, Segments &out, Fault &fault)
 {
 	out.clear();
 	if (size == 0)
@@ -327,8 +327,9 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
 		if (s.config.fail.alloc)
 			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "XMEM_CUDASIM_FAIL=alloc");
 		if (!charge(s, device, size))
-			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "device %d has %" PRIu64 " of %" PRIu64
-				    " bytes in use", device, s.usage[size_t(device)].load(), s.config.memory);
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call,
+				    "device %d has %" PRIu64 " of %" PRIu64 " bytes in use", device,
+				    s.usage[size_t(device)].load(), s.config.memory);
 
 		// The name lets an importer recognize the fd (cudasim:dev<N>:<size>).
 		char name[64];
@@ -592,7 +593,8 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 				return fail(CUDA_ERROR_INVALID_VALUE, call, "desc[%zu].location.type %d", i,
 					    int(d.location.type));
 			if (d.location.id < 0 || d.location.id >= s.config.devices)
-				return fail(CUDA_ERROR_INVALID_DEVICE, call, "desc[%zu].location.id %d", i, d.location.id);
+				return fail(CUDA_ERROR_INVALID_DEVICE, call, "desc[%zu].location.id %d", i,
+					    d.location.id);
 			if (d.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && d.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
 			    d.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 				return fail(CUDA_ERROR_INVALID_VALUE, call, "desc[%zu].flags %d", i, int(d.flags));
@@ -624,8 +626,9 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "XMEM_CUDASIM_FAIL=alloc");
 		size_t rounded = round_up(bytesize, page_size());
 		if (!charge(s, ctx->device, rounded))
-			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "device %d has %" PRIu64 " of %" PRIu64
-				    " bytes in use", ctx->device, s.usage[size_t(ctx->device)].load(), s.config.memory);
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call,
+				    "device %d has %" PRIu64 " of %" PRIu64 " bytes in use", ctx->device,
+				    s.usage[size_t(ctx->device)].load(), s.config.memory);
 
 		char name[64];
 		std::snprintf(name, sizeof(name), "cudasim-alloc:dev%d", ctx->device);
@@ -713,8 +716,8 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 			::munmap(reinterpret_cast<void *>(alias), alias_size);
 			if (in_device_space(s, host, bytesize))
 				return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is device memory", p);
-			return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, call, "[%p, +%zu) overlaps a registration",
-				    p, bytesize);
+			return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, call,
+				    "[%p, +%zu) overlaps a registration", p, bytesize);
 		}
 		HostRegistration reg;
 		reg.size = bytesize;

@@ -358,8 +358,8 @@ CUresult memset_call(const char *call, CUdeviceptr dst, uint32_t value, size_t u
 }
 
 // One side of a cuMemcpy2DAsync, checked at enqueue time.
-CUresult plane(const char *call, const char *side, CUmemorytype type, const void *host, CUdeviceptr device,
-	       size_t x, size_t y, size_t pitch, size_t width, size_t height, Endpoint &out)
+CUresult plane(const char *call, const char *side, CUmemorytype type, const void *host, CUdeviceptr device, size_t x,
+	       size_t y, size_t pitch, size_t width, size_t height, Endpoint &out)
 {
 	switch (type) {
 	case CU_MEMORYTYPE_HOST:

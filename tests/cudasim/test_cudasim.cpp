@@ -241,7 +241,10 @@ public:
 	HostPage(const HostPage &) = delete;
 	HostPage &operator=(const HostPage &) = delete;
 
-	std::atomic_ref<uint64_t> word(size_t i) { return std::atomic_ref<uint64_t>(reinterpret_cast<uint64_t *>(mem_)[i]); }
+	std::atomic_ref<uint64_t> word(size_t i)
+	{
+		return std::atomic_ref<uint64_t>(reinterpret_cast<uint64_t *>(mem_)[i]);
+	}
 	CUdeviceptr device_word(size_t i) const { return dptr_ + i * sizeof(uint64_t); }
 	char *data() const { return mem_; }
 	CUdeviceptr dptr() const { return dptr_; }
@@ -538,7 +541,8 @@ TEST(Errors, EveryCodeTheSimulatorReturnsHasItsRealNameAndString)
 		  "OS call failed or operation not supported on this OS" },
 		{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
 		{ CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready" },
-		{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered" },
+		{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+		  "an illegal memory access was encountered" },
 		{ CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed" },
 		{ CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
 		  "part or all of the requested memory range is already mapped" },
@@ -747,7 +751,9 @@ TEST_F(Sim, TheCpuCannotTouchDeviceAddresses)
 	// Exits segv_exit on SIGSEGV, the same with and without AddressSanitizer.
 	auto touch = [](CUdeviceptr address) {
 		struct sigaction action = {};
-		action.sa_handler = [](int) { _exit(segv_exit); };
+		action.sa_handler = [](int) {
+			_exit(segv_exit);
+		};
 		sigaction(SIGSEGV, &action, nullptr);
 		(void)*reinterpret_cast<volatile const char *>(address);
 		_exit(0);
@@ -1348,7 +1354,8 @@ TEST_F(Sim, IllegalAccessPastTheEndOfAMapping)
 
 	CUdeviceptr small;
 	ASSERT_EQ(cu().cuMemAlloc(&small, 100), CUDA_SUCCESS);
-	expect_illegal("cuMemsetD8Async", [&] { ASSERT_EQ(cu().cuMemsetD8Async(small, 0, 101, stream_), CUDA_SUCCESS); });
+	expect_illegal("cuMemsetD8Async",
+		       [&] { ASSERT_EQ(cu().cuMemsetD8Async(small, 0, 101, stream_), CUDA_SUCCESS); });
 
 	EXPECT_EQ(cu().cuMemUnmap(va, granularity), CUDA_SUCCESS);
 	EXPECT_EQ(cu().cuMemAddressFree(va, 2 * granularity), CUDA_SUCCESS);
@@ -1386,7 +1393,8 @@ TEST_F(Sim, IllegalAccessDeviceAddressAsAHostPointer)
 	VmmBuffer a = make_vmm(granularity);
 	VmmBuffer b = make_vmm(granularity);
 	expect_illegal("cuMemcpyHtoDAsync", [&] {
-		ASSERT_EQ(cu().cuMemcpyHtoDAsync(a.va, reinterpret_cast<const void *>(b.va), 64, stream_), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemcpyHtoDAsync(a.va, reinterpret_cast<const void *>(b.va), 64, stream_),
+			  CUDA_SUCCESS);
 	});
 	free_vmm(a);
 	free_vmm(b);
@@ -1396,8 +1404,8 @@ TEST_F(Sim, IllegalAccessDeviceAddressAsAHostPointer)
 
 TEST(Settings, EachFailWordChangesWhatTheDriverSays)
 {
-	for (const char *word : { "init", "no_vmm", "no_posix_fd", "no_memops", "no_host_register", "alloc",
-				  "prohibited" }) {
+	for (const char *word :
+	     { "init", "no_vmm", "no_posix_fd", "no_memops", "no_host_register", "alloc", "prohibited" }) {
 		ChildResult child = run_child("FailSwitch", { std::string("XMEM_CUDASIM_FAIL=") + word });
 		EXPECT_TRUE(exited_cleanly(child)) << word << ":\n" << child.output;
 	}
