@@ -4,6 +4,7 @@
 #include <xmem/xmem.hpp>
 
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -225,6 +226,26 @@ int xmem_pool_publish(xmem_pool *pool, xmem_buffer *buffer)
 	});
 }
 
+int xmem_pool_acquire_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_acquire_on_stream: null argument");
+	return guarded([&] { return put_buffer(pool->pool->acquire(ns(timeout_ns), cuda_stream), out); });
+}
+
+int xmem_pool_publish_on_stream(xmem_pool *pool, xmem_buffer *buffer, void *cuda_stream)
+{
+	if (!pool || !buffer) {
+		delete buffer;
+		return fail(XMEM_EINVAL, "xmem_pool_publish_on_stream: null argument");
+	}
+	return guarded([&] {
+		auto r = pool->pool->publish(std::move(buffer->guard), cuda_stream);
+		delete buffer;
+		return status(r);
+	});
+}
+
 int xmem_pool_set_format(xmem_pool *pool, const char *format)
 {
 	if (!pool || !format)
@@ -244,6 +265,13 @@ int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out)
 	if (!pool || !out)
 		return fail(XMEM_EINVAL, "xmem_pool_receive: null argument");
 	return guarded([&] { return put_buffer(pool->pool->receive(ns(timeout_ns)), out); });
+}
+
+int xmem_pool_receive_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_receive_on_stream: null argument");
+	return guarded([&] { return put_buffer(pool->pool->receive(ns(timeout_ns), cuda_stream), out); });
 }
 
 int xmem_pool_fd(const xmem_pool *pool)
@@ -275,6 +303,30 @@ uint64_t xmem_pool_slot_size(const xmem_pool *pool)
 uint32_t xmem_pool_slot_count(const xmem_pool *pool)
 {
 	return pool ? pool->pool->slot_count() : 0;
+}
+uint32_t xmem_pool_storage(const xmem_pool *pool)
+{
+	return pool ? uint32_t(pool->pool->storage()) : uint32_t(XMEM_STORAGE_SYSTEM);
+}
+uint32_t xmem_pool_device(const xmem_pool *pool)
+{
+	return pool ? pool->pool->device() : 0;
+}
+const char *xmem_pool_gpu_ordering(const xmem_pool *pool)
+{
+	return pool ? pool->pool->gpu_ordering() : "none";
+}
+uint32_t xmem_pool_pitch_alignment(const xmem_pool *pool)
+{
+	return pool ? pool->pool->pitch_alignment() : 1;
+}
+
+int xmem_set_video_layout(xmem_frame_meta *meta, const char *format, uint32_t width, uint32_t height,
+			  uint32_t alignment)
+{
+	if (!meta || !format)
+		return fail(XMEM_EINVAL, "xmem_set_video_layout: null argument");
+	return guarded([&] { return status(xmem::set_video_layout(*meta, format, width, height, alignment)); });
 }
 
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out)
@@ -370,6 +422,53 @@ int xmem_buffer_clone(const xmem_buffer *b, xmem_buffer **out)
 void xmem_buffer_release(xmem_buffer *b)
 {
 	delete b;
+}
+
+int xmem_buffer_release_on_stream(xmem_buffer *b, void *cuda_stream)
+{
+	if (!b)
+		return fail(XMEM_EINVAL, "xmem_buffer_release_on_stream: null argument");
+	// The handle goes in all cases: on error the guard is already empty.
+	std::unique_ptr<xmem_buffer> owned(b);
+	return guarded([&] { return status(owned->guard.release(cuda_stream)); });
+}
+
+uint32_t xmem_buffer_storage(const xmem_buffer *b)
+{
+	return b ? uint32_t(b->guard.storage()) : uint32_t(XMEM_STORAGE_SYSTEM);
+}
+uint32_t xmem_buffer_device(const xmem_buffer *b)
+{
+	return b ? b->guard.device() : 0;
+}
+uint64_t xmem_buffer_device_ptr(const xmem_buffer *b)
+{
+	return b ? b->guard.device_ptr() : 0;
+}
+int xmem_buffer_is_incomplete(const xmem_buffer *b)
+{
+	return b && b->guard.incomplete() ? 1 : 0;
+}
+
+int xmem_buffer_copy_to_cpu(const xmem_buffer *b, void *cuda_stream, xmem_buffer **out)
+{
+	if (!b || !out)
+		return fail(XMEM_EINVAL, "xmem_buffer_copy_to_cpu: null argument");
+	return guarded([&] { return put_buffer(b->guard.copy_to_cpu(cuda_stream), out); });
+}
+
+int xmem_buffer_copy_to_cuda(const xmem_buffer *b, uint32_t device, void *cuda_stream, xmem_buffer **out)
+{
+	if (!b || !out)
+		return fail(XMEM_EINVAL, "xmem_buffer_copy_to_cuda: null argument");
+	return guarded([&] { return put_buffer(b->guard.copy_to_cuda(device, cuda_stream), out); });
+}
+
+int xmem_buffer_copy_to_device(const xmem_buffer *b, uint32_t device, void *cuda_stream, xmem_buffer **out)
+{
+	if (!b || !out)
+		return fail(XMEM_EINVAL, "xmem_buffer_copy_to_device: null argument");
+	return guarded([&] { return put_buffer(b->guard.copy_to_device(device, cuda_stream), out); });
 }
 
 } // extern "C"

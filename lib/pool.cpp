@@ -173,8 +173,10 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 {
 	uint64_t bytes = std::min<uint64_t>(frame.meta_.size, seg.slot_size);
 	uint32_t from_device = frame.meta_.device_id;
+	// The guard gets its pool only once it owns the copy: a guard with a pool and no
+	// copy is a slot reference, and dropping it on a failure would release the
+	// caller's reference to the source frame.
 	BufferGuard g;
-	g.pool_ = frame.pool_;
 	g.index_ = frame.index_;
 	g.meta_ = frame.meta_;
 	g.meta_.storage_type = uint8_t(to);
@@ -201,6 +203,7 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 		}
 		g.data_ = copy.get();
 		g.copy_ = std::move(copy);
+		g.pool_ = frame.pool_;
 		return g;
 	}
 	uint64_t address = 0;
@@ -214,6 +217,7 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 		return failed(copied.error());
 	g.device_ = address;
 	g.copy_ = std::move(memory.value());
+	g.pool_ = frame.pool_;
 	return g;
 }
 

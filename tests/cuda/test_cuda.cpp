@@ -159,6 +159,7 @@ TEST(CudaPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)
 	ASSERT_TRUE((*owner)->publish(std::move(f.value()), stream).ok());
 	auto r = (*consumer)->receive(5s, stream);
 	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	uint32_t r_index = r->index();
 
 	// Device to device, on the consumer's stream, then back to the CPU.
 	auto dev = r->copy_to_device(0, stream);
@@ -182,10 +183,18 @@ TEST(CudaPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)
 	ASSERT_TRUE(back.ok());
 	EXPECT_EQ(std::memcmp(back->data().data(), host->data().data(), 8192), 0);
 
-	// A device out of range names the cause.
+	// A device out of range names the cause, and a failed copy of a frame still held
+	// leaves this process's reference to its slot alone.
 	auto bad = host->copy_to_cuda(7, stream);
 	ASSERT_FALSE(bad.ok());
 	EXPECT_NE(bad.error().message.find("out of range"), std::string::npos) << bad.error().message;
+	auto again_held = (*consumer)->get(r_index);
+	ASSERT_TRUE(again_held.ok()) << xmem::test::why(again_held);
+	EXPECT_EQ((*consumer)->ref_count(r_index), 1u);
+	EXPECT_FALSE(again_held->copy_to_cuda(7, stream).ok());
+	EXPECT_EQ((*consumer)->ref_count(r_index), 1u) << "a failed copy released the source's reference";
+	again_held->reset();
+	EXPECT_EQ((*consumer)->ref_count(r_index), 0u);
 
 	// get_mut of a frame another process holds: a private device copy, writable.
 	auto g2 = (*owner)->acquire(5s, stream);

@@ -172,6 +172,30 @@ int xmem_pool_end_of_stream(xmem_pool *pool);
 /* Consumer: the next frame, waiting up to timeout_ns (0: don't wait). XMEM_EEOS at
  * end of stream, XMEM_ECLOSED once the owner is gone and the queue is empty. */
 int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
+
+/* CUDA streams. cuda_stream is a CUstream, passed opaquely so this header needs no
+ * cuda.h; it belongs to the caller, who keeps it alive across the call. NULL means no
+ * stream: the call then behaves as the one without _on_stream (the CPU waits where it
+ * must). For a system-memory pool the stream is ignored. A CUDA call that fails
+ * returns XMEM_ESYSTEM naming it. */
+
+/* Owner: as xmem_pool_acquire, but for a device pool CUDA_STREAM is made to wait (on
+ * the GPU, no CPU wait) until every consumer's GPU reads of the slot's last frame are
+ * done: write the slot on that stream, or after it. Cost: a stream wait queued; the
+ * CPU waits only for a free slot. Errors: XMEM_EINVAL, XMEM_EROLE (a consumer),
+ * XMEM_ETIMEDOUT, XMEM_ECLOSED, XMEM_ESYSTEM. */
+int xmem_pool_acquire_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
+/* Owner: as xmem_pool_publish (buffer is consumed even on error), but for a device pool
+ * the frame is ready once the work queued on CUDA_STREAM so far is done: it is published
+ * at once (a stream write queued) and consumers' streams wait on the GPU, with no CPU
+ * synchronization. Errors: XMEM_EINVAL (NULL, another pool's buffer, bad metadata),
+ * XMEM_EREADONLY (not from acquire), XMEM_ERANGE (size), XMEM_EROLE, XMEM_ECLOSED,
+ * XMEM_ESYSTEM. */
+int xmem_pool_publish_on_stream(xmem_pool *pool, xmem_buffer *buffer, void *cuda_stream);
+/* Consumer: as xmem_pool_receive, but for a device pool work queued on CUDA_STREAM
+ * after this call sees the producer's writes (the stream waits on the GPU; the CPU
+ * does not). Errors: as xmem_pool_receive, and XMEM_ESYSTEM. */
+int xmem_pool_receive_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
 /* Consumer: a file descriptor that polls readable when receive() may have something
  * to return (a frame, EOS or closure). Owned by the pool. */
 int xmem_pool_fd(const xmem_pool *pool);
@@ -181,6 +205,24 @@ const char *xmem_pool_format(const xmem_pool *pool);
 int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats);
 uint64_t xmem_pool_slot_size(const xmem_pool *pool);
 uint32_t xmem_pool_slot_count(const xmem_pool *pool);
+/* xmem_storage of the pool's slots (XMEM_STORAGE_SYSTEM for a NULL pool). */
+uint32_t xmem_pool_storage(const xmem_pool *pool);
+/* CUDA device ordinal of a device pool (0 for system memory or a NULL pool). */
+uint32_t xmem_pool_device(const xmem_pool *pool);
+/* How GPU work on device slots is ordered in this process: "stream-memops" (streams
+ * wait on the GPU), "cpu" (the fallback: a CPU synchronization per publish and
+ * release) or "none" (system memory, or a NULL pool). A static string. */
+const char *xmem_pool_gpu_ordering(const xmem_pool *pool);
+/* Row and plane alignment frames of this pool want: for device memory the device's
+ * texture pitch alignment, at least 256 (NVENC's); 1 for system memory or a NULL pool. */
+uint32_t xmem_pool_pitch_alignment(const xmem_pool *pool);
+/* Fills META's video plane layout and size for a WIDTH x HEIGHT frame of FORMAT
+ * ("NV12", "NV21", "I420", "YV12", "P010_10LE", "Y444", "GRAY8", "RGB", "BGR", "RGBA",
+ * "BGRA", "RGBx", "BGRx"), rows and planes on multiples of ALIGNMENT (a power of two).
+ * Errors: XMEM_EINVAL (NULL argument, unknown format, empty frame, bad alignment),
+ * XMEM_ERANGE. */
+int xmem_set_video_layout(xmem_frame_meta *meta, const char *format, uint32_t width, uint32_t height,
+			  uint32_t alignment);
 
 /* Seed API: reference a published slot by index (read-only / writable, copy-on-write). */
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out);
@@ -209,8 +251,46 @@ int xmem_buffer_is_writable(const xmem_buffer *buffer);
 int xmem_buffer_is_copy(const xmem_buffer *buffer);
 /* A new read-only reference to the same frame. */
 int xmem_buffer_clone(const xmem_buffer *buffer, xmem_buffer **out);
-/* Drops the reference (NULL is fine). */
+/* Drops the reference (NULL is fine). For a device frame the slot is reused only
+ * after every stream of this process is done (a CPU synchronization): see
+ * xmem_buffer_release_on_stream. */
 void xmem_buffer_release(xmem_buffer *buffer);
+/* Drops the reference once the work queued on CUDA_STREAM so far is done, without a
+ * CPU wait: the producer's GPU waits for it before rewriting the slot. The buffer is
+ * freed in all cases, error included, and must not be used again. NULL stream: as
+ * xmem_buffer_release. Errors: XMEM_EINVAL (NULL buffer), XMEM_ENOTHELD, XMEM_ESYSTEM. */
+int xmem_buffer_release_on_stream(xmem_buffer *buffer, void *cuda_stream);
+
+/* Device frames. Their bytes are not CPU memory: xmem_buffer_data() and
+ * xmem_buffer_data_mut() return NULL; use the device pointer, or a copy. */
+
+/* xmem_storage of the frame's bytes (XMEM_STORAGE_SYSTEM for a NULL buffer). */
+uint32_t xmem_buffer_storage(const xmem_buffer *buffer);
+/* CUDA device ordinal of a device frame (0 for system memory or a NULL buffer). */
+uint32_t xmem_buffer_device(const xmem_buffer *buffer);
+/* Device address (a CUdeviceptr) of a device frame's bytes; 0 for system memory or a
+ * NULL buffer. Plane i is at meta->plane_offset[i] from it, meta->plane_stride[i]
+ * bytes a row. Valid while the buffer is; never dereference it on the CPU. */
+uint64_t xmem_buffer_device_ptr(const xmem_buffer *buffer);
+/* 1 for a device frame whose producer died before its GPU writes to it completed:
+ * streams waiting for it were let go, but its bytes are whatever those writes left.
+ * Check it after the wait (receive, or the stream's) has passed. */
+int xmem_buffer_is_incomplete(const xmem_buffer *buffer);
+/* A private, read-only host copy of BUFFER (device or system memory) in *out, made on
+ * CUDA_STREAM and complete when this returns (the CPU waits for the stream). *out is
+ * the caller's, released with xmem_buffer_release; it holds no slot, and its capacity
+ * is meta->size. Cost: an allocation and a copy of meta->size bytes.
+ * Errors: XMEM_EINVAL, XMEM_ENOMEM, XMEM_ESYSTEM. */
+int xmem_buffer_copy_to_cpu(const xmem_buffer *buffer, void *cuda_stream, xmem_buffer **out);
+/* A private, read-only copy of BUFFER on CUDA device DEVICE in *out (from system or
+ * device memory), queued on CUDA_STREAM: use it on that stream or after it; with a
+ * NULL stream it is complete on return. *out is the caller's and holds no slot; its
+ * device memory is freed with the last reference to it. Cost: a device allocation
+ * and a copy of meta->size bytes. Errors: XMEM_EINVAL (also a device out of range),
+ * XMEM_ENOENT (no CUDA driver or device), XMEM_ENOMEM, XMEM_ESYSTEM. */
+int xmem_buffer_copy_to_cuda(const xmem_buffer *buffer, uint32_t device, void *cuda_stream, xmem_buffer **out);
+/* The seed API's name for xmem_buffer_copy_to_cuda. */
+int xmem_buffer_copy_to_device(const xmem_buffer *buffer, uint32_t device, void *cuda_stream, xmem_buffer **out);
 
 #ifdef __cplusplus
 }
