@@ -342,6 +342,11 @@ TEST(CudaCrash, ConsumersKilledWithGpuReadsPending)
 				i % 2 ? peer(env, { "consume", "crash", "--hold", std::to_string(1 + rng() % 3) })
 				      : peer(env, { "consume", "crash" }));
 		for (auto &c : batch) {
+			// Half the kills wait until the victim has attached (bounded), so a
+			// sanitizer build on two busy cores, whose processes start slowly,
+			// still kills plenty of attached consumers.
+			if (rng() % 2 == 0)
+				(void)c.wait_output("attached", 5s);
 			std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
 			c.kill_wait();
 			kills++;
