@@ -4,6 +4,8 @@
 #include "publisher.hpp"
 #include "subscriber.hpp"
 
+#include <xmem/snapshot.hpp>
+
 #include <algorithm>
 #include <thread>
 
@@ -516,14 +518,7 @@ uint32_t BufferPool::pitch_alignment() const
 }
 const char *BufferPool::gpu_ordering() const
 {
-	switch (impl_->sync ? impl_->sync->mode() : kSyncNone) {
-	case kSyncStreamMemOps:
-		return "stream-memops";
-	case kSyncCpu:
-		return "cpu";
-	default:
-		return "none";
-	}
+	return gpu_ordering_name(impl_->sync ? impl_->sync->mode() : kSyncNone);
 }
 
 Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout, CudaStream stream)

@@ -10,13 +10,6 @@ namespace xmem::protocol {
 
 namespace {
 
-void copy_string(char *dst, size_t cap, std::string_view src)
-{
-	size_t n = std::min(src.size(), cap - 1);
-	std::memcpy(dst, src.data(), n);
-	std::memset(dst + n, 0, cap - n);
-}
-
 Error refusal(xmem_status code, std::string message)
 {
 	return Error{ Errc(code), std::move(message) };

@@ -34,13 +34,6 @@ uint64_t io_data(IoTag tag, uint32_t index, int fd)
 	return uint64_t(tag) << 56 | uint64_t(index & 0xffffff) << 32 | uint32_t(fd);
 }
 
-void copy_string(char *dst, size_t cap, std::string_view src)
-{
-	size_t n = std::min(src.size(), cap - 1);
-	std::memcpy(dst, src.data(), n);
-	std::memset(dst + n, 0, cap - n);
-}
-
 } // namespace
 
 Result<void> Publisher::set_format(std::string_view f)

@@ -8,22 +8,6 @@ namespace xmem {
 
 using namespace layout;
 
-namespace {
-
-Error segment_error(const std::string &where, const std::string &what)
-{
-	return make_error(Errc::bad_segment, where + ": bad control segment: " + what);
-}
-
-void copy_string(char *dst, size_t cap, std::string_view src)
-{
-	size_t n = std::min(src.size(), cap - 1);
-	std::memcpy(dst, src.data(), n);
-	std::memset(dst + n, 0, cap - n);
-}
-
-} // namespace
-
 Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, const std::string &where)
 {
 	if (k.magic != kMagic)

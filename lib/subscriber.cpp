@@ -25,11 +25,6 @@ namespace {
 
 constexpr uint64_t kReplyTimeoutNs = 2'000'000'000;
 
-Error segment_error(const std::string &where, const std::string &what)
-{
-	return make_error(Errc::bad_segment, where + ": bad control segment: " + what);
-}
-
 } // namespace
 
 Subscriber::Subscriber(PoolImpl &pool) : pool_(pool), seg(pool.seg)

@@ -4,11 +4,13 @@
 
 #include <xmem/xmem.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <linux/futex.h>
@@ -95,6 +97,21 @@ inline Error errno_error(std::string what, int err = errno)
 	else if (err == ENOMEM)
 		code = Errc::no_memory;
 	return make_error(code, what + ": " + std::strerror(err));
+}
+
+// Errc::bad_segment for something wrong in a control segment another process wrote.
+inline Error segment_error(const std::string &where, const std::string &what)
+{
+	return make_error(Errc::bad_segment, where + ": bad control segment: " + what);
+}
+
+// SRC into the fixed-size field DST of CAP bytes: cut to fit, NUL-terminated, and
+// zero-padded (the field is shared memory or a wire message: no stale bytes).
+inline void copy_string(char *dst, size_t cap, std::string_view src)
+{
+	size_t n = std::min(src.size(), cap - 1);
+	std::memcpy(dst, src.data(), n);
+	std::memset(dst + n, 0, cap - n);
 }
 
 inline uint64_t monotonic_ns()

@@ -189,6 +189,12 @@ TEST(Create, RejectsBadConfig)
 	c.policy = Policy(7);
 	expect_invalid(c, "policy 7");
 	c = config();
+	c.storage = xmem::Storage(9);
+	expect_invalid(c, "storage 9");
+	c = config();
+	c.device = 1;
+	expect_invalid(c, "a device for a system-memory pool");
+	c = config();
 	c.format = std::string(XMEM_FORMAT_MAX, 'f');
 	expect_invalid(c, "a format of XMEM_FORMAT_MAX bytes");
 	// Nothing was claimed by the refused creates.

@@ -315,6 +315,23 @@ INSTANTIATE_TEST_SUITE_P(
 			  OrderingCase{ "forced_cpu_done", "XMEM_CUDA_SYNC=cpu", "cpu", false }),
 	[](const auto &info) { return std::string(info.param.name); });
 
+// More slots than one message carries fds (253): the rest come in ArenaFds messages,
+// and a consumer in another process maps all of them.
+TEST(CudaPool, SlotFdsBeyondOneMessage)
+{
+	RuntimeDir dir;
+	std::vector<std::string> env{ "XMEM_CUDASIM_GRANULARITY=65536", "XMEM_CUDASIM_DELAY_US=0" };
+	if (!on_simulator())
+		env.clear();
+	Process producer = peer(env, { "produce", "many", "--frames", "600", "--slots", "300", "--size", "8192",
+				       "--wait-consumers", "1", "--linger-ms", "200" });
+	ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
+	Process consumer = peer(env, { "consume", "many" });
+	EXPECT_EQ(consumer.wait(60s), 0) << consumer.output();
+	EXPECT_NE(consumer.output().find("frames=600 bad=0"), std::string::npos) << consumer.output();
+	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+}
+
 // Consumers SIGKILLed at random moments while they hold device frames with GPU
 // reads queued: every slot comes back, and the producer never waits forever on a
 // stream of a dead process (its done words are written by the reaper).
