@@ -7,6 +7,13 @@
 // with default visibility in a module built with hidden visibility exports exactly those.
 #pragma GCC visibility push(default)
 #include <cuda.h>
+
+// cuda.h 13 renames cuCtxCreate to cuCtxCreate_v4 and no longer declares the flags-only
+// cuCtxCreate_v2, which callers built against older headers (GStreamer 1.22) load by name.
+extern "C" CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+// The same callers load cuStreamDestroy by its unversioned name, which cuda.h renames
+// wherever it appears: the symbol is defined under another C++ name.
+extern "C" CUresult CUDAAPI cuStreamDestroy_v1(CUstream hStream) __asm__("cuStreamDestroy");
 #pragma GCC visibility pop
 
 #include <atomic>
@@ -80,12 +87,14 @@ private:
 
 struct Stream;
 
-// A device's primary context. The objects live for the whole process (a CUcontext handle
-// stays valid); "destroyed" means no references are held.
+// A device's primary context, or one made by cuCtxCreate. The objects live for the whole
+// process (a CUcontext handle is never reused); "destroyed" means no references are held.
+// A destroyed primary context's handle stays valid; a destroyed created context's does not.
 struct Context {
 	int device = 0;
+	bool primary = true;
 
-	// Guarded by State::lock.
+	// Guarded by State::lock. A created context holds one reference until cuCtxDestroy.
 	unsigned refs = 0;
 	std::shared_ptr<Stream> default_stream;
 	std::vector<std::weak_ptr<Stream>> streams;
@@ -152,6 +161,22 @@ struct HostAlias {
 	uintptr_t host = 0; // key of the registration in State::host_registrations
 };
 
+// Page-locked host memory from cuMemAllocHost: plain CPU memory that copies accept as host
+// memory, freed with its context.
+struct HostAllocation {
+	size_t size = 0; // mapped bytes, a whole number of pages
+	Context *owner = nullptr;
+};
+
+// A cuEventCreate event. It completes when its stream has executed everything enqueued up to
+// and including its last cuEventRecord; one never recorded is complete.
+struct Event {
+	Context *ctx = nullptr;
+	unsigned flags = 0;
+	std::shared_ptr<Stream> stream; // of the last record, null before the first
+	uint64_t ticket = 0; // complete once stream->completed reaches it
+};
+
 // Device VA that was freed, unmapped or unregistered. It stays reserved PROT_NONE
 // forever, so the kernel never reuses it and a stale pointer keeps faulting.
 struct Retired {
@@ -162,7 +187,7 @@ struct Retired {
 // and intentionally leaked: no static destructor may join a worker at exit.
 struct State {
 	Config config;
-	std::vector<std::unique_ptr<Context>> contexts; // one per device, fixed after cuInit
+	std::vector<std::unique_ptr<Context>> contexts; // primary, one per device, fixed after cuInit
 	std::unique_ptr<std::atomic<uint64_t>[]> usage; // device bytes allocated here, per device
 
 	// Guards everything below. Held only for table look-ups and updates, never while an
@@ -175,8 +200,14 @@ struct State {
 	std::map<uintptr_t, HostRegistration> host_registrations; // by host address
 	std::map<uintptr_t, HostAlias> host_aliases;
 	std::map<uintptr_t, Retired> retired;
+	std::map<uintptr_t, HostAllocation> host_allocations;
+	std::map<uintptr_t, Retired> retired_host; // freed cuMemAllocHost ranges, PROT_NONE
 	uint64_t next_stream_id = 1;
 	std::map<CUstream, std::shared_ptr<Stream>> streams;
+	uint64_t next_event_id = 1;
+	std::map<CUevent, Event> events;
+	// cuCtxCreate's contexts, never freed, so a Stream or an allocation may point at one.
+	std::vector<std::unique_ptr<Context>> created;
 };
 
 // The state after a successful cuInit, nullptr before.
@@ -192,6 +223,9 @@ CUresult fail(CUresult err, const char *call, const char *fmt, ...) __attribute_
 // CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED, or (when honour_sticky)
 // CUDA_ERROR_ILLEGAL_ADDRESS once an operation of the context touched a bad address.
 CUresult current_context(const char *call, Context **ctx, bool honour_sticky = true);
+
+// "primary context 0x… of device N" or "created context 0x… of device N", for diagnostics.
+std::string describe(const Context &ctx);
 
 // Runs an API body, turning an escaping exception into an error code.
 template<typename Body>
@@ -237,13 +271,15 @@ enum class Space {
 bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Access access, Segments &out,
 	     Fault &fault);
 
-// Releases the plain allocations and host registrations a destroyed context owned.
+// Releases the plain allocations, host allocations and host registrations a destroyed
+// context owned.
 // Caller holds State::lock; dead receives the backings to drop after unlocking.
 void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<Backing>> &dead);
 
 // --- stream.cpp ---------------------------------------------------------------------------
 
-// Marks the context's streams abandoned and removes them. Caller holds State::lock.
+// Marks the context's streams abandoned and removes them and its events. Caller holds
+// State::lock.
 void abandon_streams(State &s, Context &ctx);
 
 // Waits for everything enqueued so far on every stream of ctx.

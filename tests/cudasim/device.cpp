@@ -1,5 +1,5 @@
-// device.cpp - cuInit, devices, their attributes and primary contexts, and the
-// per-thread context stack of the CUDA driver simulator.
+// device.cpp - cuInit, devices, their attributes, primary and created contexts, the
+// per-thread context stack and (absent) peer access of the CUDA driver simulator.
 
 #include "cudasim.hpp"
 
@@ -27,13 +27,25 @@ constexpr int max_stack_depth = 32;
 thread_local Context *context_stack[max_stack_depth];
 thread_local int context_depth = 0;
 
-Context *find_context(State &s, CUcontext handle)
+// The context a handle names: a primary context, destroyed or not, or a created context
+// that cuCtxDestroy has not destroyed. Caller holds State::lock.
+Context *find_context_locked(State &s, CUcontext handle)
 {
 	for (const auto &ctx : s.contexts) {
 		if (reinterpret_cast<CUcontext>(ctx.get()) == handle)
 			return ctx.get();
 	}
+	for (const auto &ctx : s.created) {
+		if (reinterpret_cast<CUcontext>(ctx.get()) == handle)
+			return ctx->refs ? ctx.get() : nullptr;
+	}
 	return nullptr;
+}
+
+Context *find_context(State &s, CUcontext handle)
+{
+	std::lock_guard<std::mutex> guard(s.lock);
+	return find_context_locked(s, handle);
 }
 
 CUresult initialized(const char *call, State **out)
@@ -85,6 +97,9 @@ bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevic
 	case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
 		*value = 32;
 		return true;
+	case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+		*value = 512;
+		return true;
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
 		// Strict: a device operation must use cuMemHostGetDevicePointer's address.
 		*value = 0;
@@ -113,16 +128,50 @@ bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevic
 	}
 }
 
-// The primary context's last reference is gone: as the real driver, destroy what it owns
-// (its streams, plain allocations and host registrations) and forget a sticky error.
-// VMM handles, reservations and mappings are process-wide and stay.
+// A context's last reference is gone: as the real driver, destroy what it owns (its
+// streams and events, plain allocations, host allocations and host registrations) and
+// forget a sticky error. VMM handles, reservations and mappings are process-wide and stay.
+// Caller holds State::lock.
 void destroy_context(State &s, Context &ctx, std::vector<std::shared_ptr<Backing>> &dead)
 {
 	abandon_streams(s, ctx);
 	release_context_memory(s, ctx, dead);
 	ctx.sticky.store(false, std::memory_order_release);
 	ctx.reported.store(false, std::memory_order_relaxed);
-	verbose("primary context of device %d destroyed", ctx.device);
+	verbose("%s destroyed", describe(ctx).c_str());
+}
+
+// cuCtxCreate, in any of its ABI versions: a new context on dev, pushed onto the calling
+// thread's stack.
+CUresult create_context(const char *call, CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized(call, &s))
+		return r;
+	unsigned sched = flags & CU_CTX_SCHED_MASK;
+	if (!pctx || (flags & ~unsigned(CU_CTX_FLAGS_MASK)) || sched == 3 || sched > CU_CTX_SCHED_BLOCKING_SYNC)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "null pctx or flags 0x%x", flags);
+	if (CUresult r = valid_device(call, *s, dev))
+		return r;
+	if (s->config.fail.prohibited)
+		return fail(CUDA_ERROR_DEVICE_UNAVAILABLE, call,
+			    "compute mode is prohibited (XMEM_CUDASIM_FAIL=prohibited)");
+	if (context_depth == max_stack_depth)
+		return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "context stack deeper than %d", max_stack_depth);
+
+	auto ctx = std::make_unique<Context>();
+	ctx->device = dev;
+	ctx->primary = false;
+	ctx->refs = 1;
+	Context *created = ctx.get();
+	{
+		std::lock_guard<std::mutex> guard(s->lock);
+		s->created.push_back(std::move(ctx));
+	}
+	context_stack[context_depth++] = created;
+	*pctx = reinterpret_cast<CUcontext>(created);
+	verbose("%s made and pushed", describe(*created).c_str());
+	return CUDA_SUCCESS;
 }
 
 } // namespace
@@ -167,6 +216,14 @@ CUresult fail(CUresult err, const char *call, const char *fmt, ...)
 	return err;
 }
 
+std::string describe(const Context &ctx)
+{
+	char text[96];
+	std::snprintf(text, sizeof(text), "%s context %p of device %d", ctx.primary ? "primary" : "created",
+		      static_cast<const void *>(&ctx), ctx.device);
+	return text;
+}
+
 CUresult current_context(const char *call, Context **out, bool honour_sticky)
 {
 	State *s = nullptr;
@@ -179,8 +236,8 @@ CUresult current_context(const char *call, Context **out, bool honour_sticky)
 	{
 		std::lock_guard<std::mutex> guard(s->lock);
 		if (ctx->refs == 0)
-			return fail(CUDA_ERROR_CONTEXT_IS_DESTROYED, call,
-				    "the current context (device %d) has been released", ctx->device);
+			return fail(CUDA_ERROR_CONTEXT_IS_DESTROYED, call, "the current context, %s, is destroyed",
+				    describe(*ctx).c_str());
 	}
 	if (honour_sticky && ctx->sticky.load(std::memory_order_acquire))
 		return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", ctx->device);
@@ -350,6 +407,55 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 	});
 }
 
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return guarded([&] { return create_context("cuCtxCreate_v2", pctx, flags, dev); });
+}
+
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+	return guarded([&] {
+		const char *call = "cuCtxCreate";
+		const CUctxCreateParams *p = ctxCreateParams;
+		if (p && (p->execAffinityParams || p->numExecAffinityParams || p->cigParams))
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call,
+				    "execution affinity and CIG parameters are not simulated");
+		return create_context(call, pctx, flags, dev);
+	});
+}
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+{
+	return guarded([&] {
+		const char *call = "cuCtxDestroy";
+		State *s = nullptr;
+		if (CUresult r = initialized(call, &s))
+			return r;
+		if (!ctx)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null context");
+		Context *context = nullptr;
+		std::vector<std::shared_ptr<Backing>> dead; // freed after unlocking
+		{
+			std::lock_guard<std::mutex> guard(s->lock);
+			context = find_context_locked(*s, ctx);
+			if (!context)
+				return fail(CUDA_ERROR_INVALID_CONTEXT, call, "unknown or destroyed context %p",
+					    static_cast<void *>(ctx));
+			if (context->primary)
+				return fail(CUDA_ERROR_INVALID_CONTEXT, call,
+					    "%s: primary contexts go with cuDevicePrimaryCtxRelease",
+					    describe(*context).c_str());
+			context->refs = 0;
+			destroy_context(*s, *context, dead);
+		}
+		// As documented: popped when current to the calling thread. Other threads keep it
+		// current, and their calls fail with CUDA_ERROR_CONTEXT_IS_DESTROYED.
+		if (context_depth && context_stack[context_depth - 1] == context)
+			context_depth--;
+		return CUDA_SUCCESS;
+	});
+}
+
 CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
 {
 	State *s = nullptr;
@@ -436,4 +542,49 @@ CUresult CUDAAPI cuCtxSynchronize(void)
 				    ctx->device);
 		return CUDA_SUCCESS;
 	});
+}
+
+CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceCanAccessPeer", &s))
+		return r;
+	if (!canAccessPeer)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDeviceCanAccessPeer", *s, dev))
+		return r;
+	if (CUresult r = valid_device("cuDeviceCanAccessPeer", *s, peerDev))
+		return r;
+	// No simulated device reaches another's memory (and, as in the real driver, a device is
+	// not its own peer), so code that needs peer access takes its fallback here.
+	*canAccessPeer = 0;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+	const char *call = "cuCtxEnablePeerAccess";
+	Context *ctx = nullptr;
+	if (CUresult r = current_context(call, &ctx))
+		return r;
+	if (Flags)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", Flags);
+	Context *peer = peerContext ? find_context(*state(), peerContext) : nullptr;
+	if (!peer || peer == ctx)
+		return fail(CUDA_ERROR_INVALID_CONTEXT, call, "peer %p is unknown or the current context",
+			    static_cast<void *>(peerContext));
+	return fail(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, call, "cuDeviceCanAccessPeer is 0 for every device pair");
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+	const char *call = "cuCtxDisablePeerAccess";
+	Context *ctx = nullptr;
+	if (CUresult r = current_context(call, &ctx))
+		return r;
+	Context *peer = peerContext ? find_context(*state(), peerContext) : nullptr;
+	if (!peer)
+		return fail(CUDA_ERROR_INVALID_CONTEXT, call, "unknown peer %p", static_cast<void *>(peerContext));
+	// cuCtxEnablePeerAccess never succeeds, so no access was ever enabled.
+	return fail(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, call, "peer access was never enabled");
 }

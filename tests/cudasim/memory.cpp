@@ -1,5 +1,6 @@
 // memory.cpp - device memory of the CUDA driver simulator: VMM allocations and their fd
-// export/import, cuMemAlloc, host registration, and the address look-up operations use.
+// export/import, cuMemAlloc and cuMemAllocPitch, page-locked host memory, host
+// registration, and the address look-up operations use.
 //
 // Every device address is a PROT_NONE reservation, so a CPU dereference by the caller
 // faults; bytes live in memfds that the simulator reaches through private aliases.
@@ -146,6 +147,15 @@ void retire(State &s, uintptr_t base, size_t size)
 	s.retired[base] = Retired{ size };
 }
 
+// Frees the pages of a cuMemAllocHost allocation but keeps the range reserved PROT_NONE, so
+// a CPU access through a stale pointer faults instead of landing in reused memory.
+void retire_host(State &s, uintptr_t base, size_t size)
+{
+	s.retired_host[base] = Retired{ size };
+	mmap(reinterpret_cast<void *>(base), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+	     -1, 0);
+}
+
 // Why addr does not resolve, for the illegal-access line. Caller holds State::lock.
 std::string describe_unresolved(State &s, uintptr_t addr)
 {
@@ -226,6 +236,10 @@ bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Acc
 		fault = { addr, "a device address passed as a host pointer" };
 		return false;
 	}
+	if (overlaps(s.retired_host, addr, size)) {
+		fault = { addr, "freed cuMemAllocHost memory" };
+		return false;
+	}
 	out.push_back({ reinterpret_cast<char *>(addr), size, nullptr });
 	return true;
 }
@@ -253,6 +267,15 @@ void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<
 		s.host_aliases.erase(it->second.alias_base);
 		retire(s, it->second.alias_base, it->second.alias_size);
 		it = s.host_registrations.erase(it);
+	}
+
+	for (auto it = s.host_allocations.begin(); it != s.host_allocations.end();) {
+		if (it->second.owner != &ctx) {
+			++it;
+			continue;
+		}
+		retire_host(s, it->first, it->second.size);
+		it = s.host_allocations.erase(it);
 	}
 }
 
@@ -612,6 +635,47 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 	});
 }
 
+namespace {
+
+// cuMemAlloc's device memory of the current context ctx: bytesize bytes, CPU-inaccessible,
+// freed with the context. Its call has checked dptr and bytesize.
+CUresult alloc_plain(const char *call, Context *ctx, CUdeviceptr *dptr, size_t bytesize)
+{
+	State &s = *state();
+	if (s.config.fail.alloc)
+		return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "XMEM_CUDASIM_FAIL=alloc");
+	size_t rounded = round_up(bytesize, page_size());
+	if (!charge(s, ctx->device, rounded))
+		return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "device %d has %" PRIu64 " of %" PRIu64 " bytes in use",
+			    ctx->device, s.usage[size_t(ctx->device)].load(), s.config.memory);
+
+	char name[64];
+	std::snprintf(name, sizeof(name), "cudasim-alloc:dev%d", ctx->device);
+	CUresult err = CUDA_SUCCESS;
+	auto backing = make_backing(call, name, rounded, ctx->device, 0, &s.usage[size_t(ctx->device)], &err);
+	if (!backing)
+		return err;
+	uintptr_t va = reserve_va(rounded, page_size());
+	if (!va)
+		return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
+
+	// Bytes past bytesize, up to the page, are backed but not mapped: touching them
+	// is an illegal access, as past any allocation's end.
+	Mapping map;
+	map.size = bytesize;
+	map.backing = std::move(backing);
+	map.access.assign(size_t(s.config.devices), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	map.plain = true;
+
+	std::lock_guard<std::mutex> guard(s.lock);
+	s.reservations[va] = Reservation{ rounded, true, ctx };
+	s.mappings[va] = std::move(map);
+	*dptr = CUdeviceptr(va);
+	return CUDA_SUCCESS;
+}
+
+} // namespace
+
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 {
 	return guarded([&] {
@@ -619,39 +683,35 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 		Context *ctx = nullptr;
 		if (CUresult r = current_context(call, &ctx))
 			return r;
-		State &s = *state();
 		if (!dptr || bytesize == 0)
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "null dptr or zero size");
-		if (s.config.fail.alloc)
-			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "XMEM_CUDASIM_FAIL=alloc");
-		size_t rounded = round_up(bytesize, page_size());
-		if (!charge(s, ctx->device, rounded))
-			return fail(CUDA_ERROR_OUT_OF_MEMORY, call,
-				    "device %d has %" PRIu64 " of %" PRIu64 " bytes in use", ctx->device,
-				    s.usage[size_t(ctx->device)].load(), s.config.memory);
+		return alloc_plain(call, ctx, dptr, bytesize);
+	});
+}
 
-		char name[64];
-		std::snprintf(name, sizeof(name), "cudasim-alloc:dev%d", ctx->device);
-		CUresult err = CUDA_SUCCESS;
-		auto backing = make_backing(call, name, rounded, ctx->device, 0, &s.usage[size_t(ctx->device)], &err);
-		if (!backing)
-			return err;
-		uintptr_t va = reserve_va(rounded, page_size());
-		if (!va)
-			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
-
-		// Bytes past bytesize, up to the page, are backed but not mapped: touching them
-		// is an illegal access, as past any allocation's end.
-		Mapping map;
-		map.size = bytesize;
-		map.backing = std::move(backing);
-		map.access.assign(size_t(s.config.devices), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-		map.plain = true;
-
-		std::lock_guard<std::mutex> guard(s.lock);
-		s.reservations[va] = Reservation{ rounded, true, ctx };
-		s.mappings[va] = std::move(map);
-		*dptr = CUdeviceptr(va);
+CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+				 unsigned int ElementSizeBytes)
+{
+	return guarded([&] {
+		const char *call = "cuMemAllocPitch";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null dptr or pPitch, or zero width or height");
+		if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "ElementSizeBytes %u is not 4, 8 or 16",
+				    ElementSizeBytes);
+		// Rows start 512 bytes apart at least (a multiple of the texture pitch alignment),
+		// as on real GPUs: code that assumes pitch == width reads the padding.
+		constexpr size_t row_alignment = 512;
+		size_t pitch = round_up(WidthInBytes, row_alignment);
+		size_t bytes;
+		if (pitch < WidthInBytes || pitch > 2147483647u || __builtin_mul_overflow(pitch, Height, &bytes))
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "%zu x %zu bytes", WidthInBytes, Height);
+		if (CUresult r = alloc_plain(call, ctx, dptr, bytes))
+			return r;
+		*pPitch = pitch;
 		return CUDA_SUCCESS;
 	});
 }
@@ -711,13 +771,14 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
 
 		std::lock_guard<std::mutex> guard(s.lock);
-		if (in_device_space(s, host, bytesize) || overlaps(s.host_registrations, host, bytesize)) {
+		if (in_device_space(s, host, bytesize) || overlaps(s.host_registrations, host, bytesize) ||
+		    overlaps(s.host_allocations, host, bytesize)) {
 			// Never handed out: give the alias back rather than retire it.
 			::munmap(reinterpret_cast<void *>(alias), alias_size);
 			if (in_device_space(s, host, bytesize))
 				return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is device memory", p);
 			return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, call,
-				    "[%p, +%zu) overlaps a registration", p, bytesize);
+				    "[%p, +%zu) overlaps a registration or cuMemAllocHost memory", p, bytesize);
 		}
 		HostRegistration reg;
 		reg.size = bytesize;
@@ -769,6 +830,49 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned
 		if (it == s.host_registrations.end())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is not registered host memory", p);
 		*pdptr = it->second.dptr + (host - it->first);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize)
+{
+	return guarded([&] {
+		const char *call = "cuMemAllocHost";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		if (!pp || bytesize == 0)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null pp or zero size");
+		// Page-locking changes nothing the simulator can observe: these are ordinary pages,
+		// which copies take as host memory. Streams reach them only through copies.
+		size_t size = round_up(bytesize, page_size());
+		void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		s.host_allocations[reinterpret_cast<uintptr_t>(p)] = HostAllocation{ size, ctx };
+		*pp = p;
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+	return guarded([&] {
+		const char *call = "cuMemFreeHost";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		// No implicit synchronization, as cuMemFree: a queued copy that still uses the
+		// memory faults when it executes.
+		auto it = s.host_allocations.find(reinterpret_cast<uintptr_t>(p));
+		if (it == s.host_allocations.end())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is not a cuMemAllocHost allocation", p);
+		retire_host(s, it->first, it->second.size);
+		s.host_allocations.erase(it);
 		return CUDA_SUCCESS;
 	});
 }

@@ -1,5 +1,6 @@
-// stream.cpp - streams of the CUDA driver simulator: one worker thread each, running
-// copies, memsets and 64-bit stream memory operations late, in order, at execution time.
+// stream.cpp - streams and events of the CUDA driver simulator: one worker thread per
+// stream, running copies, memsets, 64-bit stream memory operations and event records late,
+// in order, at execution time.
 //
 // Each operation starts after a random delay, and resolves its addresses only when it
 // executes, so a missing wait shows up as stale or torn data and freed or unmapped memory
@@ -102,22 +103,35 @@ CUresult find_stream(const char *call, Context *ctx, CUstream handle, std::share
 	return CUDA_SUCCESS;
 }
 
-void enqueue(Stream &stream, const char *name, std::function<void(Stream &)> run)
+// Queues an operation; returns its ticket, the completed count once it has executed.
+uint64_t enqueue(Stream &stream, const char *name, std::function<void(Stream &)> run)
 {
+	uint64_t ticket;
 	{
 		std::lock_guard<std::mutex> guard(stream.lock);
 		stream.queue.push_back(Op{ name, std::move(run) });
-		stream.enqueued++;
+		ticket = ++stream.enqueued;
 	}
 	stream.cv.notify_all();
+	return ticket;
+}
+
+// Waits until the operation with this ticket, and so every one before it, has executed.
+void wait_for(Stream &stream, uint64_t ticket)
+{
+	std::unique_lock<std::mutex> guard(stream.lock);
+	stream.cv.wait(guard, [&] { return stream.completed >= ticket; });
 }
 
 // Waits until everything enqueued on stream before this call has executed.
 void wait_idle(Stream &stream)
 {
-	std::unique_lock<std::mutex> guard(stream.lock);
-	uint64_t ticket = stream.enqueued;
-	stream.cv.wait(guard, [&] { return stream.completed >= ticket; });
+	uint64_t ticket;
+	{
+		std::lock_guard<std::mutex> guard(stream.lock);
+		ticket = stream.enqueued;
+	}
+	wait_for(stream, ticket);
 }
 
 void copy_segments(const Segments &dst, const Segments &src)
@@ -307,7 +321,7 @@ void run_write(Stream &stream, const char *name, uintptr_t addr, uint64_t value,
 		raise_illegal(stream, name, fault);
 }
 
-// The checks every enqueueing call starts with: a usable context and a known stream.
+// The checks every call on a stream starts with: a usable context and a known stream.
 CUresult stream_call(const char *call, CUstream handle, std::shared_ptr<Stream> &stream)
 {
 	Context *ctx = nullptr;
@@ -316,9 +330,28 @@ CUresult stream_call(const char *call, CUstream handle, std::shared_ptr<Stream> 
 	return find_stream(call, ctx, handle, stream);
 }
 
+// The checks every enqueueing call starts with: those of stream_call, and that the
+// stream's own context is current. The real driver is not always this strict; here, code
+// that pushes the wrong context around a caller's stream fails at once, on every call.
+CUresult enqueue_call(const char *call, CUstream handle, std::shared_ptr<Stream> &stream)
+{
+	Context *ctx = nullptr;
+	if (CUresult r = current_context(call, &ctx))
+		return r;
+	if (CUresult r = find_stream(call, ctx, handle, stream))
+		return r;
+	if (stream->ctx != ctx) {
+		// Always said: the caller's code, not its data, is wrong.
+		std::fprintf(stderr, "cudasim: %s: stream %" PRIu64 " belongs to %s, current is %s\n", call, stream->id,
+			     describe(*stream->ctx).c_str(), describe(*ctx).c_str());
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	return CUDA_SUCCESS;
+}
+
 CUresult memop_call(const char *call, CUstream handle, CUdeviceptr addr, std::shared_ptr<Stream> &stream)
 {
-	if (CUresult r = stream_call(call, handle, stream))
+	if (CUresult r = enqueue_call(call, handle, stream))
 		return r;
 	if (state()->config.fail.no_memops)
 		return fail(CUDA_ERROR_NOT_SUPPORTED, call, "XMEM_CUDASIM_FAIL=no_memops");
@@ -330,7 +363,7 @@ CUresult memop_call(const char *call, CUstream handle, CUdeviceptr addr, std::sh
 CUresult linear_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes, CUstream handle)
 {
 	std::shared_ptr<Stream> stream;
-	if (CUresult r = stream_call(call, handle, stream))
+	if (CUresult r = enqueue_call(call, handle, stream))
 		return r;
 	if (bytes == 0)
 		return CUDA_SUCCESS;
@@ -344,7 +377,7 @@ CUresult linear_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes,
 CUresult memset_call(const char *call, CUdeviceptr dst, uint32_t value, size_t unit, size_t count, CUstream handle)
 {
 	std::shared_ptr<Stream> stream;
-	if (CUresult r = stream_call(call, handle, stream))
+	if (CUresult r = enqueue_call(call, handle, stream))
 		return r;
 	if (count == 0)
 		return CUDA_SUCCESS;
@@ -396,6 +429,46 @@ CUresult plane(const char *call, const char *side, CUmemorytype type, const void
 	return CUDA_SUCCESS;
 }
 
+// A 2D copy checked at enqueue time, ready for run_copy.
+struct Copy2D {
+	Endpoint dst, src;
+	size_t width = 0, height = 0;
+};
+
+// cuMemcpy2D and cuMemcpy2DAsync: enqueues the copy on the stream; ticket is 0 when there
+// is nothing to copy.
+CUresult copy_2d(const char *call, const CUDA_MEMCPY2D *pCopy, CUstream handle, std::shared_ptr<Stream> &stream,
+		 uint64_t &ticket)
+{
+	ticket = 0;
+	if (CUresult r = enqueue_call(call, handle, stream))
+		return r;
+	if (!pCopy)
+		return CUDA_ERROR_INVALID_VALUE;
+	const CUDA_MEMCPY2D &c = *pCopy;
+	if (c.WidthInBytes == 0 || c.Height == 0)
+		return CUDA_SUCCESS;
+	Copy2D copy;
+	if (CUresult r = plane(call, "source", c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY,
+			       c.srcPitch, c.WidthInBytes, c.Height, copy.src))
+		return r;
+	if (CUresult r = plane(call, "destination", c.dstMemoryType, c.dstHost, c.dstDevice, c.dstXInBytes, c.dstY,
+			       c.dstPitch, c.WidthInBytes, c.Height, copy.dst))
+		return r;
+	copy.width = c.WidthInBytes;
+	copy.height = c.Height;
+	ticket = enqueue(*stream, call,
+			 [=](Stream &st) { run_copy(st, call, copy.dst, copy.src, copy.width, copy.height); });
+	return CUDA_SUCCESS;
+}
+
+// The event a handle names. Caller holds State::lock.
+Event *find_event(State &s, CUevent handle)
+{
+	auto it = s.events.find(handle);
+	return it == s.events.end() ? nullptr : &it->second;
+}
+
 } // namespace
 
 void abandon_streams(State &s, Context &ctx)
@@ -421,6 +494,7 @@ void abandon_streams(State &s, Context &ctx)
 	}
 	ctx.streams.clear();
 	ctx.default_stream.reset();
+	std::erase_if(s.events, [&](const auto &entry) { return entry.second.ctx == &ctx; });
 }
 
 void synchronize_context(State &s, Context &ctx)
@@ -501,6 +575,11 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 		stream->cv.notify_all();
 		return CUDA_SUCCESS;
 	});
+}
+
+CUresult CUDAAPI cuStreamDestroy_v1(CUstream hStream)
+{
+	return cuStreamDestroy(hStream);
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
@@ -584,24 +663,26 @@ CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
 CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
 	return guarded([&] {
-		const char *call = "cuMemcpy2DAsync";
 		std::shared_ptr<Stream> stream;
-		if (CUresult r = stream_call(call, hStream, stream))
+		uint64_t ticket;
+		return copy_2d("cuMemcpy2DAsync", pCopy, hStream, stream, ticket);
+	});
+}
+
+CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *pCopy)
+{
+	return guarded([&] {
+		const char *call = "cuMemcpy2D";
+		// On the context's default stream, so after the work queued there, as the legacy
+		// stream orders it; then wait for it.
+		std::shared_ptr<Stream> stream;
+		uint64_t ticket;
+		if (CUresult r = copy_2d(call, pCopy, nullptr, stream, ticket))
 			return r;
-		if (!pCopy)
-			return CUDA_ERROR_INVALID_VALUE;
-		const CUDA_MEMCPY2D &c = *pCopy;
-		if (c.WidthInBytes == 0 || c.Height == 0)
-			return CUDA_SUCCESS;
-		Endpoint dst, src;
-		if (CUresult r = plane(call, "source", c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY,
-				       c.srcPitch, c.WidthInBytes, c.Height, src))
-			return r;
-		if (CUresult r = plane(call, "destination", c.dstMemoryType, c.dstHost, c.dstDevice, c.dstXInBytes,
-				       c.dstY, c.dstPitch, c.WidthInBytes, c.Height, dst))
-			return r;
-		size_t width = c.WidthInBytes, height = c.Height;
-		enqueue(*stream, call, [=](Stream &st) { run_copy(st, call, dst, src, width, height); });
+		if (ticket)
+			wait_for(*stream, ticket);
+		if (stream->ctx->sticky.load(std::memory_order_acquire))
+			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", stream->device);
 		return CUDA_SUCCESS;
 	});
 }
@@ -614,4 +695,151 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
 	return guarded([&] { return memset_call("cuMemsetD32Async", dstDevice, ui, 4, N, hStream); });
+}
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+	return guarded([&] {
+		const char *call = "cuStreamGetCtx";
+		if (!pctx)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (is_default_stream(hStream)) {
+			// The special streams are the current context's.
+			Context *ctx = nullptr;
+			if (CUresult r = current_context(call, &ctx))
+				return r;
+			*pctx = reinterpret_cast<CUcontext>(ctx);
+			return CUDA_SUCCESS;
+		}
+		// A named stream knows its context: no current context is needed.
+		State *s = state();
+		if (!s)
+			return fail(CUDA_ERROR_NOT_INITIALIZED, call, "cuInit has not succeeded");
+		std::lock_guard<std::mutex> guard(s->lock);
+		auto it = s->streams.find(hStream);
+		if (it == s->streams.end())
+			return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown stream %p", static_cast<void *>(hStream));
+		Context *ctx = it->second->ctx;
+		if (ctx->sticky.load(std::memory_order_acquire))
+			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", ctx->device);
+		*pctx = reinterpret_cast<CUcontext>(ctx);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+	return guarded([&] {
+		const char *call = "cuEventCreate";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		constexpr unsigned known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+		if (!phEvent || (Flags & ~known))
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null phEvent or flags 0x%x", Flags);
+		if (Flags & CU_EVENT_INTERPROCESS)
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "CU_EVENT_INTERPROCESS is not simulated");
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		// Handles are never reused, so a destroyed event's handle stays invalid.
+		auto handle = reinterpret_cast<CUevent>(uintptr_t(0x6000000) + s.next_event_id++ * 0x10);
+		s.events[handle] = Event{ ctx, Flags, nullptr, 0 };
+		*phEvent = handle;
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	return guarded([&] {
+		const char *call = "cuEventRecord";
+		std::shared_ptr<Stream> stream;
+		if (CUresult r = enqueue_call(call, hStream, stream))
+			return r;
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		Event *event = find_event(s, hEvent);
+		if (!event)
+			return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown event %p", static_cast<void *>(hEvent));
+		if (event->ctx != stream->ctx) {
+			std::fprintf(stderr, "cudasim: %s: event %p belongs to %s, stream %" PRIu64 " to %s\n", call,
+				     static_cast<void *>(hEvent), describe(*event->ctx).c_str(), stream->id,
+				     describe(*stream->ctx).c_str());
+			return CUDA_ERROR_INVALID_HANDLE;
+		}
+		// A marker in the stream: the event completes when the worker gets past it.
+		event->ticket = enqueue(*stream, call, [](Stream &) {});
+		event->stream = std::move(stream);
+		return CUDA_SUCCESS;
+	});
+}
+
+namespace {
+
+// The stream and ticket an event waits for; false when the handle is unknown.
+bool event_target(CUevent handle, std::shared_ptr<Stream> &stream, uint64_t &ticket)
+{
+	State &s = *state();
+	std::lock_guard<std::mutex> guard(s.lock);
+	Event *event = find_event(s, handle);
+	if (!event)
+		return false;
+	stream = event->stream;
+	ticket = event->ticket;
+	return true;
+}
+
+} // namespace
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent)
+{
+	return guarded([&] {
+		const char *call = "cuEventQuery";
+		if (!state())
+			return fail(CUDA_ERROR_NOT_INITIALIZED, call, "cuInit has not succeeded");
+		std::shared_ptr<Stream> stream;
+		uint64_t ticket = 0;
+		if (!event_target(hEvent, stream, ticket))
+			return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown event %p", static_cast<void *>(hEvent));
+		if (!stream)
+			return CUDA_SUCCESS; // never recorded
+		if (stream->ctx->sticky.load(std::memory_order_acquire))
+			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", stream->device);
+		std::lock_guard<std::mutex> guard(stream->lock);
+		return stream->completed < ticket ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+	return guarded([&] {
+		const char *call = "cuEventSynchronize";
+		if (!state())
+			return fail(CUDA_ERROR_NOT_INITIALIZED, call, "cuInit has not succeeded");
+		std::shared_ptr<Stream> stream;
+		uint64_t ticket = 0;
+		if (!event_target(hEvent, stream, ticket))
+			return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown event %p", static_cast<void *>(hEvent));
+		if (!stream)
+			return CUDA_SUCCESS;
+		wait_for(*stream, ticket);
+		if (stream->ctx->sticky.load(std::memory_order_acquire))
+			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", stream->device);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
+{
+	return guarded([&] {
+		const char *call = "cuEventDestroy";
+		State *s = state();
+		if (!s)
+			return fail(CUDA_ERROR_NOT_INITIALIZED, call, "cuInit has not succeeded");
+		// Returns at once, even when the last record has not completed.
+		std::lock_guard<std::mutex> guard(s->lock);
+		if (!s->events.erase(hEvent))
+			return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown event %p", static_cast<void *>(hEvent));
+		return CUDA_SUCCESS;
+	});
 }

@@ -26,10 +26,14 @@
 
 extern char **environ;
 
+// cuda.h 13 renames cuCtxCreate to cuCtxCreate_v4; GStreamer 1.22 loads the flags-only v2.
+extern "C" CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+
 namespace {
 
-// Every entry point xmem uses, by the name cuda.h gives it; each expands to its ABI name
-// (cuMemHostRegister -> cuMemHostRegister_v2) both as a member and as the dlsym() string.
+// Every entry point xmem and GStreamer's CUDA elements use, by the name cuda.h gives it;
+// each expands to its ABI name (cuMemHostRegister -> cuMemHostRegister_v2) both as a member
+// and as the dlsym() string.
 #define CUDASIM_ENTRY_POINTS(X)                                                                                        \
 	X(cuInit)                                                                                                      \
 	X(cuDriverGetVersion)                                                                                          \
@@ -74,7 +78,27 @@ namespace {
 	X(cuMemcpyDtoHAsync)                                                                                           \
 	X(cuMemcpyDtoDAsync)                                                                                           \
 	X(cuMemsetD8Async)                                                                                             \
-	X(cuMemsetD32Async)
+	X(cuMemsetD32Async)                                                                                            \
+	X(cuCtxCreate_v2)                                                                                              \
+	X(cuCtxCreate)                                                                                                 \
+	X(cuCtxDestroy)                                                                                                \
+	X(cuDeviceCanAccessPeer)                                                                                       \
+	X(cuCtxEnablePeerAccess)                                                                                       \
+	X(cuCtxDisablePeerAccess)                                                                                      \
+	X(cuMemAllocPitch)                                                                                             \
+	X(cuMemAllocHost)                                                                                              \
+	X(cuMemFreeHost)                                                                                               \
+	X(cuMemcpy2D)                                                                                                  \
+	X(cuStreamGetCtx)                                                                                              \
+	X(cuEventCreate)                                                                                               \
+	X(cuEventRecord)                                                                                               \
+	X(cuEventQuery)                                                                                                \
+	X(cuEventSynchronize)                                                                                          \
+	X(cuEventDestroy)                                                                                              \
+	X(cuModuleLoadData)                                                                                            \
+	X(cuLaunchKernel)                                                                                              \
+	X(cuTexObjectCreate)                                                                                           \
+	X(cuGraphicsMapResources)
 
 #define CUDASIM_STRING(name) #name
 #define CUDASIM_ABI_NAME(name) CUDASIM_STRING(name)
@@ -114,11 +138,16 @@ std::string self_dir()
 	return exe.substr(0, exe.rfind('/'));
 }
 
-Driver load_driver()
+std::string driver_path()
 {
 	// meson sets XMEM_CUDA_DRIVER; run by hand, the module sits next to this binary.
 	const char *env = std::getenv("XMEM_CUDA_DRIVER");
-	std::string path = env ? env : self_dir() + "/libcuda.so.1";
+	return env ? env : self_dir() + "/libcuda.so.1";
+}
+
+Driver load_driver()
+{
+	std::string path = driver_path();
 	void *module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
 	if (!module) {
 		std::fprintf(stderr, "cannot load the simulator: %s\n", dlerror());
@@ -280,6 +309,41 @@ bool all_equal(const void *data, size_t size, unsigned char value)
 {
 	const auto *bytes = static_cast<const unsigned char *>(data);
 	return std::all_of(bytes, bytes + size, [value](unsigned char b) { return b == value; });
+}
+
+// Reads one byte at address in a death test's child: exits segv_exit on SIGSEGV, the same
+// with and without AddressSanitizer, and 0 when the read works.
+[[noreturn]] void touch(uintptr_t address)
+{
+	struct sigaction action = {};
+	action.sa_handler = [](int) {
+		_exit(segv_exit);
+	};
+	sigaction(SIGSEGV, &action, nullptr);
+	(void)*reinterpret_cast<volatile const char *>(address);
+	_exit(0);
+}
+
+// A CUDA_MEMCPY2D of width x height bytes between two pitched planes.
+CUDA_MEMCPY2D plane_copy(CUmemorytype dst_type, uintptr_t dst, size_t dst_pitch, CUmemorytype src_type, uintptr_t src,
+			 size_t src_pitch, size_t width, size_t height)
+{
+	CUDA_MEMCPY2D copy = {};
+	copy.dstMemoryType = dst_type;
+	copy.dstPitch = dst_pitch;
+	if (dst_type == CU_MEMORYTYPE_HOST)
+		copy.dstHost = reinterpret_cast<void *>(dst);
+	else
+		copy.dstDevice = CUdeviceptr(dst);
+	copy.srcMemoryType = src_type;
+	copy.srcPitch = src_pitch;
+	if (src_type == CU_MEMORYTYPE_HOST)
+		copy.srcHost = reinterpret_cast<const void *>(src);
+	else
+		copy.srcDevice = CUdeviceptr(src);
+	copy.WidthInBytes = width;
+	copy.Height = height;
+	return copy;
 }
 
 // --- child processes -----------------------------------------------------------------
@@ -494,6 +558,7 @@ TEST_F(Sim, DevicesAnswerQueries)
 		{ CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT },
 		{ CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1 },
 		{ CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32 },
+		{ CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512 },
 		{ CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0 },
 		{ CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0x10 },
 		{ CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0 },
@@ -540,9 +605,13 @@ TEST(Errors, EveryCodeTheSimulatorReturnsHasItsRealNameAndString)
 		{ CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM",
 		  "OS call failed or operation not supported on this OS" },
 		{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
+		{ CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+		  "peer access is not supported between these two devices" },
 		{ CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready" },
 		{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
 		  "an illegal memory access was encountered" },
+		{ CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+		  "peer access has not been enabled" },
 		{ CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed" },
 		{ CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
 		  "part or all of the requested memory range is already mapped" },
@@ -589,6 +658,9 @@ TEST(Context, CallsNeedACurrentContextOnTheirThread)
 		EXPECT_EQ(cu().cuCtxGetDevice(&dev), CUDA_ERROR_INVALID_CONTEXT);
 		EXPECT_EQ(cu().cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
 		EXPECT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuStreamGetCtx(nullptr, &current), CUDA_ERROR_INVALID_CONTEXT);
+		CUevent event;
+		EXPECT_EQ(cu().cuEventCreate(&event, 0), CUDA_ERROR_INVALID_CONTEXT);
 
 		CUcontext c0, c1;
 		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&c0, 0), CUDA_SUCCESS);
@@ -645,6 +717,172 @@ TEST(Context, TheLastReleaseDestroysThePrimaryContextAndWhatItOwns)
 		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
 		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
 	});
+}
+
+TEST(Context, CreatedContextsArePushedAndDestroyedWithWhatTheyOwn)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	on_fresh_thread([] {
+		CUcontext primary, created, current, other;
+		CUdevice dev = -1;
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&primary, 1), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuCtxPushCurrent(primary), CUDA_SUCCESS);
+
+		EXPECT_EQ(cu().cuCtxCreate_v2(&created, 0x100, 1), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuCtxCreate_v2(&created, 3, 1), CUDA_ERROR_INVALID_VALUE); // no such schedule
+		EXPECT_EQ(cu().cuCtxCreate_v2(&created, 0, 2), CUDA_ERROR_INVALID_DEVICE);
+		EXPECT_EQ(cu().cuCtxCreate_v2(nullptr, 0, 1), CUDA_ERROR_INVALID_VALUE);
+		ASSERT_EQ(cu().cuCtxCreate_v2(&created, CU_CTX_SCHED_BLOCKING_SYNC, 1), CUDA_SUCCESS);
+		EXPECT_NE(created, primary);
+		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+		EXPECT_EQ(current, created); // pushed, as the real driver does
+		EXPECT_EQ(cu().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+		EXPECT_EQ(dev, 1);
+
+		// cuda.h 13's cuCtxCreate (_v4) makes the same kind of context.
+		CUctxCreateParams params = {};
+		ASSERT_EQ(cu().cuCtxCreate(&other, &params, 0, 1), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuCtxDestroy(other), CUDA_SUCCESS); // and pops it
+		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+		EXPECT_EQ(current, created);
+		CUexecAffinityParam affinity = {};
+		params.execAffinityParams = &affinity;
+		params.numExecAffinityParams = 1;
+		EXPECT_EQ(cu().cuCtxCreate(&other, &params, 0, 1), CUDA_ERROR_NOT_SUPPORTED);
+
+		// What the context owns.
+		CUdeviceptr p;
+		CUstream stream;
+		CUevent event;
+		void *host = nullptr;
+		ASSERT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuEventCreate(&event, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemAllocHost(&host, 4096), CUDA_SUCCESS);
+
+		// Pushed twice: destroying pops one, and the copy left below is a destroyed
+		// context, as it stays on another thread that has it current.
+		ASSERT_EQ(cu().cuCtxPushCurrent(created), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuCtxDestroy(primary), CUDA_ERROR_INVALID_CONTEXT); // primary: released, never destroyed
+		ASSERT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+		EXPECT_EQ(current, created);
+		CUdeviceptr q;
+		EXPECT_EQ(cu().cuMemAlloc(&q, 4096), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+
+		// The handle is gone, and so is everything the context owned.
+		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+		EXPECT_EQ(current, primary);
+		EXPECT_EQ(cu().cuCtxPushCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuCtxSetCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
+		EXPECT_EQ(cu().cuStreamGetCtx(stream, &current), CUDA_ERROR_INVALID_HANDLE);
+		EXPECT_EQ(cu().cuEventQuery(event), CUDA_ERROR_INVALID_HANDLE);
+		EXPECT_EQ(cu().cuMemFreeHost(host), CUDA_ERROR_INVALID_VALUE);
+
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+	});
+}
+
+TEST_F(Sim, AStreamTakesWorkOnlyWhileItsOwnContextIsCurrent)
+{
+	CUdeviceptr buffer;
+	ASSERT_EQ(cu().cuMemAlloc(&buffer, 4096), CUDA_SUCCESS);
+	CUcontext created;
+	CUstream theirs;
+	ASSERT_EQ(cu().cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS); // the primary context is current again
+
+	CUcontext owner = nullptr;
+	EXPECT_EQ(cu().cuStreamGetCtx(theirs, &owner), CUDA_SUCCESS);
+	EXPECT_EQ(owner, created);
+	EXPECT_EQ(cu().cuStreamGetCtx(stream_, &owner), CUDA_SUCCESS);
+	EXPECT_EQ(owner, ctx_);
+	EXPECT_EQ(cu().cuStreamGetCtx(CU_STREAM_LEGACY, &owner), CUDA_SUCCESS); // the current context's
+	EXPECT_EQ(owner, ctx_);
+	EXPECT_EQ(cu().cuStreamGetCtx(theirs, nullptr), CUDA_ERROR_INVALID_VALUE);
+	on_fresh_thread([&] {
+		// A named stream knows its context without a current one.
+		CUcontext found = nullptr;
+		EXPECT_EQ(cu().cuStreamGetCtx(theirs, &found), CUDA_SUCCESS);
+		EXPECT_EQ(found, created);
+	});
+
+	// Under the primary context, the created context's stream takes no work, and each
+	// refusal names both contexts.
+	char byte = 1;
+	HostPage page;
+	CUevent event;
+	ASSERT_EQ(cu().cuEventCreate(&event, 0), CUDA_SUCCESS);
+	CUDA_MEMCPY2D copy = plane_copy(CU_MEMORYTYPE_DEVICE, buffer, 64, CU_MEMORYTYPE_HOST,
+					reinterpret_cast<uintptr_t>(&byte), 1, 1, 1);
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(cu().cuMemsetD8Async(buffer, 0, 1, theirs), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuMemsetD32Async(buffer, 0, 1, theirs), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuMemcpyHtoDAsync(buffer, &byte, 1, theirs), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer, 1, theirs), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuMemcpyDtoDAsync(buffer, buffer + 8, 1, theirs), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuMemcpy2DAsync(&copy, theirs), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuStreamWriteValue64(theirs, page.device_word(0), 1, 0), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuStreamWaitValue64(theirs, page.device_word(0), 0, 0), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuEventRecord(event, theirs), CUDA_ERROR_INVALID_CONTEXT);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 9) << err;
+	EXPECT_NE(err.find("cudasim: cuMemsetD8Async: stream "), std::string::npos) << err;
+	EXPECT_NE(err.find(" belongs to created context "), std::string::npos) << err;
+	EXPECT_NE(err.find(", current is primary context "), std::string::npos) << err;
+
+	// Waiting and asking are not enqueueing: they work from any context.
+	EXPECT_EQ(cu().cuStreamQuery(theirs), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamSynchronize(theirs), CUDA_SUCCESS);
+
+	// The other way round: the primary context's stream under the created context.
+	ASSERT_EQ(cu().cuCtxPushCurrent(created), CUDA_SUCCESS);
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(cu().cuMemsetD8Async(buffer, 0, 1, stream_), CUDA_ERROR_INVALID_CONTEXT);
+	err = testing::internal::GetCapturedStderr();
+	EXPECT_NE(err.find("belongs to primary context"), std::string::npos) << err;
+
+	// Under its own context the stream works, on memory of any context of the device.
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer, 0x3c, 64, theirs), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer + 63, 1, theirs), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(theirs), CUDA_SUCCESS);
+	EXPECT_EQ(byte, 0x3c);
+	// The default stream is always the current context's own.
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer, 0x3d, 1, nullptr), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+
+	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamSynchronize(theirs), CUDA_ERROR_INVALID_HANDLE); // went with its context
+	EXPECT_EQ(cu().cuEventDestroy(event), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemFree(buffer), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, PeerAccessIsNeverAvailable)
+{
+	int can = -1;
+	EXPECT_EQ(cu().cuDeviceCanAccessPeer(&can, 0, 1), CUDA_SUCCESS);
+	EXPECT_EQ(can, 0);
+	can = -1;
+	EXPECT_EQ(cu().cuDeviceCanAccessPeer(&can, 0, 0), CUDA_SUCCESS);
+	EXPECT_EQ(can, 0);
+	EXPECT_EQ(cu().cuDeviceCanAccessPeer(&can, 0, 2), CUDA_ERROR_INVALID_DEVICE);
+	EXPECT_EQ(cu().cuDeviceCanAccessPeer(nullptr, 0, 1), CUDA_ERROR_INVALID_VALUE);
+
+	CUcontext peer;
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&peer, 1), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuCtxEnablePeerAccess(peer, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+	EXPECT_EQ(cu().cuCtxEnablePeerAccess(peer, 1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuCtxEnablePeerAccess(ctx_, 0), CUDA_ERROR_INVALID_CONTEXT); // itself
+	EXPECT_EQ(cu().cuCtxEnablePeerAccess(reinterpret_cast<CUcontext>(&can), 0), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuCtxDisablePeerAccess(peer), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+	EXPECT_EQ(cu().cuCtxDisablePeerAccess(reinterpret_cast<CUcontext>(&can)), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
 }
 
 // --- virtual memory management ---------------------------------------------------------
@@ -748,16 +986,6 @@ TEST_F(Sim, TheCpuCannotTouchDeviceAddresses)
 	ASSERT_EQ(cu().cuMemAlloc(&plain, 4096), CUDA_SUCCESS);
 	HostPage page;
 
-	// Exits segv_exit on SIGSEGV, the same with and without AddressSanitizer.
-	auto touch = [](CUdeviceptr address) {
-		struct sigaction action = {};
-		action.sa_handler = [](int) {
-			_exit(segv_exit);
-		};
-		sigaction(SIGSEGV, &action, nullptr);
-		(void)*reinterpret_cast<volatile const char *>(address);
-		_exit(0);
-	};
 	EXPECT_EXIT(touch(buffer.va), testing::ExitedWithCode(segv_exit), "");
 	EXPECT_EXIT(touch(plain), testing::ExitedWithCode(segv_exit), "");
 	EXPECT_EXIT(touch(page.dptr()), testing::ExitedWithCode(segv_exit), "");
@@ -980,6 +1208,68 @@ TEST_F(Sim, TheDefaultStreamIsAsynchronousAndCtxSynchronizeWaitsForEveryStream)
 	EXPECT_EQ(cu().cuStreamSynchronize(nullptr), CUDA_SUCCESS);
 }
 
+TEST_F(Sim, EventsCompleteWhenTheirStreamReachesThem)
+{
+	CUevent event;
+	EXPECT_EQ(cu().cuEventCreate(&event, 0x40), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuEventCreate(&event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
+		  CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuEventCreate(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+	ASSERT_EQ(cu().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuEventQuery(event), CUDA_SUCCESS); // never recorded
+	EXPECT_EQ(cu().cuEventSynchronize(event), CUDA_SUCCESS);
+
+	// Late: after ten operations of up to 2 ms each, the event is not reached yet.
+	VmmBuffer buffer = make_vmm(granularity);
+	for (int i = 0; i < 10; i++)
+		ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, static_cast<unsigned char>(i), 4096, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventRecord(event, stream_), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuEventQuery(event), CUDA_ERROR_NOT_READY);
+	ASSERT_EQ(cu().cuEventSynchronize(event), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuEventQuery(event), CUDA_SUCCESS);
+
+	// Held by a wait: not ready until the word is written, whatever the time.
+	HostPage gate;
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventRecord(event, stream_), CUDA_SUCCESS); // moves the event
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream_, gate.device_word(1), 1, 0), CUDA_SUCCESS);
+	std::this_thread::sleep_for(std::chrono::milliseconds(30));
+	EXPECT_EQ(cu().cuEventQuery(event), CUDA_ERROR_NOT_READY);
+	gate.word(0).store(1, std::memory_order_release);
+	ASSERT_EQ(cu().cuEventSynchronize(event), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuEventQuery(event), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 1u);
+
+	// On the default stream too.
+	ASSERT_EQ(cu().cuEventRecord(event, nullptr), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventSynchronize(event), CUDA_SUCCESS);
+
+	// An event records only on a stream of its own context.
+	CUcontext created;
+	CUstream theirs;
+	ASSERT_EQ(cu().cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamCreate(&theirs, 0), CUDA_SUCCESS);
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(cu().cuEventRecord(event, theirs), CUDA_ERROR_INVALID_HANDLE);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_NE(err.find("cudasim: cuEventRecord: event "), std::string::npos) << err;
+	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+
+	// Destroying returns at once, even before the event completes.
+	gate.word(0).store(0, std::memory_order_release);
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventRecord(event, stream_), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuEventDestroy(event), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuEventQuery(event), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuEventSynchronize(event), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuEventRecord(event, stream_), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuEventDestroy(event), CUDA_ERROR_INVALID_HANDLE);
+	gate.word(0).store(1, std::memory_order_release);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	free_vmm(buffer);
+}
+
 // --- copies ----------------------------------------------------------------------------
 
 TEST_F(Sim, Memcpy2DHonoursPitchesAndOffsets)
@@ -1074,6 +1364,113 @@ TEST_F(Sim, MemAllocAndMemsets)
 	EXPECT_EQ(cu().cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
 	EXPECT_EQ(cu().cuMemFree(b + 8), CUDA_ERROR_INVALID_VALUE);
 	EXPECT_EQ(cu().cuMemFree(b), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, MemAllocPitchIsDeviceMemoryWithPaddedRows)
+{
+	GTEST_FLAG_SET(death_test_style, "threadsafe");
+	constexpr size_t width = 320, rows = 360;
+	CUdeviceptr plane = 0;
+	size_t pitch = 0;
+	EXPECT_EQ(cu().cuMemAllocPitch(&plane, &pitch, width, rows, 3), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAllocPitch(&plane, &pitch, 0, rows, 16), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAllocPitch(&plane, &pitch, width, 0, 16), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAllocPitch(&plane, nullptr, width, rows, 16), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAllocPitch(&plane, &pitch, size_t(1) << 31, 1, 16), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAllocPitch(&plane, &pitch, 8192, 8193, 4), CUDA_ERROR_OUT_OF_MEMORY); // 64 MiB device
+	ASSERT_EQ(cu().cuMemAllocPitch(&plane, &pitch, width, rows, 16), CUDA_SUCCESS);
+	EXPECT_EQ(pitch, 512u); // rows are padded, as on a GPU
+	size_t small_pitch = 0;
+	CUdeviceptr small = 0;
+	ASSERT_EQ(cu().cuMemAllocPitch(&small, &small_pitch, 512, 1, 4), CUDA_SUCCESS);
+	EXPECT_EQ(small_pitch, 512u);
+	EXPECT_EQ(cu().cuMemFree(small), CUDA_SUCCESS);
+
+	EXPECT_EXIT(touch(plane), testing::ExitedWithCode(segv_exit), "");
+	EXPECT_EXIT(touch(plane + pitch * rows - 1), testing::ExitedWithCode(segv_exit), "");
+
+	// Host -> device -> host through cuMemcpy2D: each call returns with its copy done, so
+	// the bytes are there with no synchronization. The way back lands in page-locked
+	// memory, which the CPU reads directly.
+	std::vector<unsigned char> source(width * rows);
+	for (size_t i = 0; i < source.size(); i++)
+		source[i] = static_cast<unsigned char>(i * 13 + i / width);
+	void *staging = nullptr;
+	ASSERT_EQ(cu().cuMemAllocHost(&staging, pitch * rows), CUDA_SUCCESS);
+	std::memset(staging, 0xee, pitch * rows);
+	CUDA_MEMCPY2D up = plane_copy(CU_MEMORYTYPE_DEVICE, plane, pitch, CU_MEMORYTYPE_HOST,
+				      reinterpret_cast<uintptr_t>(source.data()), width, width, rows);
+	CUDA_MEMCPY2D down = plane_copy(CU_MEMORYTYPE_HOST, reinterpret_cast<uintptr_t>(staging), pitch,
+					CU_MEMORYTYPE_DEVICE, plane, pitch, width, rows);
+	ASSERT_EQ(cu().cuMemcpy2D(&up), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpy2D(&down), CUDA_SUCCESS);
+	const auto *back = static_cast<const unsigned char *>(staging);
+	for (size_t y = 0; y < rows; y++) {
+		ASSERT_EQ(std::memcmp(back + y * pitch, source.data() + y * width, width), 0) << "row " << y;
+		ASSERT_TRUE(all_equal(back + y * pitch + width, pitch - width, 0xee)) << "row " << y;
+	}
+
+	// Page-locked memory is a host source too.
+	std::vector<unsigned char> result(width * rows, 0);
+	CUDA_MEMCPY2D again = plane_copy(CU_MEMORYTYPE_DEVICE, plane, pitch, CU_MEMORYTYPE_UNIFIED,
+					 reinterpret_cast<uintptr_t>(staging), pitch, width, rows);
+	ASSERT_EQ(cu().cuMemcpy2D(&again), CUDA_SUCCESS);
+	CUDA_MEMCPY2D read = plane_copy(CU_MEMORYTYPE_HOST, reinterpret_cast<uintptr_t>(result.data()), width,
+					CU_MEMORYTYPE_DEVICE, plane, pitch, width, rows);
+	ASSERT_EQ(cu().cuMemcpy2D(&read), CUDA_SUCCESS);
+	EXPECT_EQ(result, source);
+
+	CUDA_MEMCPY2D bad = up;
+	bad.WidthInBytes = pitch + 1;
+	bad.srcPitch = pitch + 1;
+	EXPECT_EQ(cu().cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE); // wider than the device pitch
+	bad = up;
+	bad.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+	EXPECT_EQ(cu().cuMemcpy2D(&bad), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuMemcpy2D(nullptr), CUDA_ERROR_INVALID_VALUE);
+
+	// Page-locked memory is not also registered host memory, and freeing it unmaps it.
+	EXPECT_EQ(cu().cuMemHostRegister(staging, 4096, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	EXPECT_EQ(cu().cuMemFreeHost(static_cast<char *>(staging) + 1), CUDA_ERROR_INVALID_VALUE); // not the base
+	EXPECT_EQ(cu().cuMemFreeHost(source.data()), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemFreeHost(staging), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemFreeHost(staging), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EXIT(touch(reinterpret_cast<uintptr_t>(staging)), testing::ExitedWithCode(segv_exit), "");
+	void *none = nullptr;
+	EXPECT_EQ(cu().cuMemAllocHost(&none, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAllocHost(nullptr, 4096), CUDA_ERROR_INVALID_VALUE);
+
+	// A synchronous copy that touches freed memory reports the sticky error at once.
+	EXPECT_EQ(cu().cuMemFree(plane), CUDA_SUCCESS);
+	expect_illegal("cuMemcpy2D", [&] { EXPECT_EQ(cu().cuMemcpy2D(&read), CUDA_ERROR_ILLEGAL_ADDRESS); });
+}
+
+TEST_F(Sim, Memcpy2DRunsAfterWorkOnTheDefaultStream)
+{
+	HostPage gate;
+	CUdeviceptr plane = 0;
+	size_t pitch = 0;
+	constexpr size_t width = 100, rows = 8;
+	ASSERT_EQ(cu().cuMemAllocPitch(&plane, &pitch, width, rows, 4), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWaitValue64(nullptr, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(plane, 0x5a, pitch * rows, CU_STREAM_LEGACY), CUDA_SUCCESS);
+
+	std::vector<unsigned char> result(width * rows, 0);
+	std::atomic<bool> returned{ false };
+	std::thread copier([&] {
+		ASSERT_EQ(cu().cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
+		CUDA_MEMCPY2D down = plane_copy(CU_MEMORYTYPE_HOST, reinterpret_cast<uintptr_t>(result.data()), width,
+						CU_MEMORYTYPE_DEVICE, plane, pitch, width, rows);
+		EXPECT_EQ(cu().cuMemcpy2D(&down), CUDA_SUCCESS);
+		returned.store(true, std::memory_order_release);
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+	});
+	std::this_thread::sleep_for(std::chrono::milliseconds(30));
+	EXPECT_FALSE(returned.load(std::memory_order_acquire)); // held behind the wait
+	gate.word(0).store(1, std::memory_order_release);
+	copier.join();
+	EXPECT_TRUE(all_equal(result.data(), result.size(), 0x5a));
+	EXPECT_EQ(cu().cuMemFree(plane), CUDA_SUCCESS);
 }
 
 // --- host registration -----------------------------------------------------------------
@@ -1400,6 +1797,131 @@ TEST_F(Sim, IllegalAccessDeviceAddressAsAHostPointer)
 	free_vmm(b);
 }
 
+// --- what GStreamer's CUDA elements need ------------------------------------------------
+
+TEST(GStreamer, EveryEntryPointGstCudaLoadsIsExported)
+{
+	// libgstcuda-1.0 (1.22) refuses a driver that lacks any of these.
+	const char *gst_cuda[] = {
+		"cuCtxCreate_v2",
+		"cuCtxDestroy_v2",
+		"cuCtxDisablePeerAccess",
+		"cuCtxEnablePeerAccess",
+		"cuCtxPopCurrent_v2",
+		"cuCtxPushCurrent_v2",
+		"cuDeviceCanAccessPeer",
+		"cuDeviceGet",
+		"cuDeviceGetAttribute",
+		"cuDeviceGetCount",
+		"cuDeviceGetName",
+		"cuDriverGetVersion",
+		"cuGLGetDevices_v2",
+		"cuGetErrorName",
+		"cuGetErrorString",
+		"cuGraphicsGLRegisterBuffer",
+		"cuGraphicsGLRegisterImage",
+		"cuGraphicsMapResources",
+		"cuGraphicsResourceGetMappedPointer_v2",
+		"cuGraphicsResourceSetMapFlags_v2",
+		"cuGraphicsSubResourceGetMappedArray",
+		"cuGraphicsUnmapResources",
+		"cuGraphicsUnregisterResource",
+		"cuInit",
+		"cuLaunchKernel",
+		"cuMemAllocHost_v2",
+		"cuMemAllocPitch_v2",
+		"cuMemAlloc_v2",
+		"cuMemFreeHost",
+		"cuMemFree_v2",
+		"cuMemcpy2DAsync_v2",
+		"cuMemcpy2D_v2",
+		"cuModuleGetFunction",
+		"cuModuleLoadData",
+		"cuModuleUnload",
+		"cuStreamCreate",
+		"cuStreamDestroy",
+		"cuStreamSynchronize",
+		"cuTexObjectCreate",
+		"cuTexObjectDestroy",
+	};
+	void *driver = dlopen(driver_path().c_str(), RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(driver, nullptr) << dlerror();
+	for (const char *name : gst_cuda)
+		EXPECT_NE(dlsym(driver, name), nullptr) << name;
+	// The unversioned cuStreamDestroy is the same call as cuStreamDestroy_v2.
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	using Destroy = CUresult (*)(CUstream);
+	auto destroy_v1 = reinterpret_cast<Destroy>(dlsym(driver, "cuStreamDestroy"));
+	ASSERT_NE(destroy_v1, nullptr);
+	on_fresh_thread([&] {
+		CUcontext ctx;
+		CUstream stream;
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+		EXPECT_EQ(destroy_v1(stream), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+	});
+	dlclose(driver);
+}
+
+TEST(GStreamer, TheNvdecStubLoadsAndDecodesNothing)
+{
+	// nvcodec registers cudaupload and cudadownload only when NVDEC (or NVENC) loads.
+	std::string path = driver_path();
+	path = path.substr(0, path.rfind('/')) + "/libnvcuvid.so.1";
+	void *nvcuvid = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(nvcuvid, nullptr) << dlerror();
+	for (const char *name :
+	     { "cuvidCtxLockCreate", "cuvidCtxLockDestroy", "cuvidCtxLock", "cuvidCtxUnlock", "cuvidCreateDecoder",
+	       "cuvidDestroyDecoder", "cuvidDecodePicture", "cuvidCreateVideoParser", "cuvidParseVideoData",
+	       "cuvidDestroyVideoParser", "cuvidMapVideoFrame64", "cuvidUnmapVideoFrame64", "cuvidGetDecoderCaps" })
+		EXPECT_NE(dlsym(nvcuvid, name), nullptr) << name;
+
+	using Caps = CUresult (*)(void *);
+	using Create = CUresult (*)(void *, void *);
+	auto caps = reinterpret_cast<Caps>(dlsym(nvcuvid, "cuvidGetDecoderCaps"));
+	auto create = reinterpret_cast<Create>(dlsym(nvcuvid, "cuvidCreateDecoder"));
+	ASSERT_TRUE(caps && create);
+	char scratch[256] = {};
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(caps(scratch), CUDA_ERROR_NOT_SUPPORTED); // quietly: no codec here
+	EXPECT_EQ(create(scratch, scratch), CUDA_ERROR_NOT_SUPPORTED);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+	EXPECT_NE(err.find("cudasim: cuvidCreateDecoder -> CUDA_ERROR_NOT_SUPPORTED"), std::string::npos) << err;
+	dlclose(nvcuvid);
+}
+
+TEST_F(Sim, KernelsTexturesAndGraphicsAreNotSimulated)
+{
+	CUmodule module = nullptr;
+	CUtexObject texture = 0;
+	CUDA_RESOURCE_DESC resource = {};
+	CUDA_TEXTURE_DESC texture_desc = {};
+	CUgraphicsResource graphics = nullptr;
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(cu().cuModuleLoadData(&module, "not a cubin"), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuLaunchKernel(nullptr, 1, 1, 1, 1, 1, 1, 0, stream_, nullptr, nullptr),
+		  CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuTexObjectCreate(&texture, &resource, &texture_desc, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuGraphicsMapResources(1, &graphics, stream_), CUDA_ERROR_INVALID_HANDLE);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 4) << err;
+	EXPECT_NE(err.find("cudasim: cuModuleLoadData -> CUDA_ERROR_NOT_SUPPORTED: not simulated: the simulator "
+			   "runs no kernels"),
+		  std::string::npos)
+		<< err;
+	EXPECT_NE(err.find("cudasim: cuGraphicsMapResources -> CUDA_ERROR_INVALID_HANDLE: not simulated: the "
+			   "simulator has no graphics interop"),
+		  std::string::npos)
+		<< err;
+	// Nothing sticks: the context still works.
+	EXPECT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
 // --- settings and XMEM_CUDASIM_FAIL ------------------------------------------------------
 
 TEST(Settings, EachFailWordChangesWhatTheDriverSays)
@@ -1449,6 +1971,10 @@ TEST(DISABLED_Child, BeforeInit)
 	EXPECT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_ERROR_NOT_INITIALIZED);
 	EXPECT_EQ(cu().cuStreamSynchronize(nullptr), CUDA_ERROR_NOT_INITIALIZED);
 	EXPECT_EQ(cu().cuMemAddressReserve(&p, granularity, 0, 0, 0), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuCtxCreate_v2(&ctx, 0, 0), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT_EQ(cu().cuEventQuery(nullptr), CUDA_ERROR_NOT_INITIALIZED);
+	CUmodule module;
+	EXPECT_EQ(cu().cuModuleLoadData(&module, "x"), CUDA_ERROR_NOT_INITIALIZED);
 
 	// As in the real driver, these work before cuInit.
 	int version = 0;
@@ -1520,6 +2046,7 @@ TEST(DISABLED_Child, FailSwitch)
 	if (word == "prohibited") {
 		EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE), CU_COMPUTEMODE_PROHIBITED);
 		EXPECT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_ERROR_DEVICE_UNAVAILABLE);
+		EXPECT_EQ(cu().cuCtxCreate_v2(&ctx, 0, 0), CUDA_ERROR_DEVICE_UNAVAILABLE);
 		return;
 	}
 	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE), CU_COMPUTEMODE_DEFAULT);
@@ -1553,6 +2080,13 @@ TEST(DISABLED_Child, FailSwitch)
 	CUdeviceptr plain = 0;
 	CUresult allocated = cu().cuMemAlloc(&plain, 4096);
 	EXPECT_EQ(allocated, word == "alloc" ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS);
+	CUdeviceptr pitched = 0;
+	size_t pitch = 0;
+	CUresult pitch_allocated = cu().cuMemAllocPitch(&pitched, &pitch, 64, 4, 4);
+	EXPECT_EQ(pitch_allocated, word == "alloc" ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS);
+	if (pitch_allocated == CUDA_SUCCESS) {
+		EXPECT_EQ(cu().cuMemFree(pitched), CUDA_SUCCESS);
+	}
 
 	uint64_t host[2] = {};
 	CUresult registered = cu().cuMemHostRegister(host, sizeof(host), 0);

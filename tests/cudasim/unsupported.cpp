@@ -1,0 +1,123 @@
+// unsupported.cpp - entry points the simulator exports but does not simulate: kernels,
+// modules, texture objects and OpenGL interop. Each says so on stderr and fails.
+//
+// GStreamer's CUDA library refuses to load a driver that lacks any of them, and uses them
+// only for conversion kernels and GL memory, never on its upload and download paths.
+
+#include "cudasim.hpp"
+
+#include <cstdio>
+
+// cudaGL.h's calls, declared with their GL types spelled out (GLuint and GLenum are
+// unsigned int, CUGLDeviceList an enum) so that the simulator needs no OpenGL headers.
+#pragma GCC visibility push(default)
+extern "C" {
+CUresult CUDAAPI cuGLGetDevices_v2(unsigned int *pCudaDeviceCount, CUdevice *pCudaDevices, unsigned int cudaDeviceCount,
+				   int deviceList);
+CUresult CUDAAPI cuGraphicsGLRegisterBuffer(CUgraphicsResource *pCudaResource, unsigned int buffer, unsigned int Flags);
+CUresult CUDAAPI cuGraphicsGLRegisterImage(CUgraphicsResource *pCudaResource, unsigned int image, unsigned int target,
+					   unsigned int Flags);
+}
+#pragma GCC visibility pop
+
+namespace {
+
+constexpr const char *no_kernels = "the simulator runs no kernels";
+constexpr const char *no_textures = "the simulator has no texture objects (no kernels read them)";
+constexpr const char *no_graphics = "the simulator has no graphics interop";
+
+// Always said, like an unknown attribute: a caller that reaches one of these on a path
+// under test must notice that the simulator cannot test it. Before cuInit, the calls fail
+// as every other call does.
+CUresult unsupported(const char *call, const char *why, CUresult err = CUDA_ERROR_NOT_SUPPORTED)
+{
+	if (!cudasim::state())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	const char *name = "?";
+	cuGetErrorName(err, &name);
+	std::fprintf(stderr, "cudasim: %s -> %s: not simulated: %s\n", call, name, why);
+	return err;
+}
+
+} // namespace
+
+// Creating calls fail with CUDA_ERROR_NOT_SUPPORTED. Calls that take a module, function,
+// texture object or graphics resource fail with CUDA_ERROR_INVALID_HANDLE, as the real
+// driver does for a handle it never made: the simulator never makes one.
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *, const void *)
+{
+	return unsupported("cuModuleLoadData", no_kernels);
+}
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *, CUmodule, const char *)
+{
+	return unsupported("cuModuleGetFunction", no_kernels, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule)
+{
+	return unsupported("cuModuleUnload", no_kernels, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+				unsigned int, unsigned int, CUstream, void **, void **)
+{
+	return unsupported("cuLaunchKernel", no_kernels, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuTexObjectCreate(CUtexObject *, const CUDA_RESOURCE_DESC *, const CUDA_TEXTURE_DESC *,
+				   const CUDA_RESOURCE_VIEW_DESC *)
+{
+	return unsupported("cuTexObjectCreate", no_textures);
+}
+
+CUresult CUDAAPI cuTexObjectDestroy(CUtexObject)
+{
+	return unsupported("cuTexObjectDestroy", no_textures, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuGLGetDevices_v2(unsigned int *, CUdevice *, unsigned int, int)
+{
+	return unsupported("cuGLGetDevices", no_graphics);
+}
+
+CUresult CUDAAPI cuGraphicsGLRegisterBuffer(CUgraphicsResource *, unsigned int, unsigned int)
+{
+	return unsupported("cuGraphicsGLRegisterBuffer", no_graphics);
+}
+
+CUresult CUDAAPI cuGraphicsGLRegisterImage(CUgraphicsResource *, unsigned int, unsigned int, unsigned int)
+{
+	return unsupported("cuGraphicsGLRegisterImage", no_graphics);
+}
+
+CUresult CUDAAPI cuGraphicsMapResources(unsigned int, CUgraphicsResource *, CUstream)
+{
+	return unsupported("cuGraphicsMapResources", no_graphics, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuGraphicsUnmapResources(unsigned int, CUgraphicsResource *, CUstream)
+{
+	return unsupported("cuGraphicsUnmapResources", no_graphics, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuGraphicsUnregisterResource(CUgraphicsResource)
+{
+	return unsupported("cuGraphicsUnregisterResource", no_graphics, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuGraphicsResourceGetMappedPointer(CUdeviceptr *, size_t *, CUgraphicsResource)
+{
+	return unsupported("cuGraphicsResourceGetMappedPointer", no_graphics, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuGraphicsResourceSetMapFlags(CUgraphicsResource, unsigned int)
+{
+	return unsupported("cuGraphicsResourceSetMapFlags", no_graphics, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuGraphicsSubResourceGetMappedArray(CUarray *, CUgraphicsResource, unsigned int, unsigned int)
+{
+	return unsupported("cuGraphicsSubResourceGetMappedArray", no_graphics, CUDA_ERROR_INVALID_HANDLE);
+}
