@@ -471,4 +471,27 @@ int xmem_buffer_copy_to_device(const xmem_buffer *b, uint32_t device, void *cuda
 	return guarded([&] { return put_buffer(b->guard.copy_to_device(device, cuda_stream), out); });
 }
 
+int xmem_cuda_copy_2d(uint64_t dst, uint64_t dst_pitch, int dst_device, uint64_t src, uint64_t src_pitch,
+		      int src_device, uint64_t width_bytes, uint64_t height, uint32_t device, void *cuda_stream)
+{
+	return guarded([&] {
+		return status(xmem::cuda_copy_2d({ dst, dst_pitch, dst_device != 0 },
+						 { src, src_pitch, src_device != 0 }, width_bytes, height, device,
+						 cuda_stream));
+	});
+}
+
+int xmem_cuda_stream_done(uint32_t device, void *cuda_stream)
+{
+	return guarded([&] {
+		auto done = xmem::cuda_stream_done(device, cuda_stream);
+		return done ? int(*done) : fail(done.error());
+	});
+}
+
+int xmem_cuda_synchronize(uint32_t device, void *cuda_stream)
+{
+	return guarded([&] { return status(xmem::cuda_synchronize(device, cuda_stream)); });
+}
+
 } // extern "C"

@@ -51,4 +51,24 @@ Result<void> device_synchronize(uint32_t, void *)
 	return no_cuda("device synchronize");
 }
 
+Result<void> cuda_copy_2d(const Region2D &, const Region2D &, uint64_t, uint64_t, uint32_t, CudaStream)
+{
+	return no_cuda("2D copy");
+}
+
+Result<std::string> cuda_check_device(uint32_t device)
+{
+	return no_cuda("CUDA device " + std::to_string(device));
+}
+
+Result<bool> cuda_stream_done(uint32_t, CudaStream)
+{
+	return no_cuda("stream query");
+}
+
+Result<void> cuda_synchronize(uint32_t, CudaStream)
+{
+	return no_cuda("CUDA synchronize");
+}
+
 } // namespace xmem

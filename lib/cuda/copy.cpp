@@ -40,7 +40,7 @@ Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
 	CUstream stream = static_cast<CUstream>(stream_arg);
-	ContextScope scope(**ctx);
+	ContextScope scope(**ctx, stream);
 	CUresult r;
 	const char *call;
 	if (dst_device && src_device) {
@@ -69,11 +69,84 @@ Result<void> device_synchronize(uint32_t device, void *stream)
 	if (!ctx)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
-	ContextScope scope(**ctx);
+	ContextScope scope(**ctx, static_cast<CUstream>(stream));
 	CUresult r = stream ? d->cuStreamSynchronize(static_cast<CUstream>(stream)) : d->cuCtxSynchronize();
 	if (r != CUDA_SUCCESS)
 		return cuda_error(where, stream ? "cuStreamSynchronize" : "cuCtxSynchronize", r);
 	return {};
+}
+
+Result<void> cuda_copy_2d(const Region2D &dst, const Region2D &src, uint64_t width_bytes, uint64_t height,
+			  uint32_t device, CudaStream stream_arg)
+{
+	std::string where = "2D copy on CUDA device " + std::to_string(device);
+	if (!dst.address || !src.address)
+		return make_error(Errc::invalid_argument, where + ": null address");
+	if (width_bytes > dst.pitch || width_bytes > src.pitch)
+		return make_error(Errc::invalid_argument,
+				  where + ": rows of " + std::to_string(width_bytes) + " bytes exceed a pitch (" +
+					  std::to_string(dst.pitch) + " and " + std::to_string(src.pitch) + ")");
+	if (!dst.device && !src.device)
+		return make_error(Errc::invalid_argument, where + ": both sides are host memory");
+	if (width_bytes == 0 || height == 0)
+		return {};
+	auto ctx = PrimaryContext::retain(device, where);
+	if (!ctx)
+		return ctx.error();
+	const Driver *d = cuda::driver().value();
+	CUstream stream = static_cast<CUstream>(stream_arg);
+	ContextScope scope(**ctx, stream);
+	CUDA_MEMCPY2D copy{};
+	auto side = [](const Region2D &r, CUmemorytype &type, const void *&host, CUdeviceptr &dev, size_t &pitch) {
+		type = r.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+		if (r.device)
+			dev = r.address;
+		else
+			host = reinterpret_cast<const void *>(uintptr_t(r.address));
+		pitch = r.pitch;
+	};
+	const void *dst_host = nullptr;
+	side(src, copy.srcMemoryType, copy.srcHost, copy.srcDevice, copy.srcPitch);
+	side(dst, copy.dstMemoryType, dst_host, copy.dstDevice, copy.dstPitch);
+	copy.dstHost = const_cast<void *>(dst_host);
+	copy.WidthInBytes = width_bytes;
+	copy.Height = height;
+	if (CUresult r = d->cuMemcpy2DAsync(&copy, stream); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuMemcpy2DAsync", r);
+	if (!stream) {
+		if (CUresult r = d->cuStreamSynchronize(nullptr); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuStreamSynchronize", r);
+	}
+	return {};
+}
+
+Result<std::string> cuda_check_device(uint32_t device)
+{
+	auto info = cuda::check_device(device, "CUDA device " + std::to_string(device));
+	if (!info)
+		return info.error();
+	return info->name;
+}
+
+Result<bool> cuda_stream_done(uint32_t device, CudaStream stream)
+{
+	std::string where = "stream query on CUDA device " + std::to_string(device);
+	auto ctx = PrimaryContext::retain(device, where);
+	if (!ctx)
+		return ctx.error();
+	const Driver *d = cuda::driver().value();
+	ContextScope scope(**ctx, static_cast<CUstream>(stream));
+	CUresult r = d->cuStreamQuery(static_cast<CUstream>(stream));
+	if (r == CUDA_SUCCESS)
+		return true;
+	if (r == CUDA_ERROR_NOT_READY)
+		return false;
+	return cuda_error(where, "cuStreamQuery", r);
+}
+
+Result<void> cuda_synchronize(uint32_t device, CudaStream stream)
+{
+	return device_synchronize(device, stream);
 }
 
 } // namespace xmem

@@ -141,9 +141,15 @@ PrimaryContext::~PrimaryContext()
 	d_->cuDevicePrimaryCtxRelease(device_);
 }
 
-ContextScope::ContextScope(const PrimaryContext &ctx) : d_(driver().value())
+ContextScope::ContextScope(const PrimaryContext &ctx, CUstream stream) : d_(driver().value())
 {
-	pushed_ = d_->cuCtxPushCurrent(ctx.get()) == CUDA_SUCCESS;
+	CUcontext target = ctx.get();
+	// The legacy and per-thread default streams are the current context's own.
+	bool named = stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
+	CUcontext own = nullptr;
+	if (named && d_->cuStreamGetCtx(stream, &own) == CUDA_SUCCESS && own)
+		target = own;
+	pushed_ = d_->cuCtxPushCurrent(target) == CUDA_SUCCESS;
 }
 
 ContextScope::~ContextScope()

@@ -47,6 +47,8 @@ struct Driver {
 	X(cuStreamCreate)                                                                                              \
 	X(cuStreamDestroy)                                                                                             \
 	X(cuStreamSynchronize)                                                                                         \
+	X(cuStreamQuery)                                                                                               \
+	X(cuStreamGetCtx)                                                                                              \
 	X(cuStreamWaitValue64)                                                                                         \
 	X(cuStreamWriteValue64)                                                                                        \
 	X(cuMemcpy2DAsync)                                                                                             \
@@ -97,10 +99,13 @@ private:
 	CUcontext ctx_;
 };
 
+// Makes a context current on the calling thread for its lifetime: STREAM's own
+// context when a stream is given (a caller's stream may come from any context on
+// the device, GStreamer's for one), the primary context otherwise.
 class ContextScope
 {
 public:
-	explicit ContextScope(const PrimaryContext &ctx);
+	explicit ContextScope(const PrimaryContext &ctx, CUstream stream = nullptr);
 	~ContextScope();
 	ContextScope(const ContextScope &) = delete;
 	ContextScope &operator=(const ContextScope &) = delete;

@@ -57,7 +57,7 @@ CUdeviceptr Ordering::device_address(const std::atomic<uint64_t> &word) const
 
 Result<void> Ordering::synchronize(CUstream stream, const char *why)
 {
-	ContextScope scope(*ctx_);
+	ContextScope scope(*ctx_, stream);
 	CUresult r = stream ? d_->cuStreamSynchronize(stream) : d_->cuCtxSynchronize();
 	if (r != CUDA_SUCCESS)
 		return cuda_error(why, stream ? "cuStreamSynchronize" : "cuCtxSynchronize", r);
@@ -69,7 +69,7 @@ Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
 	CUstream stream = static_cast<CUstream>(stream_arg);
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
 	if (gpu() && stream) {
-		ContextScope scope(*ctx_);
+		ContextScope scope(*ctx_, stream);
 		CUresult r =
 			d_->cuStreamWriteValue64(stream, device_address(ready), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
 		if (r != CUDA_SUCCESS)
@@ -89,7 +89,7 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 	if (reached(ready.load(std::memory_order_acquire), seq))
 		return {};
 	if (gpu() && stream) {
-		ContextScope scope(*ctx_);
+		ContextScope scope(*ctx_, stream);
 		CUresult r = d_->cuStreamWaitValue64(stream, device_address(ready), seq, CU_STREAM_WAIT_VALUE_GEQ);
 		if (r != CUDA_SUCCESS)
 			return cuda_error("receive", "cuStreamWaitValue64", r);
@@ -113,7 +113,7 @@ Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, v
 		// Pending first: the owner reads it after seeing our holder bit go, which
 		// happens after this returns.
 		seg_.pending(slot, holder).fetch_or(layout::holder_mask(holder), std::memory_order_seq_cst);
-		ContextScope scope(*ctx_);
+		ContextScope scope(*ctx_, stream);
 		CUresult r = d_->cuStreamWriteValue64(stream, device_address(done), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
 		if (r == CUDA_SUCCESS)
 			return {};
@@ -140,7 +140,7 @@ Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, 
 			if (reached(done.load(std::memory_order_acquire), seq))
 				continue;
 			if (gpu() && stream) {
-				ContextScope scope(*ctx_);
+				ContextScope scope(*ctx_, stream);
 				CUresult r = d_->cuStreamWaitValue64(stream, device_address(done), seq,
 								     CU_STREAM_WAIT_VALUE_GEQ);
 				if (r != CUDA_SUCCESS)

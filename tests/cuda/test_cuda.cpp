@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 using namespace std::chrono_literals;
@@ -137,6 +138,88 @@ TEST(CudaPool, InProcessFramesArriveInOrderAndCopyToCpu)
 			ASSERT_EQ(words[i], n) << "frame " << n << " word " << i;
 	}
 	d->cuStreamDestroy(stream);
+}
+
+// A caller's streams may come from a context of its own (GStreamer's CUDA elements
+// make one with cuCtxCreate): xmem's work on them runs in that context. The simulator
+// refuses work on a stream while another context is current, so this fails if xmem
+// pushes its primary context instead. Frames go in and out with cuda_copy_2d.
+TEST(CudaPool, StreamsOfAnotherContextAndPlaneCopies)
+{
+	RuntimeDir dir;
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	void *lib = dlopen(d->library.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+	ASSERT_NE(lib, nullptr) << d->library;
+	// cuda.h 13 maps cuCtxCreate to _v4 (with parameters); _v2 is what GStreamer 1.22 calls.
+	using CtxCreate = CUresult (*)(CUcontext *, unsigned int, CUdevice);
+	auto create = reinterpret_cast<CtxCreate>(dlsym(lib, "cuCtxCreate_v2"));
+	auto destroy = reinterpret_cast<decltype(&cuCtxDestroy)>(dlsym(lib, "cuCtxDestroy_v2"));
+	ASSERT_TRUE(create && destroy);
+	auto info = xmem::cuda::check_device(0, "test").value();
+	CUcontext own = nullptr;
+	ASSERT_EQ(create(&own, 0, info.device), CUDA_SUCCESS); // current until popped
+	CUstream in = nullptr, out = nullptr;
+	ASSERT_EQ(d->cuStreamCreate(&in, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamCreate(&out, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	CUcontext popped;
+	ASSERT_EQ(d->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+
+	auto owner = xmem::BufferPool::create("ctx", cuda_config(64 * 1024, 3));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("ctx");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	// A 100 x 40 byte image at pitch 128 on the host, 256 in the slot.
+	const uint64_t width = 100, height = 40, pitch = 256;
+	for (uint32_t n = 1; n <= 20; n++) {
+		std::vector<uint8_t> image(128 * height);
+		for (size_t i = 0; i < image.size(); i++)
+			image[i] = uint8_t(i * 7 + n);
+		auto f = (*owner)->acquire(5s, in);
+		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+		auto put = xmem::cuda_copy_2d({ f->device_ptr(), pitch, true },
+					      { uint64_t(uintptr_t(image.data())), 128, false }, width, height, 0, in);
+		ASSERT_TRUE(put.ok()) << xmem::test::why(put);
+		f->meta_mut().value()->size = pitch * height;
+		ASSERT_TRUE((*owner)->publish(std::move(f.value()), in).ok());
+
+		auto r = (*consumer)->receive(5s, out);
+		ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+		std::vector<uint8_t> back(width * height, 0);
+		auto get = xmem::cuda_copy_2d({ uint64_t(uintptr_t(back.data())), width, false },
+					      { r->device_ptr(), pitch, true }, width, height, 0, out);
+		ASSERT_TRUE(get.ok()) << xmem::test::why(get);
+		ASSERT_TRUE(r->release(out).ok());
+		ASSERT_TRUE(xmem::cuda_synchronize(0, out).ok());
+		auto done = xmem::cuda_stream_done(0, out);
+		ASSERT_TRUE(done.ok()) << xmem::test::why(done);
+		EXPECT_TRUE(*done);
+		for (uint64_t y = 0; y < height; y++)
+			ASSERT_EQ(0, std::memcmp(&back[y * width], &image[y * 128], width))
+				<< "frame " << n << " row " << y;
+	}
+	owner->reset();
+	consumer->reset();
+	d->cuStreamDestroy(in);
+	d->cuStreamDestroy(out);
+	EXPECT_EQ(destroy(own), CUDA_SUCCESS);
+	dlclose(lib);
+}
+
+TEST(CudaErrors, PlaneCopiesRefuseBadArguments)
+{
+	std::vector<uint8_t> host(4096);
+	uint64_t h = uint64_t(uintptr_t(host.data()));
+	auto both_host = xmem::cuda_copy_2d({ h, 64, false }, { h, 64, false }, 64, 4, 0);
+	EXPECT_EQ(both_host.code(), Errc::invalid_argument);
+	EXPECT_NE(xmem::test::why(both_host).find("both sides are host memory"), std::string::npos);
+	auto wide = xmem::cuda_copy_2d({ 0x1000, 64, true }, { h, 128, false }, 100, 4, 0);
+	EXPECT_EQ(wide.code(), Errc::invalid_argument);
+	EXPECT_NE(xmem::test::why(wide).find("exceed a pitch"), std::string::npos);
+	auto null = xmem::cuda_copy_2d({ 0, 64, true }, { h, 64, false }, 64, 4, 0);
+	EXPECT_EQ(null.code(), Errc::invalid_argument);
+	auto far = xmem::cuda_check_device(40);
+	EXPECT_FALSE(far.ok());
+	EXPECT_NE(xmem::test::why(far).find("out of range"), std::string::npos);
 }
 
 TEST(CudaPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)

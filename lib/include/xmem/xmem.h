@@ -292,6 +292,21 @@ int xmem_buffer_copy_to_cuda(const xmem_buffer *buffer, uint32_t device, void *c
 /* The seed API's name for xmem_buffer_copy_to_cuda. */
 int xmem_buffer_copy_to_device(const xmem_buffer *buffer, uint32_t device, void *cuda_stream, xmem_buffer **out);
 
+/* Copies a WIDTH_BYTES x HEIGHT rectangle between host memory and CUDA device memory
+ * (at least one side on the device) through the CUDA driver xmem loaded: DST and SRC
+ * are host pointers, or CUdeviceptr values where DST_DEVICE / SRC_DEVICE is nonzero,
+ * each with its pitch (bytes from one row to the next). Queued on CUDA_STREAM in the
+ * stream's own context; with a NULL stream on DEVICE's primary context, complete on
+ * return. Errors: XMEM_EINVAL (null address, rows wider than a pitch, both sides
+ * host, device out of range), XMEM_ENOENT (no CUDA driver or device), XMEM_ESYSTEM. */
+int xmem_cuda_copy_2d(uint64_t dst, uint64_t dst_pitch, int dst_device, uint64_t src, uint64_t src_pitch,
+		      int src_device, uint64_t width_bytes, uint64_t height, uint32_t device, void *cuda_stream);
+/* 1 when the work queued on CUDA_STREAM so far is done, 0 when not (never waits),
+ * or a negative error. */
+int xmem_cuda_stream_done(uint32_t device, void *cuda_stream);
+/* Waits on the CPU for CUDA_STREAM (NULL: every stream of this process on DEVICE). */
+int xmem_cuda_synchronize(uint32_t device, void *cuda_stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -291,6 +291,27 @@ private:
 Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint32_t width, uint32_t height,
 				  uint32_t alignment);
 
+// One side of cuda_copy_2d(): host memory (any, pinned or not) or CUDA device memory.
+struct Region2D {
+	uint64_t address = 0; // a host pointer, or a CUdeviceptr when device is set
+	uint64_t pitch = 0; // bytes from the start of one row to the next
+	bool device = false;
+};
+// Copies a WIDTH_BYTES x HEIGHT rectangle between host and CUDA device memory (at
+// least one side on the device), through the CUDA driver xmem loaded: what an
+// element or app uses to fill a device slot or read one without linking CUDA
+// itself. Queued on STREAM, in the stream's own context (DEVICE's primary context
+// without a stream, and then complete on return).
+Result<void> cuda_copy_2d(const Region2D &dst, const Region2D &src, uint64_t width_bytes, uint64_t height,
+			  uint32_t device, CudaStream stream = nullptr);
+// Checks that CUDA device DEVICE can hold a device pool (driver, device, virtual
+// memory management, POSIX-fd sharing) and returns its name; the error names the cause.
+Result<std::string> cuda_check_device(uint32_t device);
+// Whether the work queued on STREAM so far is done (cuStreamQuery): never waits.
+Result<bool> cuda_stream_done(uint32_t device, CudaStream stream);
+// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE).
+Result<void> cuda_synchronize(uint32_t device, CudaStream stream = nullptr);
+
 // Where NAME's socket lives, or an error for a bad name.
 Result<std::string> socket_path(std::string_view name);
 // The directory plain names live in.
