@@ -25,6 +25,7 @@
  */
 #include "gstxmemsink.h"
 
+#include "gstxmemcuda.h"
 #include "gstxmemmemory.h"
 
 #include <xmem/xmem.hpp>
@@ -47,6 +48,12 @@ GST_DEBUG_CATEGORY_STATIC(gst_xmem_sink_debug);
 #define DEFAULT_MAX_CONSUMERS 64
 #define DEFAULT_PERMS 0600
 #define DEFAULT_MEMORY GST_XMEM_MEMORY_AUTO
+#define DEFAULT_CUDA_DEVICE_ID -1
+/* Upstream buffers kept for device copies still in flight before the sink waits. */
+#define MAX_HELD_INPUT 4
+/* Device slots are sized for rows and planes on this alignment; the layout then uses
+ * the pool's own pitch alignment, which is smaller on every known device. */
+#define DEVICE_SIZE_ALIGNMENT 512
 
 enum {
 	PROP_0,
@@ -58,6 +65,7 @@ enum {
 	PROP_MAX_CONSUMERS,
 	PROP_PERMS,
 	PROP_MEMORY,
+	PROP_CUDA_DEVICE_ID,
 	PROP_STATS,
 };
 
@@ -75,17 +83,31 @@ struct SinkState {
 	guint max_consumers = DEFAULT_MAX_CONSUMERS;
 	guint perms = DEFAULT_PERMS;
 	GstXmemMemoryKind memory = DEFAULT_MEMORY;
+	gint cuda_device = DEFAULT_CUDA_DEVICE_ID;
 
 	std::shared_ptr<xmem::BufferPool> pool;
 	std::string caps_string;
 	GstVideoInfo info{};
 	bool is_video = false;
+	/* The negotiated caps carry memory:CUDAMemory. */
+	bool input_cuda = false;
+	/* Where the pool's slots live for these caps, and on which device. */
+	xmem::Storage storage = xmem::Storage::system;
+	guint device = 0;
+	/* The frame layout inside a slot: info itself for system memory, pitched rows
+	 * and planes for device memory. */
+	GstVideoInfo slot_info{};
+	/* GStreamer's CUDA context and the stream device copies run on (streaming
+	 * thread; its context part takes the object lock). */
+	GstXmemCuda *cuda = nullptr;
 	bool waited = false;
 	/* Consumers the previous pool had, when it was recreated for larger frames. */
 	guint rejoin = 0;
 	/* Frames published in place / copied in (streaming thread writes). */
 	std::atomic<guint64> zero_copy{ 0 };
 	std::atomic<guint64> copied{ 0 };
+	/* Frames copied device to device into device slots. */
+	std::atomic<guint64> device_copied{ 0 };
 
 	/* Set by unlock() to cut waits short; streaming thread reads it. */
 	std::atomic<bool> unlocked{ false };
@@ -103,8 +125,11 @@ G_DEFINE_TYPE_WITH_CODE(GstXmemSink, gst_xmem_sink, GST_TYPE_BASE_SINK,
 			GST_DEBUG_CATEGORY_INIT(gst_xmem_sink_debug, "xmemsink", 0, "xmem sink"))
 GST_ELEMENT_REGISTER_DEFINE(xmemsink, "xmemsink", GST_RANK_NONE, GST_TYPE_XMEM_SINK)
 
+/* Raw video in CUDA or system memory; the pad also takes any other caps (see
+ * get_caps), which a template cannot say next to these. */
 static GstStaticPadTemplate sink_template =
-	GST_STATIC_PAD_TEMPLATE("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS_ANY);
+	GST_STATIC_PAD_TEMPLATE("sink", GST_PAD_SINK, GST_PAD_ALWAYS,
+				GST_STATIC_CAPS("video/x-raw(" GST_XMEM_CAPS_FEATURE_CUDA "); video/x-raw"));
 
 GType gst_xmem_policy_get_type(void)
 {
@@ -125,9 +150,10 @@ GType gst_xmem_memory_kind_get_type(void)
 {
 	static GType type = 0;
 	static const GEnumValue values[] = {
-		{ GST_XMEM_MEMORY_AUTO, "System memory for now; CUDA memory when upstream offers it (later)", "auto" },
-		{ GST_XMEM_MEMORY_SYSTEM, "Shared system memory (memfd)", "system" },
-		{ GST_XMEM_MEMORY_CUDA, "CUDA device memory (not implemented yet)", "cuda" },
+		{ GST_XMEM_MEMORY_AUTO,
+		  "CUDA device memory when upstream negotiates memory:CUDAMemory, system memory otherwise", "auto" },
+		{ GST_XMEM_MEMORY_SYSTEM, "Shared system memory (memfd); CUDA input is downloaded once", "system" },
+		{ GST_XMEM_MEMORY_CUDA, "CUDA device memory; system-memory input is uploaded once", "cuda" },
 		{ 0, nullptr, nullptr },
 	};
 	if (g_once_init_enter(&type))
@@ -154,7 +180,8 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 {
 	SinkState *s = self->state;
 	std::unique_lock lock(s->lock);
-	if (s->pool && frame_size <= s->pool->slot_size()) {
+	if (s->pool && frame_size <= s->pool->slot_size() && s->pool->storage() == s->storage &&
+	    s->pool->device() == s->device) {
 		if (s->pool->format() != s->caps_string) {
 			auto r = s->pool->set_format(s->caps_string);
 			if (!r) {
@@ -166,8 +193,9 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 		return s->pool;
 	}
 	if (s->pool) {
-		GST_INFO_OBJECT(self, "frames of %" G_GSIZE_FORMAT " bytes need larger slots: recreating pool '%s'",
-				frame_size, s->pool_name.c_str());
+		GST_INFO_OBJECT(
+			self, "frames of %" G_GSIZE_FORMAT " bytes in %s memory need new slots: recreating pool '%s'",
+			frame_size, s->storage == xmem::Storage::cuda ? "CUDA" : "system", s->pool_name.c_str());
 		/* Consumers of the old pool reattach to the new one: wait for them (a
 		 * little) before publishing into it, or its first frames go to nobody. */
 		s->rejoin = s->pool->stats().consumers;
@@ -184,14 +212,17 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	config.mode = s->perms;
 	config.format = s->caps_string;
 	config.producer = "xmemsink";
+	config.storage = s->storage;
+	config.device = s->device;
 	auto pool = xmem::BufferPool::create(s->pool_name, config);
 	if (!pool) {
 		lock.unlock();
 		post_pool_error(self, pool.error());
 		return nullptr;
 	}
-	GST_INFO_OBJECT(self, "created pool '%s' at %s: %u slots of %" G_GUINT64_FORMAT " bytes", s->pool_name.c_str(),
-			(*pool)->path().c_str(), config.slot_count, config.slot_size);
+	GST_INFO_OBJECT(self, "created pool '%s' at %s: %u slots of %" G_GUINT64_FORMAT " bytes in %s memory",
+			s->pool_name.c_str(), (*pool)->path().c_str(), config.slot_count, config.slot_size,
+			config.storage == xmem::Storage::cuda ? "CUDA" : "system");
 	s->pool = pool.value();
 	return s->pool;
 }
@@ -202,9 +233,14 @@ static gboolean gst_xmem_sink_start(GstBaseSink *sink)
 	SinkState *s = self->state;
 	std::lock_guard lock(s->lock);
 	if (s->memory == GST_XMEM_MEMORY_CUDA) {
-		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("memory=cuda is not supported yet."),
-				  ("xmemsink publishes system memory only; CUDA pools come with the CUDA support"));
-		return FALSE;
+		/* Fail now, naming the cause, rather than at the first caps. */
+		auto name = xmem::cuda_check_device(guint(std::max(s->cuda_device, 0)));
+		if (!name) {
+			GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("memory=cuda: no usable CUDA device."),
+					  ("%s", name.error().message.c_str()));
+			return FALSE;
+		}
+		GST_INFO_OBJECT(self, "memory=cuda on %s", name->c_str());
 	}
 	auto path = xmem::socket_path(s->pool_name);
 	if (!path) {
@@ -231,6 +267,7 @@ static gboolean gst_xmem_sink_stop(GstBaseSink *sink)
 	/* Never waits: frames consumers hold stay mapped in their processes (limbo). */
 	if (pool)
 		pool->close();
+	s->cuda->reset();
 	return TRUE;
 }
 
@@ -239,9 +276,26 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 	auto *self = GST_XMEM_SINK(sink);
 	SinkState *s = self->state;
 	gsize size = 0;
+	bool input_cuda = gst_xmem_caps_is_cuda(caps);
+	GstXmemMemoryKind memory;
+	gint wanted_device;
 	{
 		std::lock_guard lock(s->lock);
-		gchar *str = gst_caps_to_string(caps);
+		memory = s->memory;
+		wanted_device = s->cuda_device;
+	}
+	/* CUDA input is read on its own context, which upstream shares with us. */
+	if (std::string why; input_cuda && !s->cuda->ensure(wanted_device, &why)) {
+		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("Cannot read CUDA memory."), ("%s", why.c_str()));
+		return FALSE;
+	}
+	{
+		std::lock_guard lock(s->lock);
+		/* The pool's format has no memory feature: where frames live is the pool's
+		 * storage, and consumers choose their own memory. */
+		GstCaps *plain = gst_xmem_caps_without_features(caps);
+		gchar *str = gst_caps_to_string(plain);
+		gst_caps_unref(plain);
 		s->caps_string = str;
 		g_free(str);
 		if (s->caps_string.size() >= XMEM_FORMAT_MAX) {
@@ -250,13 +304,72 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 			return FALSE;
 		}
 		s->is_video = gst_video_info_from_caps(&s->info, caps);
-		if (s->is_video)
+		s->input_cuda = input_cuda;
+		bool device_pool = memory == GST_XMEM_MEMORY_CUDA || (memory == GST_XMEM_MEMORY_AUTO && input_cuda);
+		s->storage = device_pool ? xmem::Storage::cuda : xmem::Storage::system;
+		s->device = guint(input_cuda && wanted_device < 0 ? std::max(s->cuda->device(), 0)
+								  : std::max(wanted_device, 0));
+		s->slot_info = s->info;
+		if (device_pool && !s->is_video) {
+			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("CUDA pools take raw video only."),
+					  ("caps %s are not raw video", s->caps_string.c_str()));
+			return FALSE;
+		}
+		if (device_pool) {
+			GstVideoInfo bound;
+			if (!gst_xmem_aligned_info(s->info, DEVICE_SIZE_ALIGNMENT, &bound)) {
+				GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Cannot lay out the frames in device memory."),
+						  ("format %s cannot be aligned to %d bytes",
+						   gst_video_format_to_string(GST_VIDEO_INFO_FORMAT(&s->info)),
+						   DEVICE_SIZE_ALIGNMENT));
+				return FALSE;
+			}
+			size = bound.size;
+		} else if (s->is_video) {
 			size = s->info.size;
-		else if (!s->pool)
+		} else if (!s->pool) {
 			return TRUE; /* size known with the first buffer */
+		}
 	}
 	GST_DEBUG_OBJECT(self, "caps %" GST_PTR_FORMAT, static_cast<gpointer>(caps));
-	return ensure_pool(self, size) != nullptr;
+	auto pool = ensure_pool(self, size);
+	if (!pool)
+		return FALSE;
+	if (pool->storage() == xmem::Storage::cuda) {
+		std::lock_guard lock(s->lock);
+		if (!gst_xmem_aligned_info(s->info, pool->pitch_alignment(), &s->slot_info) ||
+		    s->slot_info.size > pool->slot_size()) {
+			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Cannot lay out the frames in device memory."),
+					  ("pitch alignment %u of CUDA device %u", pool->pitch_alignment(), s->device));
+			return FALSE;
+		}
+	}
+	return TRUE;
+}
+
+/* Caps queries: anything, with the memory the pool will use first, so upstream that
+ * can output either (a decoder) picks it. */
+static GstCaps *gst_xmem_sink_get_caps(GstBaseSink *sink, GstCaps *filter)
+{
+	SinkState *s = GST_XMEM_SINK(sink)->state;
+	if (!filter)
+		return gst_caps_new_any();
+	bool prefer_cuda;
+	{
+		std::lock_guard lock(s->lock);
+		prefer_cuda = gst_xmem_have_gst_cuda() && s->memory != GST_XMEM_MEMORY_SYSTEM;
+	}
+	GstCaps *first = gst_caps_new_empty();
+	GstCaps *rest = gst_caps_new_empty();
+	for (guint i = 0; i < gst_caps_get_size(filter); i++) {
+		GstCapsFeatures *f = gst_caps_get_features(filter, i);
+		bool cuda =
+			f && !gst_caps_features_is_any(f) && gst_caps_features_contains(f, GST_XMEM_CAPS_FEATURE_CUDA);
+		gst_caps_append_structure_full(cuda == prefer_cuda ? first : rest,
+					       gst_structure_copy(gst_caps_get_structure(filter, i)),
+					       f ? gst_caps_features_copy(f) : nullptr);
+	}
+	return gst_caps_merge(first, rest);
 }
 
 static gboolean gst_xmem_sink_propose_allocation(GstBaseSink *sink, GstQuery *query)
@@ -274,7 +387,8 @@ static gboolean gst_xmem_sink_propose_allocation(GstBaseSink *sink, GstQuery *qu
 		std::lock_guard lock(s->lock);
 		core = s->pool;
 	}
-	if (!core || core->slot_size() < info.size)
+	/* Device slots are not CPU memory: upstream allocates, render() copies. */
+	if (!core || core->slot_size() < info.size || core->storage() != xmem::Storage::system)
 		return TRUE;
 
 	GstBufferPool *pool = gst_xmem_buffer_pool_new(core);
@@ -309,10 +423,11 @@ static bool wait_for_consumers(GstXmemSink *self, xmem::BufferPool &pool, guint 
 }
 
 /* A writable slot, waiting while consumers hold every one; empty when unlocked. */
-static xmem::Result<xmem::BufferGuard> acquire_slot(GstXmemSink *self, xmem::BufferPool &pool)
+static xmem::Result<xmem::BufferGuard> acquire_slot(GstXmemSink *self, xmem::BufferPool &pool,
+						    xmem::CudaStream stream = nullptr)
 {
 	for (;;) {
-		auto slot = pool.acquire(std::chrono::milliseconds(50));
+		auto slot = pool.acquire(std::chrono::milliseconds(50), stream);
 		if (slot || slot.code() != xmem::Errc::timed_out || self->state->unlocked.load())
 			return slot;
 	}
@@ -347,7 +462,9 @@ static bool copy_into(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &s
 	return ok;
 }
 
-static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::FrameMeta &m, gsize size, bool own_layout)
+/* LAYOUT: the frame's layout in the slot, or nullptr when upstream wrote the slot in
+ * place (its GstVideoMeta says how). */
+static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::FrameMeta &m, gsize size, const GstVideoInfo *layout)
 {
 	SinkState *s = self->state;
 	GstBaseSink *sink = GST_BASE_SINK(self);
@@ -374,11 +491,13 @@ static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::FrameMeta &m, 
 	m.n_planes = 0;
 	if (!s->is_video)
 		return;
-	const GstVideoMeta *vmeta = own_layout ? nullptr : gst_buffer_get_video_meta(buffer);
-	m.n_planes = vmeta ? vmeta->n_planes : GST_VIDEO_INFO_N_PLANES(&s->info);
+	const GstVideoMeta *vmeta = layout ? nullptr : gst_buffer_get_video_meta(buffer);
+	if (!layout)
+		layout = &s->info;
+	m.n_planes = vmeta ? vmeta->n_planes : GST_VIDEO_INFO_N_PLANES(layout);
 	for (guint p = 0; p < m.n_planes && p < XMEM_MAX_PLANES; p++) {
-		m.plane_offset[p] = vmeta ? vmeta->offset[p] : s->info.offset[p];
-		m.plane_stride[p] = guint32(vmeta ? vmeta->stride[p] : s->info.stride[p]);
+		m.plane_offset[p] = vmeta ? vmeta->offset[p] : layout->offset[p];
+		m.plane_stride[p] = guint32(vmeta ? vmeta->stride[p] : layout->stride[p]);
 	}
 	m.ndim = 3;
 	m.shape[0] = GST_VIDEO_INFO_HEIGHT(&s->info);
@@ -387,6 +506,146 @@ static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::FrameMeta &m, 
 	m.strides[0] = m.plane_stride[0];
 	m.strides[1] = GST_VIDEO_INFO_COMP_PSTRIDE(&s->info, 0);
 	m.strides[2] = 1;
+}
+
+/* The planes of LAYOUT at BASE. */
+static GstXmemPlanes planes_of(const GstVideoInfo &layout, guint64 base, bool device)
+{
+	GstXmemPlanes planes;
+	planes.base = base;
+	planes.device = device;
+	planes.n_planes = GST_VIDEO_INFO_N_PLANES(&layout);
+	for (guint p = 0; p < planes.n_planes; p++) {
+		planes.offset[p] = layout.offset[p];
+		planes.stride[p] = layout.stride[p];
+	}
+	return planes;
+}
+
+/* Maps a buffer of one CUDA memory for its device address: its planes from its
+ * GstVideoMeta, or from the memory's own layout. False for anything else. */
+static bool map_cuda_input(GstBuffer *buffer, GstMemory **mem, GstMapInfo *map, GstXmemPlanes *planes)
+{
+	if (gst_buffer_n_memory(buffer) != 1)
+		return false;
+	GstMemory *m = gst_buffer_peek_memory(buffer, 0);
+	GstVideoInfo layout;
+	if (!GstXmemCuda::memory_layout(m, &layout) || !GstXmemCuda::map_device(m, map, GST_MAP_READ))
+		return false;
+	*planes = planes_of(layout, guint64(uintptr_t(map->data)), true);
+	if (const GstVideoMeta *vmeta = gst_buffer_get_video_meta(buffer)) {
+		planes->n_planes = vmeta->n_planes;
+		for (guint p = 0; p < vmeta->n_planes; p++) {
+			planes->offset[p] = vmeta->offset[p];
+			planes->stride[p] = vmeta->stride[p];
+		}
+	}
+	*mem = m;
+	return true;
+}
+
+static GstFlowReturn slot_error(GstXmemSink *self, const xmem::Error &error)
+{
+	if (self->state->unlocked.load())
+		return GST_FLOW_FLUSHING;
+	post_pool_error(self, error);
+	return GST_FLOW_ERROR;
+}
+
+static GstFlowReturn copy_error(GstXmemSink *self, const char *what, const xmem::Error &error)
+{
+	GST_ELEMENT_ERROR(self, STREAM, FAILED, ("%s", what), ("%s", error.message.c_str()));
+	return GST_FLOW_ERROR;
+}
+
+/* A device pool: CUDA input is copied device to device on the sink's stream, which
+ * publishes the slot once the copy is done (no CPU wait); system input is uploaded. */
+static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer *buffer)
+{
+	SinkState *s = self->state;
+	GstMemory *mem = nullptr;
+	GstMapInfo map;
+	GstXmemPlanes src;
+	bool device_input = map_cuda_input(buffer, &mem, &map, &src);
+	xmem::CudaStream stream = device_input ? s->cuda->stream() : nullptr;
+	auto slot = acquire_slot(self, pool, stream);
+	if (!slot) {
+		if (device_input)
+			gst_memory_unmap(mem, &map);
+		return slot_error(self, slot.error());
+	}
+	GstXmemPlanes dst = planes_of(s->slot_info, slot->device_ptr(), true);
+	xmem::Result<void> copied;
+	if (device_input) {
+		copied = gst_xmem_copy_planes(s->info, dst, src, s->device, stream);
+		gst_memory_unmap(mem, &map);
+	} else {
+		GstVideoFrame in;
+		if (!gst_video_frame_map(&in, &s->info, buffer, GST_MAP_READ))
+			return copy_error(
+				self, "Cannot read the frame.",
+				{ xmem::Errc::invalid_argument, "the buffer does not match the negotiated caps" });
+		GstXmemPlanes host = planes_of(in.info, 0, false);
+		for (guint p = 0; p < host.n_planes; p++)
+			host.offset[p] = gsize(uintptr_t(in.data[p]));
+		copied = gst_xmem_copy_planes(s->info, dst, host, s->device, nullptr);
+		gst_video_frame_unmap(&in);
+	}
+	if (!copied)
+		return copy_error(self, "Cannot copy the frame into device memory.", copied.error());
+	fill_meta(self, buffer, *slot->meta_mut().value(), s->slot_info.size, &s->slot_info);
+	if (auto r = pool.publish(std::move(*slot), stream); !r) {
+		post_pool_error(self, r.error());
+		return GST_FLOW_ERROR;
+	}
+	if (device_input) {
+		/* Upstream may rewrite its buffer once we let go: keep it until our copy ran. */
+		s->cuda->hold_until_done(buffer);
+		s->cuda->release_done(MAX_HELD_INPUT);
+		s->device_copied++;
+	} else {
+		s->copied++;
+	}
+	return GST_FLOW_OK;
+}
+
+/* A system pool and CUDA input: one download straight into the slot. False when the
+ * buffer is not CUDA memory this build can map (the CPU copy path takes it then). */
+static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer *buffer, GstFlowReturn *ret)
+{
+	SinkState *s = self->state;
+	if (!s->is_video || !s->cuda->stream())
+		return false;
+	GstMemory *mem = nullptr;
+	GstMapInfo map;
+	GstXmemPlanes src;
+	if (!map_cuda_input(buffer, &mem, &map, &src))
+		return false;
+	auto slot = acquire_slot(self, pool);
+	if (!slot) {
+		gst_memory_unmap(mem, &map);
+		*ret = slot_error(self, slot.error());
+		return true;
+	}
+	guint device = guint(std::max(s->cuda->device(), 0));
+	GstXmemPlanes dst = planes_of(s->info, guint64(uintptr_t(slot->data_mut().value().data())), false);
+	auto copied = gst_xmem_copy_planes(s->info, dst, src, device, s->cuda->stream());
+	if (copied)
+		copied = xmem::cuda_synchronize(device, s->cuda->stream());
+	gst_memory_unmap(mem, &map);
+	if (!copied) {
+		*ret = copy_error(self, "Cannot copy the frame out of device memory.", copied.error());
+		return true;
+	}
+	fill_meta(self, buffer, *slot->meta_mut().value(), s->info.size, &s->info);
+	if (auto r = pool.publish(std::move(*slot)); !r) {
+		post_pool_error(self, r.error());
+		*ret = GST_FLOW_ERROR;
+		return true;
+	}
+	s->copied++;
+	*ret = GST_FLOW_OK;
+	return true;
 }
 
 static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
@@ -424,6 +683,11 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 		s->rejoin = 0;
 	}
 
+	if (pool->storage() == xmem::Storage::cuda)
+		return render_device(self, *pool, buffer);
+	if (GstFlowReturn ret; render_download(self, *pool, buffer, &ret))
+		return ret;
+
 	/* Zero copy: upstream wrote into a slot from our pool; publish it in place and
 	 * keep a read-only reference for as long as the GstBuffer lives. */
 	GstMemory *mem = gst_buffer_n_memory(buffer) == 1 ? gst_buffer_peek_memory(buffer, 0) : nullptr;
@@ -431,7 +695,7 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 	if (guard && guard->writable() && !guard->is_copy() && pool->owns(*guard) && mem->offset == 0) {
 		auto keep = guard->clone_ref();
 		if (keep) {
-			fill_meta(self, buffer, *guard->meta_mut().value(), mem->size, false);
+			fill_meta(self, buffer, *guard->meta_mut().value(), mem->size, nullptr);
 			auto r = pool->publish(std::move(*guard));
 			*guard = std::move(keep.value());
 			GST_MINI_OBJECT_FLAG_SET(mem, GST_MEMORY_FLAG_READONLY);
@@ -447,19 +711,15 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 
 	/* Buffers from elsewhere are copied in once. */
 	auto slot = acquire_slot(self, *pool);
-	if (!slot) {
-		if (s->unlocked.load())
-			return GST_FLOW_FLUSHING;
-		post_pool_error(self, slot.error());
-		return GST_FLOW_ERROR;
-	}
+	if (!slot)
+		return slot_error(self, slot.error());
 	gsize size = 0;
 	if (!copy_into(self, buffer, *slot, size)) {
 		GST_ELEMENT_ERROR(self, STREAM, FAILED, ("Cannot copy the frame into the pool."),
 				  ("the buffer does not match the negotiated caps"));
 		return GST_FLOW_ERROR;
 	}
-	fill_meta(self, buffer, *slot->meta_mut().value(), size, true);
+	fill_meta(self, buffer, *slot->meta_mut().value(), size, &s->info);
 	auto r = pool->publish(std::move(*slot));
 	if (!r) {
 		post_pool_error(self, r.error());
@@ -500,6 +760,20 @@ static gboolean gst_xmem_sink_unlock_stop(GstBaseSink *sink)
 	return TRUE;
 }
 
+static gboolean gst_xmem_sink_query(GstBaseSink *sink, GstQuery *query)
+{
+	auto *self = GST_XMEM_SINK(sink);
+	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && self->state->cuda->handle_context_query(query))
+		return TRUE;
+	return GST_BASE_SINK_CLASS(parent_class)->query(sink, query);
+}
+
+static void gst_xmem_sink_set_context(GstElement *element, GstContext *context)
+{
+	GST_XMEM_SINK(element)->state->cuda->set_context(context);
+	GST_ELEMENT_CLASS(parent_class)->set_context(element, context);
+}
+
 static GstStructure *make_stats(GstXmemSink *self)
 {
 	std::shared_ptr<xmem::BufferPool> pool;
@@ -514,7 +788,12 @@ static GstStructure *make_stats(GstXmemSink *self)
 				 G_TYPE_UINT64, st.dropped, "consumers", G_TYPE_UINT, st.consumers, "free-slots",
 				 G_TYPE_UINT, st.slots_free, "slots", G_TYPE_UINT, st.slots_total, "reaped",
 				 G_TYPE_UINT64, st.reaped, "zero-copy", G_TYPE_UINT64, self->state->zero_copy.load(),
-				 "copied", G_TYPE_UINT64, self->state->copied.load(), nullptr);
+				 "copied", G_TYPE_UINT64, self->state->copied.load(), "device-copied", G_TYPE_UINT64,
+				 self->state->device_copied.load(), "memory", G_TYPE_STRING,
+				 !pool					  ? "none"
+				 : pool->storage() == xmem::Storage::cuda ? "cuda"
+									  : "system",
+				 nullptr);
 }
 
 static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)
@@ -546,6 +825,9 @@ static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GVa
 		break;
 	case PROP_MEMORY:
 		s->memory = GstXmemMemoryKind(g_value_get_enum(value));
+		break;
+	case PROP_CUDA_DEVICE_ID:
+		s->cuda_device = g_value_get_int(value);
 		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
@@ -587,6 +869,9 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 	case PROP_MEMORY:
 		g_value_set_enum(value, s->memory);
 		break;
+	case PROP_CUDA_DEVICE_ID:
+		g_value_set_int(value, s->cuda_device);
+		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
 		break;
@@ -596,6 +881,7 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 static void gst_xmem_sink_finalize(GObject *object)
 {
 	auto *self = GST_XMEM_SINK(object);
+	delete self->state->cuda;
 	delete self->state;
 	G_OBJECT_CLASS(parent_class)->finalize(object);
 }
@@ -603,6 +889,7 @@ static void gst_xmem_sink_finalize(GObject *object)
 static void gst_xmem_sink_init(GstXmemSink *self)
 {
 	self->state = new SinkState();
+	self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
 	/* The last sample would pin a slot for as long as the sink lives: with few
 	 * slots, upstream could starve, and no frame would ever be writable in place
 	 * for a sole consumer. */
@@ -658,10 +945,17 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 					g_param_spec_enum("memory", "Memory", "Where the pool's slots live",
 							  GST_TYPE_XMEM_MEMORY_KIND, DEFAULT_MEMORY, flags));
 	g_object_class_install_property(
+		gobject, PROP_CUDA_DEVICE_ID,
+		g_param_spec_int("cuda-device-id", "CUDA device id",
+				 "CUDA device of a device pool (-1: the device of upstream's CUDA memory, else 0)", -1,
+				 G_MAXINT, DEFAULT_CUDA_DEVICE_ID, flags));
+	g_object_class_install_property(
 		gobject, PROP_STATS,
 		g_param_spec_boxed("stats", "Statistics",
 				   "Pool statistics: published, dropped, consumers, free-slots, slots, reaped, "
-				   "zero-copy (frames published in place), copied (frames copied in)",
+				   "zero-copy (frames published in place), copied (frames copied in from system "
+				   "memory, or out of CUDA memory into a system pool), device-copied (frames "
+				   "copied device to device into a CUDA pool), memory (the pool's: system, cuda)",
 				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
 	gst_element_class_add_static_pad_template(element, &sink_template);
@@ -676,6 +970,9 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 	basesink->start = GST_DEBUG_FUNCPTR(gst_xmem_sink_start);
 	basesink->stop = GST_DEBUG_FUNCPTR(gst_xmem_sink_stop);
 	basesink->set_caps = GST_DEBUG_FUNCPTR(gst_xmem_sink_set_caps);
+	basesink->get_caps = GST_DEBUG_FUNCPTR(gst_xmem_sink_get_caps);
+	basesink->query = GST_DEBUG_FUNCPTR(gst_xmem_sink_query);
+	element->set_context = GST_DEBUG_FUNCPTR(gst_xmem_sink_set_context);
 	basesink->propose_allocation = GST_DEBUG_FUNCPTR(gst_xmem_sink_propose_allocation);
 	basesink->render = GST_DEBUG_FUNCPTR(gst_xmem_sink_render);
 	basesink->event = GST_DEBUG_FUNCPTR(gst_xmem_sink_event);

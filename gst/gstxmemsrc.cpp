@@ -23,6 +23,7 @@
  */
 #include "gstxmemsrc.h"
 
+#include "gstxmemcuda.h"
 #include "gstxmemmemory.h"
 
 #include <xmem/xmem.hpp>
@@ -74,6 +75,16 @@ struct SrcState {
 	std::string format;
 	GstVideoInfo info{};
 	bool is_video = false;
+	/* Frames of a device pool go downstream as CUDA memory (one device-to-device
+	 * copy into out_pool's buffers) or as system memory (one download). */
+	bool out_cuda = false;
+	/* The pool's storage and device the offer was made for. */
+	xmem::Storage storage = xmem::Storage::system;
+	guint device = 0;
+	GstBufferPool *out_pool = nullptr;
+	GstXmemCuda *cuda = nullptr;
+	guint64 zero_copy = 0;
+	guint64 copied = 0;
 	bool discont = true;
 	guint64 last_seq = 0;
 	guint64 received = 0;
@@ -97,8 +108,11 @@ G_DEFINE_TYPE_WITH_CODE(GstXmemSrc, gst_xmem_src, GST_TYPE_PUSH_SRC,
 			GST_DEBUG_CATEGORY_INIT(gst_xmem_src_debug, "xmemsrc", 0, "xmem source"))
 GST_ELEMENT_REGISTER_DEFINE(xmemsrc, "xmemsrc", GST_RANK_NONE, GST_TYPE_XMEM_SRC)
 
+/* Raw video in CUDA memory (from device pools) or system memory; the pad gives any
+ * other caps a producer publishes too (see get_caps). */
 static GstStaticPadTemplate src_template =
-	GST_STATIC_PAD_TEMPLATE("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS_ANY);
+	GST_STATIC_PAD_TEMPLATE("src", GST_PAD_SRC, GST_PAD_ALWAYS,
+				GST_STATIC_CAPS("video/x-raw(" GST_XMEM_CAPS_FEATURE_CUDA "); video/x-raw"));
 
 /* Sleeps up to MS milliseconds (-1: forever) unless unlocked; false when unlocked. */
 static bool nap(SrcState *s, int ms, int extra_fd = -1)
@@ -191,11 +205,70 @@ static GstFlowReturn attach(GstXmemSrc *self)
 	}
 }
 
+static void drop_out_pool(SrcState *s)
+{
+	if (s->out_pool) {
+		gst_buffer_pool_set_active(s->out_pool, FALSE);
+		gst_object_unref(s->out_pool);
+		s->out_pool = nullptr;
+	}
+}
+
+/* What a frame of CAPS can go downstream as: for raw video from a device pool, CUDA
+ * memory first (when this build can make it), then system memory. */
+static GstCaps *offer_for(GstXmemSrc *self, GstCaps *caps, bool video)
+{
+	SrcState *s = self->state;
+	GstCaps *offer = gst_caps_copy(caps);
+	if (video && s->pool && s->pool->storage() == xmem::Storage::cuda && gst_xmem_have_gst_cuda()) {
+		GstCaps *cuda = gst_caps_copy(caps);
+		gst_caps_set_features(cuda, 0, gst_caps_features_new(GST_XMEM_CAPS_FEATURE_CUDA, nullptr));
+		offer = gst_caps_merge(cuda, offer);
+	}
+	return offer;
+}
+
+/* The first of OFFER downstream takes; CUDA memory needs a CUDA context on the pool's
+ * device, without which system memory is the answer. Transfer full; nullptr if none. */
+static GstCaps *choose_caps(GstXmemSrc *self, GstCaps *offer)
+{
+	SrcState *s = self->state;
+	GstCaps *peer = gst_pad_peer_query_caps(GST_BASE_SRC_PAD(self), offer);
+	GstCaps *chosen = nullptr;
+	for (guint i = 0; peer && !chosen && i < gst_caps_get_size(peer); i++) {
+		/* Downstream's order of preference, in our caps' own words. */
+		GstCaps *theirs = gst_caps_copy_nth(peer, i);
+		GstCaps *ours = gst_caps_intersect_full(offer, theirs, GST_CAPS_INTERSECT_FIRST);
+		gst_caps_unref(theirs);
+		if (gst_caps_is_empty(ours)) {
+			gst_caps_unref(ours);
+			continue;
+		}
+		GstCaps *one = gst_caps_fixate(gst_caps_copy_nth(ours, 0));
+		gst_caps_unref(ours);
+		std::string why;
+		if (!gst_xmem_caps_is_cuda(one) || s->cuda->ensure(gint(s->device), &why)) {
+			chosen = one;
+		} else {
+			GST_WARNING_OBJECT(self, "no CUDA memory output: %s", why.c_str());
+			gst_caps_unref(one);
+		}
+	}
+	if (peer)
+		gst_caps_unref(peer);
+	return chosen;
+}
+
+static bool negotiate_output(GstXmemSrc *self);
+
 /* Sets caps from a format string; false (with an error posted) when unusable. */
 static bool apply_format(GstXmemSrc *self, const std::string &format)
 {
 	SrcState *s = self->state;
-	if (format == s->format && s->caps)
+	/* A restarted producer may keep the format and change the memory. */
+	xmem::Storage storage = s->pool ? s->pool->storage() : xmem::Storage::system;
+	guint device = s->pool ? s->pool->device() : 0;
+	if (format == s->format && s->caps && storage == s->storage && device == s->device)
 		return true;
 	GstCaps *caps = format.empty() ? nullptr : gst_caps_from_string(format.c_str());
 	if (!caps || !gst_caps_is_fixed(caps)) {
@@ -207,17 +280,53 @@ static bool apply_format(GstXmemSrc *self, const std::string &format)
 	}
 	GST_INFO_OBJECT(self, "producer caps %" GST_PTR_FORMAT, static_cast<gpointer>(caps));
 	s->is_video = gst_video_info_from_caps(&s->info, caps);
+	s->storage = storage;
+	s->device = device;
+	GstCaps *offer = offer_for(self, caps, s->is_video);
+	gst_caps_unref(caps);
 	{
 		std::lock_guard lock(s->lock);
-		gst_caps_replace(&s->caps, caps);
+		gst_caps_replace(&s->caps, offer);
 	}
+	gst_caps_unref(offer);
 	s->format = format;
-	bool ok = gst_base_src_set_caps(GST_BASE_SRC(self), caps);
-	gst_caps_unref(caps);
-	if (!ok)
+	return negotiate_output(self);
+}
+
+/* Chooses the output caps from the offer (again after a reconfigure), and the CUDA
+ * buffer pool for CUDA output. Streaming thread. */
+static bool negotiate_output(GstXmemSrc *self)
+{
+	SrcState *s = self->state;
+	GstCaps *offer;
+	{
+		std::lock_guard lock(s->lock);
+		offer = s->caps ? gst_caps_ref(s->caps) : nullptr;
+	}
+	if (!offer)
+		return true;
+	drop_out_pool(s);
+	s->out_cuda = false;
+	GstCaps *chosen = choose_caps(self, offer);
+	gst_caps_unref(offer);
+	if (!chosen || !gst_base_src_set_caps(GST_BASE_SRC(self), chosen)) {
 		GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("Downstream refused the producer's caps."),
-				  ("format \"%s\"", format.c_str()));
-	return ok;
+				  ("format \"%s\"", s->format.c_str()));
+		if (chosen)
+			gst_caps_unref(chosen);
+		return false;
+	}
+	GST_INFO_OBJECT(self, "output caps %" GST_PTR_FORMAT, static_cast<gpointer>(chosen));
+	s->out_cuda = gst_xmem_caps_is_cuda(chosen);
+	if (s->out_cuda)
+		s->out_pool = s->cuda->new_buffer_pool(chosen, guint(s->info.size));
+	gst_caps_unref(chosen);
+	if (s->out_cuda && !s->out_pool) {
+		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("Cannot allocate CUDA memory."),
+				  ("no CUDA buffer pool for format \"%s\"", s->format.c_str()));
+		return false;
+	}
+	return true;
 }
 
 static gboolean gst_xmem_src_start(GstBaseSrc *src)
@@ -242,7 +351,7 @@ static gboolean gst_xmem_src_start(GstBaseSrc *src)
 	}
 	s->flushing = false;
 	s->format.clear();
-	s->received = s->gaps = s->reconnects = 0;
+	s->received = s->gaps = s->reconnects = s->zero_copy = s->copied = 0;
 	gst_base_src_set_format(src, GST_FORMAT_TIME);
 	return TRUE;
 }
@@ -250,6 +359,8 @@ static gboolean gst_xmem_src_start(GstBaseSrc *src)
 static gboolean gst_xmem_src_stop(GstBaseSrc *src)
 {
 	SrcState *s = GST_XMEM_SRC(src)->state;
+	drop_out_pool(s);
+	s->cuda->reset();
 	s->pool.reset();
 	if (s->wake >= 0)
 		::close(s->wake);
@@ -283,11 +394,7 @@ static gboolean gst_xmem_src_unlock_stop(GstBaseSrc *src)
  * nothing to negotiate, and waiting here could not be interrupted cleanly. */
 static gboolean gst_xmem_src_negotiate(GstBaseSrc *src)
 {
-	SrcState *s = GST_XMEM_SRC(src)->state;
-	std::lock_guard lock(s->lock);
-	if (s->caps)
-		return gst_base_src_set_caps(src, s->caps);
-	return TRUE;
+	return negotiate_output(GST_XMEM_SRC(src));
 }
 
 static GstCaps *gst_xmem_src_get_caps(GstBaseSrc *src, GstCaps *filter)
@@ -296,7 +403,9 @@ static GstCaps *gst_xmem_src_get_caps(GstBaseSrc *src, GstCaps *filter)
 	GstCaps *caps;
 	{
 		std::lock_guard lock(s->lock);
-		caps = s->caps ? gst_caps_ref(s->caps) : gst_pad_get_pad_template_caps(GST_BASE_SRC_PAD(src));
+		/* Before the producer's caps are known, anything: a producer may publish
+		 * other data than the raw video the template names. */
+		caps = s->caps ? gst_caps_ref(s->caps) : gst_caps_new_any();
 	}
 	if (filter) {
 		GstCaps *tmp = gst_caps_intersect_full(filter, caps, GST_CAPS_INTERSECT_FIRST);
@@ -306,16 +415,120 @@ static GstCaps *gst_xmem_src_get_caps(GstBaseSrc *src, GstCaps *filter)
 	return caps;
 }
 
-static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame)
+/* The planes of a device frame, from its metadata. */
+static GstXmemPlanes frame_planes(const xmem::BufferGuard &frame)
+{
+	const xmem::FrameMeta &m = frame.meta();
+	GstXmemPlanes planes;
+	planes.base = frame.device_ptr();
+	planes.device = true;
+	planes.n_planes = std::min<guint>(m.n_planes, GST_VIDEO_MAX_PLANES);
+	for (guint p = 0; p < planes.n_planes; p++) {
+		planes.offset[p] = m.plane_offset[p];
+		planes.stride[p] = gint(m.plane_stride[p]);
+	}
+	return planes;
+}
+
+/* A device frame as CUDA memory: one device-to-device copy on our stream, which
+ * first waited (on the GPU) for the producer's writes. GStreamer 1.22's CUDA memory
+ * carries no stream, so the copy is complete before the buffer goes downstream. */
+static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
+{
+	SrcState *s = self->state;
+	GstBuffer *buf = nullptr;
+	if (gst_buffer_pool_acquire_buffer(s->out_pool, &buf, nullptr) != GST_FLOW_OK) {
+		*error = { xmem::Errc::no_memory, "no buffer from the CUDA buffer pool" };
+		return nullptr;
+	}
+	GstMemory *mem = gst_buffer_peek_memory(buf, 0);
+	GstVideoInfo layout;
+	GstMapInfo map;
+	if (!GstXmemCuda::memory_layout(mem, &layout) || !GstXmemCuda::map_device(mem, &map, GST_MAP_WRITE)) {
+		gst_buffer_unref(buf);
+		*error = { xmem::Errc::invalid_argument, "cannot map the CUDA buffer for writing" };
+		return nullptr;
+	}
+	GstXmemPlanes dst;
+	dst.base = guint64(uintptr_t(map.data));
+	dst.device = true;
+	dst.n_planes = GST_VIDEO_INFO_N_PLANES(&layout);
+	for (guint p = 0; p < dst.n_planes; p++) {
+		dst.offset[p] = layout.offset[p];
+		dst.stride[p] = layout.stride[p];
+	}
+	guint device = frame.device();
+	xmem::CudaStream stream = s->cuda->stream();
+	auto r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame), device, stream);
+	/* The slot is the producer's again once our copy has read it (on the GPU). */
+	auto released = frame.release(stream);
+	auto synced = xmem::cuda_synchronize(device, stream);
+	gst_memory_unmap(mem, &map);
+	for (auto *step : { &r, &released, &synced }) {
+		if (!*step) {
+			gst_buffer_unref(buf);
+			*error = step->error();
+			return nullptr;
+		}
+	}
+	return buf;
+}
+
+/* A device frame in system memory: one download, in the caps' default layout. */
+static GstBuffer *copy_to_system_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
+{
+	SrcState *s = self->state;
+	const xmem::FrameMeta &m = frame.meta();
+	gsize size = s->is_video ? s->info.size : m.size;
+	GstBuffer *buf = gst_buffer_new_allocate(nullptr, size, nullptr);
+	GstMapInfo map;
+	gst_buffer_map(buf, &map, GST_MAP_WRITE);
+	guint64 host = guint64(uintptr_t(map.data));
+	xmem::Result<void> r;
+	if (s->is_video) {
+		GstXmemPlanes dst;
+		dst.base = host;
+		dst.n_planes = GST_VIDEO_INFO_N_PLANES(&s->info);
+		for (guint p = 0; p < dst.n_planes; p++) {
+			dst.offset[p] = s->info.offset[p];
+			dst.stride[p] = s->info.stride[p];
+		}
+		r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame), frame.device(), nullptr);
+	} else {
+		r = xmem::cuda_copy_2d({ host, size, false }, { frame.device_ptr(), size, true }, size, 1,
+				       frame.device());
+	}
+	gst_buffer_unmap(buf, &map);
+	if (!r) {
+		gst_buffer_unref(buf);
+		*error = r.error();
+		return nullptr;
+	}
+	return buf;
+}
+
+static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
 {
 	SrcState *s = self->state;
 	xmem::FrameMeta m = frame.meta();
-	/* Writers get the slot in place when nobody else holds the frame by the time
-	 * they map it, a copy otherwise (see gst_xmem_memory_wrap). */
-	GstBuffer *buf = gst_buffer_new();
-	gst_buffer_append_memory(buf, gst_xmem_memory_wrap(std::move(frame), m.size, true));
+	GstBuffer *buf;
+	bool copied = frame.storage() == xmem::Storage::cuda;
+	if (copied) {
+		buf = s->out_cuda ? copy_to_cuda_memory(self, std::move(frame), error)
+				  : copy_to_system_memory(self, std::move(frame), error);
+		if (!buf)
+			return nullptr;
+		s->copied++;
+	} else {
+		/* Writers get the slot in place when nobody else holds the frame by the
+		 * time they map it, a copy otherwise (see gst_xmem_memory_wrap). */
+		buf = gst_buffer_new();
+		gst_buffer_append_memory(buf, gst_xmem_memory_wrap(std::move(frame), m.size, true));
+		s->zero_copy++;
+	}
 
-	if (s->is_video && m.n_planes > 0 && m.n_planes == GST_VIDEO_INFO_N_PLANES(&s->info)) {
+	/* A copy is in its own memory's layout (the caps' default, or the CUDA memory's). */
+	if (!copied && s->is_video && m.n_planes > 0 && m.n_planes == GST_VIDEO_INFO_N_PLANES(&s->info)) {
 		gsize offset[GST_VIDEO_MAX_PLANES] = {};
 		gint stride[GST_VIDEO_MAX_PLANES] = {};
 		for (guint p = 0; p < m.n_planes; p++) {
@@ -390,11 +603,20 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 
 		gint64 deadline = timeout ? g_get_monotonic_time() + gint64(timeout / 1000) : G_MAXINT64;
 		for (;;) {
-			auto frame = s->pool->receive(std::chrono::nanoseconds(0));
+			/* CUDA output: our stream waits (on the GPU) for the producer's writes. */
+			xmem::CudaStream stream = s->out_cuda ? s->cuda->stream() : nullptr;
+			auto frame = s->pool->receive(std::chrono::nanoseconds(0), stream);
 			if (frame) {
 				if (!apply_format(self, frame->format()))
 					return GST_FLOW_NOT_NEGOTIATED;
-				*out = wrap_frame(self, std::move(frame.value()));
+				xmem::Error error;
+				*out = wrap_frame(self, std::move(frame.value()), &error);
+				if (!*out) {
+					GST_ELEMENT_ERROR(
+						self, RESOURCE, READ, ("Cannot copy the frame out of device memory."),
+						("pool '%s': %s", s->pool->name().c_str(), error.message.c_str()));
+					return GST_FLOW_ERROR;
+				}
 				return GST_FLOW_OK;
 			}
 			if (frame.code() == xmem::Errc::end_of_stream) {
@@ -438,15 +660,21 @@ static gboolean gst_xmem_src_query(GstBaseSrc *src, GstQuery *query)
 {
 	auto *self = GST_XMEM_SRC(src);
 	SrcState *s = self->state;
+	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && s->cuda->handle_context_query(query))
+		return TRUE;
 	if (GST_QUERY_TYPE(query) == GST_QUERY_LATENCY) {
 		bool live;
 		GstClockTime frame = 0;
 		{
 			std::lock_guard lock(s->lock);
 			live = s->is_live;
-			GstVideoInfo info;
-			if (s->caps && gst_video_info_from_caps(&info, s->caps) && info.fps_n > 0)
-				frame = gst_util_uint64_scale_int(GST_SECOND, info.fps_d, info.fps_n);
+			/* The offer's memories share one format: the first says the rate. */
+			gint fps_n = 0, fps_d = 1;
+			if (s->caps && !gst_caps_is_empty(s->caps) &&
+			    gst_structure_get_fraction(gst_caps_get_structure(s->caps, 0), "framerate", &fps_n,
+						       &fps_d) &&
+			    fps_n > 0)
+				frame = gst_util_uint64_scale_int(GST_SECOND, fps_d, fps_n);
 		}
 		/* Frames carry the producer's clock time and arrive microseconds later:
 		 * one frame of latency covers that and the handoff jitter. */
@@ -455,6 +683,12 @@ static gboolean gst_xmem_src_query(GstBaseSrc *src, GstQuery *query)
 		return TRUE;
 	}
 	return GST_BASE_SRC_CLASS(parent_class)->query(src, query);
+}
+
+static void gst_xmem_src_set_context(GstElement *element, GstContext *context)
+{
+	GST_XMEM_SRC(element)->state->cuda->set_context(context);
+	GST_ELEMENT_CLASS(parent_class)->set_context(element, context);
 }
 
 static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)
@@ -505,9 +739,12 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 		break;
 	case PROP_STATS:
 		/* Read racily from the streaming thread's counters: a snapshot. */
-		g_value_take_boxed(value, gst_structure_new("application/x-xmem-src-stats", "received", G_TYPE_UINT64,
-							    s->received, "dropped", G_TYPE_UINT64, s->gaps,
-							    "reconnects", G_TYPE_UINT64, s->reconnects, nullptr));
+		g_value_take_boxed(value,
+				   gst_structure_new("application/x-xmem-src-stats", "received", G_TYPE_UINT64,
+						     s->received, "dropped", G_TYPE_UINT64, s->gaps, "reconnects",
+						     G_TYPE_UINT64, s->reconnects, "zero-copy", G_TYPE_UINT64,
+						     s->zero_copy, "copied", G_TYPE_UINT64, s->copied, "memory",
+						     G_TYPE_STRING, s->out_cuda ? "cuda" : "system", nullptr));
 		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
@@ -520,6 +757,7 @@ static void gst_xmem_src_finalize(GObject *object)
 	auto *self = GST_XMEM_SRC(object);
 	if (self->state->caps)
 		gst_caps_unref(self->state->caps);
+	delete self->state->cuda;
 	delete self->state;
 	G_OBJECT_CLASS(parent_class)->finalize(object);
 }
@@ -527,6 +765,7 @@ static void gst_xmem_src_finalize(GObject *object)
 static void gst_xmem_src_init(GstXmemSrc *self)
 {
 	self->state = new SrcState();
+	self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
 	gst_base_src_set_live(GST_BASE_SRC(self), DEFAULT_IS_LIVE);
 	gst_base_src_set_format(GST_BASE_SRC(self), GST_FORMAT_TIME);
 }
@@ -572,7 +811,10 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 							  XMEM_MAX_SLOTS, DEFAULT_QUEUE_SIZE, flags));
 	g_object_class_install_property(
 		gobject, PROP_STATS,
-		g_param_spec_boxed("stats", "Statistics", "This consumer's counters: received, dropped, reconnects",
+		g_param_spec_boxed("stats", "Statistics",
+				   "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
+				   "pushed as the shared slot itself), copied (frames of a device pool copied "
+				   "into CUDA or system memory), memory (what goes downstream: cuda, system)",
 				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
 	gst_element_class_add_static_pad_template(element, &src_template);
@@ -590,5 +832,6 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 	basesrc->negotiate = GST_DEBUG_FUNCPTR(gst_xmem_src_negotiate);
 	basesrc->get_caps = GST_DEBUG_FUNCPTR(gst_xmem_src_get_caps);
 	basesrc->query = GST_DEBUG_FUNCPTR(gst_xmem_src_query);
+	element->set_context = GST_DEBUG_FUNCPTR(gst_xmem_src_set_context);
 	pushsrc->create = GST_DEBUG_FUNCPTR(gst_xmem_src_create);
 }

@@ -13,9 +13,10 @@ build=${BUILD:-build}
 args=(-Dtests=enabled)
 # CI treats warnings as errors; so does anyone who sets CI=true.
 [ "${CI:-}" = "true" ] && args+=(-Dwerror=true)
-# The CUDA pools need only the toolkit's cuda.h (no GPU: their tests run against
-# tests/cudasim). CI has it, so there a missing cuda.h is an error, not a skip.
-[ "${CI:-}" = "true" ] && args+=(-Dcuda=enabled)
+# The CUDA pools need only the toolkit's cuda.h, and the elements' CUDA memory
+# GStreamer's CUDA library (no GPU: their tests run against tests/cudasim). CI has
+# both, so there a missing one is an error, not a skip.
+[ "${CI:-}" = "true" ] && args+=(-Dcuda=enabled -Dgst-cuda=enabled)
 # shellcheck disable=SC2206
 args+=(${MESON_ARGS:-})
 xmem_configure "$build" "${args[@]}"

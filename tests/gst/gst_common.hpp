@@ -397,4 +397,12 @@ inline bool strictly_increasing(const std::vector<Received> &frames)
 	return true;
 }
 
+// Looks a frame up by its offset (the publish sequence number, from 1) in REFERENCE.
+inline Consumer::Expected by_offset(const std::vector<std::vector<uint8_t>> &reference)
+{
+	return [&reference](guint64 offset, const GstVideoInfo &) {
+		return offset >= 1 && offset <= reference.size() ? &reference[offset - 1] : nullptr;
+	};
+}
+
 } // namespace xmem::gsttest

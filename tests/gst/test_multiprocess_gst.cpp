@@ -5,6 +5,7 @@
 #include <sstream>
 
 using namespace std::chrono_literals;
+using xmem::gsttest::by_offset;
 using xmem::gsttest::Consumer;
 using xmem::gsttest::GstTest;
 using xmem::gsttest::Pipeline;
@@ -38,14 +39,6 @@ protected:
 
 	std::string launch_;
 };
-
-// Looks a frame up by its offset (the publish sequence number, from 1).
-Consumer::Expected by_offset(const std::vector<std::vector<uint8_t>> &reference)
-{
-	return [&reference](guint64 offset, const GstVideoInfo &) {
-		return offset >= 1 && offset <= reference.size() ? &reference[offset - 1] : nullptr;
-	};
-}
 
 size_t mismatches(const std::vector<Received> &frames)
 {

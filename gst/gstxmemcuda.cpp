@@ -1,0 +1,336 @@
+/* gstxmemcuda.cpp - plane copies through libxmem, and GStreamer's CUDA context,
+ * stream and memory when its CUDA library (gstreamer-cuda-1.0) was found. */
+#include "gstxmemcuda.h"
+
+#include <algorithm>
+
+#ifdef XMEM_HAVE_GST_CUDA
+#define GST_USE_UNSTABLE_API
+#include <gst/cuda/cuda-gst.h>
+#include <gst/cuda/gstcudabufferpool.h>
+#include <gst/cuda/gstcudacontext.h>
+#include <gst/cuda/gstcudaloader.h>
+#include <gst/cuda/gstcudamemory.h>
+#include <gst/cuda/gstcudautils.h>
+#endif
+
+GST_DEBUG_CATEGORY_STATIC(gst_xmem_cuda_debug);
+#define GST_CAT_DEFAULT gst_xmem_cuda_debug
+
+static void init_debug()
+{
+	static gsize done = 0;
+	if (g_once_init_enter(&done)) {
+		GST_DEBUG_CATEGORY_INIT(gst_xmem_cuda_debug, "xmemcuda", 0, "xmem CUDA memory");
+		g_once_init_leave(&done, 1);
+	}
+}
+
+/* Bytes of plane P's rows that hold pixels: its first component's width times its
+ * pixel stride, or (for formats without one, such as tiled or packed 10-bit) the
+ * default stride. */
+static gsize row_bytes(const GstVideoInfo &info, guint plane)
+{
+	gint comp[GST_VIDEO_MAX_COMPONENTS];
+	gst_video_format_info_component(info.finfo, plane, comp);
+	if (comp[0] >= 0) {
+		gint pstride = GST_VIDEO_INFO_COMP_PSTRIDE(&info, comp[0]);
+		if (pstride > 0)
+			return gsize(GST_VIDEO_INFO_COMP_WIDTH(&info, comp[0])) * gsize(pstride);
+	}
+	return gsize(GST_VIDEO_INFO_PLANE_STRIDE(&info, plane));
+}
+
+static guint plane_rows(const GstVideoInfo &info, guint plane)
+{
+	gint comp[GST_VIDEO_MAX_COMPONENTS];
+	gst_video_format_info_component(info.finfo, plane, comp);
+	return guint(GST_VIDEO_INFO_COMP_HEIGHT(&info, comp[0] >= 0 ? comp[0] : 0));
+}
+
+xmem::Result<void> gst_xmem_copy_planes(const GstVideoInfo &info, const GstXmemPlanes &dst, const GstXmemPlanes &src,
+					guint device, xmem::CudaStream stream)
+{
+	guint n = GST_VIDEO_INFO_N_PLANES(&info);
+	if (dst.n_planes < n || src.n_planes < n)
+		return xmem::Error{ xmem::Errc::invalid_argument,
+				    "frame copy: " + std::to_string(n) + " planes, but the layouts have " +
+					    std::to_string(std::min(dst.n_planes, src.n_planes)) };
+	for (guint p = 0; p < n; p++) {
+		if (dst.stride[p] <= 0 || src.stride[p] <= 0)
+			return xmem::Error{ xmem::Errc::invalid_argument,
+					    "frame copy: plane " + std::to_string(p) + " has no stride" };
+		gsize width = std::min({ row_bytes(info, p), gsize(dst.stride[p]), gsize(src.stride[p]) });
+		xmem::Region2D to{ dst.base + dst.offset[p], guint64(dst.stride[p]), dst.device };
+		xmem::Region2D from{ src.base + src.offset[p], guint64(src.stride[p]), src.device };
+		if (auto r = xmem::cuda_copy_2d(to, from, width, plane_rows(info, p), device, stream); !r)
+			return r;
+	}
+	return {};
+}
+
+bool gst_xmem_aligned_info(const GstVideoInfo &info, guint alignment, GstVideoInfo *out)
+{
+	*out = info;
+	if (alignment <= 1)
+		return true;
+	GstVideoAlignment align;
+	gst_video_alignment_reset(&align);
+	for (guint p = 0; p < GST_VIDEO_MAX_PLANES; p++)
+		align.stride_align[p] = alignment - 1;
+	if (!gst_video_info_align(out, &align))
+		return false;
+	/* Planes start on the alignment too: CUDA textures and NVENC want it. */
+	for (guint p = 0; p < GST_VIDEO_INFO_N_PLANES(out); p++)
+		if (out->offset[p] % alignment)
+			return false;
+	return true;
+}
+
+GstCaps *gst_xmem_caps_without_features(const GstCaps *caps)
+{
+	GstCaps *plain = gst_caps_copy(caps);
+	for (guint i = 0; i < gst_caps_get_size(plain); i++)
+		gst_caps_set_features(plain, i, nullptr);
+	return plain;
+}
+
+bool gst_xmem_caps_is_cuda(const GstCaps *caps)
+{
+	if (!caps || gst_caps_is_any(caps) || gst_caps_get_size(caps) == 0)
+		return false;
+	GstCapsFeatures *features = gst_caps_get_features(caps, 0);
+	return features && gst_caps_features_contains(features, GST_XMEM_CAPS_FEATURE_CUDA);
+}
+
+GstXmemCuda::~GstXmemCuda()
+{
+	reset();
+}
+
+#ifdef XMEM_HAVE_GST_CUDA
+
+bool gst_xmem_have_gst_cuda()
+{
+	return true;
+}
+
+static GstCudaContext *cuda_context(GstObject *object)
+{
+	return object ? GST_CUDA_CONTEXT(object) : nullptr;
+}
+
+bool GstXmemCuda::ensure(gint device, std::string *why)
+{
+	init_debug();
+	if (context_ && stream_ && (device < 0 || this->device() == device))
+		return true;
+	if (context_ && device >= 0 && this->device() != device) {
+		*why = "the shared CUDA context is on device " + std::to_string(this->device()) + ", not " +
+		       std::to_string(device);
+		return false;
+	}
+	/* The member itself: a neighbour's context arrives through set_context() while
+	 * this runs, and the call sees it there. */
+	auto **slot = reinterpret_cast<GstCudaContext **>(&context_);
+	if (!gst_cuda_ensure_element_context(element_, device, slot)) {
+		*why = "GStreamer's CUDA library has no context for CUDA device " + std::to_string(device) +
+		       " (no driver, no GPU, or libcuda.so.1 failed to load)";
+		return false;
+	}
+	GstCudaContext *ctx = cuda_context(context_);
+	if (!gst_cuda_context_push(ctx)) {
+		*why = "cannot make GStreamer's CUDA context current (cuCtxPushCurrent failed)";
+		return false;
+	}
+	CUstream stream = nullptr;
+	CUresult r = CuStreamCreate(&stream, CU_STREAM_DEFAULT);
+	gst_cuda_context_pop(nullptr);
+	if (r != CUDA_SUCCESS) {
+		const char *name = nullptr;
+		CuGetErrorName(r, &name);
+		*why = std::string("cuStreamCreate failed: ") + (name ? name : "unknown error");
+		return false;
+	}
+	stream_ = stream;
+	GST_INFO_OBJECT(element_, "CUDA context on device %d, stream %p", this->device(), stream_);
+	return true;
+}
+
+gint GstXmemCuda::device() const
+{
+	if (!context_)
+		return -1;
+	guint id = 0;
+	g_object_get(context_, "cuda-device-id", &id, nullptr);
+	return gint(id);
+}
+
+void GstXmemCuda::reset()
+{
+	GstCudaContext *ctx = cuda_context(context_);
+	if (ctx && stream_) {
+		if (gst_cuda_context_push(ctx)) {
+			CuStreamSynchronize(CUstream(stream_));
+			CuStreamDestroy(CUstream(stream_));
+			gst_cuda_context_pop(nullptr);
+		}
+	}
+	stream_ = nullptr;
+	for (GstBuffer *b : held_)
+		gst_buffer_unref(b);
+	held_.clear();
+	GST_OBJECT_LOCK(element_);
+	GstObject *old = context_;
+	context_ = nullptr;
+	GST_OBJECT_UNLOCK(element_);
+	if (old)
+		gst_object_unref(old);
+}
+
+void GstXmemCuda::set_context(GstContext *context)
+{
+	init_debug();
+	GST_OBJECT_LOCK(element_);
+	bool have = context_ != nullptr;
+	GST_OBJECT_UNLOCK(element_);
+	if (have)
+		return; /* keep the one our stream lives on */
+	GstCudaContext *ctx = nullptr;
+	if (gst_cuda_handle_set_context(element_, context, -1, &ctx) && ctx) {
+		GST_OBJECT_LOCK(element_);
+		if (!context_)
+			context_ = GST_OBJECT(ctx);
+		else
+			gst_object_unref(ctx);
+		GST_OBJECT_UNLOCK(element_);
+	}
+}
+
+bool GstXmemCuda::handle_context_query(GstQuery *query)
+{
+	GST_OBJECT_LOCK(element_);
+	GstObject *ctx = context_ ? static_cast<GstObject *>(gst_object_ref(context_)) : nullptr;
+	GST_OBJECT_UNLOCK(element_);
+	if (!ctx)
+		return false;
+	bool answered = gst_cuda_handle_context_query(element_, query, cuda_context(ctx));
+	gst_object_unref(ctx);
+	return answered;
+}
+
+bool GstXmemCuda::is_cuda_memory(GstMemory *mem)
+{
+	return mem && gst_is_cuda_memory(mem);
+}
+
+bool GstXmemCuda::map_device(GstMemory *mem, GstMapInfo *info, GstMapFlags flags)
+{
+	return gst_memory_map(mem, info, GstMapFlags(flags | GST_MAP_CUDA));
+}
+
+bool GstXmemCuda::memory_layout(GstMemory *mem, GstVideoInfo *info)
+{
+	if (!is_cuda_memory(mem))
+		return false;
+	*info = GST_CUDA_MEMORY_CAST(mem)->info;
+	return true;
+}
+
+GstBufferPool *GstXmemCuda::new_buffer_pool(GstCaps *caps, guint size)
+{
+	GstCudaContext *ctx = cuda_context(context_);
+	if (!ctx)
+		return nullptr;
+	GstBufferPool *pool = gst_cuda_buffer_pool_new(ctx);
+	GstStructure *config = gst_buffer_pool_get_config(pool);
+	gst_buffer_pool_config_set_params(config, caps, size, 2, 0);
+	gst_buffer_pool_config_add_option(config, GST_BUFFER_POOL_OPTION_VIDEO_META);
+	if (!gst_buffer_pool_set_config(pool, config) || !gst_buffer_pool_set_active(pool, TRUE)) {
+		gst_object_unref(pool);
+		return nullptr;
+	}
+	return pool;
+}
+
+#else /* !XMEM_HAVE_GST_CUDA */
+
+bool gst_xmem_have_gst_cuda()
+{
+	return false;
+}
+
+bool GstXmemCuda::ensure(gint, std::string *why)
+{
+	*why = "this xmem plugin was built without GStreamer's CUDA library (gstreamer-cuda-1.0)";
+	return false;
+}
+
+gint GstXmemCuda::device() const
+{
+	return -1;
+}
+
+void GstXmemCuda::reset()
+{
+	for (GstBuffer *b : held_)
+		gst_buffer_unref(b);
+	held_.clear();
+}
+
+void GstXmemCuda::set_context(GstContext *)
+{
+}
+
+bool GstXmemCuda::handle_context_query(GstQuery *)
+{
+	return false;
+}
+
+bool GstXmemCuda::is_cuda_memory(GstMemory *)
+{
+	return false;
+}
+
+bool GstXmemCuda::map_device(GstMemory *, GstMapInfo *, GstMapFlags)
+{
+	return false;
+}
+
+bool GstXmemCuda::memory_layout(GstMemory *, GstVideoInfo *)
+{
+	return false;
+}
+
+GstBufferPool *GstXmemCuda::new_buffer_pool(GstCaps *, guint)
+{
+	return nullptr;
+}
+
+#endif /* XMEM_HAVE_GST_CUDA */
+
+void GstXmemCuda::hold_until_done(GstBuffer *buffer)
+{
+	held_.push_back(gst_buffer_ref(buffer));
+}
+
+void GstXmemCuda::release_done(gsize limit)
+{
+	if (held_.empty())
+		return;
+	guint dev = guint(std::max(device(), 0));
+	auto done = xmem::cuda_stream_done(dev, stream_);
+	if (done && !*done && held_.size() <= limit)
+		return;
+	if (done && !*done) {
+		/* Upstream's pool is small: wait for our copies rather than starve it. */
+		if (auto r = xmem::cuda_synchronize(dev, stream_); !r)
+			GST_WARNING_OBJECT(element_, "%s", r.error().message.c_str());
+	} else if (!done) {
+		GST_WARNING_OBJECT(element_, "%s", done.error().message.c_str());
+		xmem::cuda_synchronize(dev, stream_);
+	}
+	for (GstBuffer *b : held_)
+		gst_buffer_unref(b);
+	held_.clear();
+}

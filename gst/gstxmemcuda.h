@@ -1,0 +1,94 @@
+/* gstxmemcuda.h - what xmemsink and xmemsrc need of CUDA: video planes copied
+ * between host and device memory (through libxmem's driver, so no GPU library is
+ * linked), and, when GStreamer's CUDA library was found at build time, the shared
+ * GstCudaContext, a stream on it, and access to memory:CUDAMemory buffers. */
+#pragma once
+
+#include <xmem/xmem.hpp>
+
+#include <gst/gst.h>
+#include <gst/video/video.h>
+
+#include <deque>
+#include <string>
+
+#define GST_XMEM_CAPS_FEATURE_CUDA "memory:CUDAMemory"
+
+/* Where one side of a frame copy is: its base address (host pointer or device
+ * address) and its planes' offsets and strides. */
+struct GstXmemPlanes {
+	guint64 base = 0;
+	bool device = false;
+	guint n_planes = 0;
+	gsize offset[GST_VIDEO_MAX_PLANES] = {};
+	gint stride[GST_VIDEO_MAX_PLANES] = {};
+};
+
+/* Copies every plane of a frame of INFO from SRC to DST (at least one side on the
+ * device) through libxmem, one 2D copy a plane, queued on STREAM (complete on return
+ * without one). Returns the error, if any. */
+xmem::Result<void> gst_xmem_copy_planes(const GstVideoInfo &info, const GstXmemPlanes &dst, const GstXmemPlanes &src,
+					guint device, xmem::CudaStream stream);
+
+/* The layout of INFO with every row and plane aligned to ALIGNMENT bytes (a power
+ * of two): what a device slot holds. False when INFO cannot be aligned so. */
+bool gst_xmem_aligned_info(const GstVideoInfo &info, guint alignment, GstVideoInfo *out);
+
+/* CAPS without memory features: the format a pool publishes, whatever memory the
+ * frames came in. Transfer full. */
+GstCaps *gst_xmem_caps_without_features(const GstCaps *caps);
+/* Whether the first structure of CAPS has the memory:CUDAMemory feature. */
+bool gst_xmem_caps_is_cuda(const GstCaps *caps);
+
+/* Whether this build can take and give memory:CUDAMemory buffers. */
+bool gst_xmem_have_gst_cuda();
+
+/* One element's link to GStreamer's CUDA: the context it shares with its
+ * neighbours, a stream on it, and the device. Streaming thread, except
+ * handle_context_query() and set_context(), which take the object lock. */
+class GstXmemCuda
+{
+public:
+	explicit GstXmemCuda(GstElement *element) : element_(element) {}
+	~GstXmemCuda();
+	GstXmemCuda(const GstXmemCuda &) = delete;
+	GstXmemCuda &operator=(const GstXmemCuda &) = delete;
+
+	/* Finds or makes the context for DEVICE (-1: any, a neighbour's first) and a
+	 * stream on it; false, with the cause in WHY, when there is none. */
+	bool ensure(gint device, std::string *why);
+	/* The context's device, -1 without one. */
+	gint device() const;
+	/* The stream's handle, nullptr without one. */
+	xmem::CudaStream stream() const { return stream_; }
+	/* Drops the stream and the context (stop). */
+	void reset();
+
+	/* GstElement::set_context and the CONTEXT query: share ours. */
+	void set_context(GstContext *context);
+	bool handle_context_query(GstQuery *query);
+
+	/* Whether MEM is memory:CUDAMemory that this build can map for its device address. */
+	static bool is_cuda_memory(GstMemory *mem);
+	/* The device address of a CUDA memory mapped with FLAGS (GST_MAP_READ or
+	 * GST_MAP_WRITE); unmap with gst_memory_unmap(). */
+	static bool map_device(GstMemory *mem, GstMapInfo *info, GstMapFlags flags);
+	/* The layout of a CUDA memory's frame (its own strides and offsets). */
+	static bool memory_layout(GstMemory *mem, GstVideoInfo *info);
+	/* A buffer pool of CUDA memory on this context for CAPS (frames of SIZE bytes),
+	 * active; nullptr without a context. Transfer full. */
+	GstBufferPool *new_buffer_pool(GstCaps *caps, guint size);
+
+	/* Keeps BUFFER (a reference is taken) until the work queued on the stream so
+	 * far is done: upstream must not rewrite it under a copy still reading it. */
+	void hold_until_done(GstBuffer *buffer);
+	/* Drops the buffers whose copies are done; past LIMIT held, waits for them. */
+	void release_done(gsize limit);
+
+private:
+	GstElement *element_;
+	/* A GstCudaContext when built with GStreamer's CUDA library. */
+	GstObject *context_ = nullptr;
+	xmem::CudaStream stream_ = nullptr;
+	std::deque<GstBuffer *> held_;
+};

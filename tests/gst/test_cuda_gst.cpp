@@ -1,0 +1,526 @@
+// test_cuda_gst.cpp - xmemsink and xmemsrc with CUDA device pools, run against the
+// CUDA driver simulator (tests/cudasim, through XMEM_CUDA_DRIVER): which memory a
+// pool gets, which copies happen, caps with and without memory:CUDAMemory, the
+// pitched layout in device slots, kills and restarts across processes. It proves
+// the elements' logic; nothing here shows how a real GPU or driver behaves.
+#include "gst_common.hpp"
+
+#include <gst/base/gstbasesrc.h>
+
+#include <fstream>
+#include <sstream>
+
+using namespace std::chrono_literals;
+using xmem::gsttest::by_offset;
+using xmem::gsttest::Consumer;
+using xmem::gsttest::GstTest;
+using xmem::gsttest::Pipeline;
+using xmem::gsttest::stat_u64;
+using xmem::test::eventually;
+using xmem::test::Process;
+
+namespace {
+
+std::string stat_string(GstElement *element, const char *field)
+{
+	GstStructure *s = xmem::gsttest::get_stats(element);
+	const gchar *v = s ? gst_structure_get_string(s, field) : nullptr;
+	std::string out = v ? v : "";
+	if (s)
+		gst_structure_free(s);
+	return out;
+}
+
+// Whether this plugin was built with GStreamer's CUDA library (set by meson).
+bool built_with_gst_cuda()
+{
+	const char *v = std::getenv("XMEM_TEST_GST_CUDA");
+	return v && std::string(v) == "1";
+}
+
+class CudaElements : public GstTest
+{
+protected:
+	void SetUp() override
+	{
+		GstTest::SetUp();
+		launch_ = xmem::gsttest::tool_path("GST_LAUNCH");
+		if (launch_.empty())
+			GTEST_SKIP() << "gst-launch-1.0 not found (GST_LAUNCH unset)";
+		const char *driver = std::getenv("XMEM_CUDA_DRIVER");
+		ASSERT_TRUE(driver && *driver) << "these tests run against the simulator: set XMEM_CUDA_DRIVER";
+	}
+
+	// gst-launch-1.0 running LINE (split on spaces) with ENV ("NAME=value") added to
+	// its environment; output() has its stdout and stderr.
+	Process launch(const std::string &line, std::vector<std::string> env = {}) const
+	{
+		std::vector<std::string> args = { "/bin/sh", "-c", "exec \"$@\" 2>&1", "sh", "/usr/bin/env" };
+		args.insert(args.end(), env.begin(), env.end());
+		args.push_back(launch_);
+		args.push_back("-q");
+		std::istringstream in(line);
+		for (std::string word; in >> word;)
+			args.push_back(word);
+		return Process(args);
+	}
+
+	std::string launch_;
+};
+
+// Frames written back to back to FILE by a consumer, compared with REFERENCE.
+size_t file_mismatches(const std::string &file, const GstVideoInfo &info,
+		       const std::vector<std::vector<uint8_t>> &reference, size_t *frames)
+{
+	std::ifstream in(file, std::ios::binary);
+	std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+	*frames = bytes.size() / info.size;
+	size_t wrong = bytes.size() % info.size ? 1 : 0;
+	for (size_t i = 0; i < *frames && i < reference.size(); i++) {
+		GstBuffer *b = gst_buffer_new_memdup(bytes.data() + i * info.size, info.size);
+		wrong += xmem::gsttest::visible_bytes(b, info) != reference[i];
+		gst_buffer_unref(b);
+	}
+	return wrong;
+}
+
+// The end of a bit-exact run: the producer reaches EOS, and both consumers (HERE in
+// this process, OTHER a gst-launch-1.0 writing FILE) got every frame of REFERENCE.
+void expect_all_frames(const Pipeline &producer, Consumer &here, Process &other, const std::string &file,
+		       const std::vector<std::vector<uint8_t>> &reference)
+{
+	const size_t n = reference.size();
+	EXPECT_EQ(producer.wait_eos(60s), "");
+	ASSERT_TRUE(here.join(60s)) << "no EOS; " << here.count() << " frames";
+	EXPECT_EQ(here.error(), "");
+	auto frames = here.frames();
+	ASSERT_EQ(frames.size(), n);
+	for (const auto &f : frames)
+		EXPECT_TRUE(f.matches) << "frame " << f.offset << " differs from videotestsrc's";
+	EXPECT_EQ(other.wait(60s), 0) << other.output();
+	GstCaps *caps = gst_pad_get_current_caps(GST_BASE_SRC_PAD(here.src()));
+	ASSERT_NE(caps, nullptr);
+	GstVideoInfo info;
+	ASSERT_TRUE(gst_video_info_from_caps(&info, caps));
+	gst_caps_unref(caps);
+	size_t got = 0;
+	EXPECT_EQ(file_mismatches(file, info, reference, &got), 0u) << "the gst-launch consumer's frames differ";
+	EXPECT_EQ(got, n);
+}
+
+bool template_has_cuda(const char *factory_name, GstPadDirection direction)
+{
+	GstElementFactory *factory = gst_element_factory_find(factory_name);
+	if (!factory)
+		return false;
+	bool found = false;
+	for (const GList *l = gst_element_factory_get_static_pad_templates(factory); l; l = l->next) {
+		auto *t = static_cast<GstStaticPadTemplate *>(l->data);
+		if (t->direction != direction)
+			continue;
+		GstCaps *caps = gst_static_caps_get(&t->static_caps);
+		for (guint i = 0; i < gst_caps_get_size(caps); i++) {
+			GstCapsFeatures *f = gst_caps_get_features(caps, i);
+			found |= f && gst_caps_features_contains(f, "memory:CUDAMemory");
+		}
+		gst_caps_unref(caps);
+	}
+	gst_object_unref(factory);
+	return found;
+}
+
+} // namespace
+
+TEST_F(CudaElements, PadTemplatesAdvertiseCudaMemory)
+{
+	EXPECT_TRUE(template_has_cuda("xmemsink", GST_PAD_SINK));
+	EXPECT_TRUE(template_has_cuda("xmemsrc", GST_PAD_SRC));
+}
+
+// A decoder that can output either memory asks downstream with a filter; the sink
+// answers with the memory its pool will use first, and still takes other data.
+TEST_F(CudaElements, SinkCapsQueryPutsThePoolMemoryFirst)
+{
+	const char *filter_string = "video/x-raw,format=NV12,width=64,height=48; "
+				    "video/x-raw(memory:CUDAMemory),format=NV12,width=64,height=48; "
+				    "application/x-xmem-test";
+	for (const char *memory : { "auto", "cuda", "system" }) {
+		SCOPED_TRACE(memory);
+		GstElement *sink = gst_element_factory_make("xmemsink", nullptr);
+		ASSERT_NE(sink, nullptr);
+		gst_util_set_object_arg(G_OBJECT(sink), "memory", memory);
+		GstPad *pad = gst_element_get_static_pad(sink, "sink");
+		GstCaps *filter = gst_caps_from_string(filter_string);
+		GstCaps *caps = gst_pad_query_caps(pad, filter);
+		ASSERT_EQ(gst_caps_get_size(caps), 3u) << gst_caps_to_string(caps);
+		bool cuda_first = gst_caps_features_contains(gst_caps_get_features(caps, 0), "memory:CUDAMemory");
+		bool want_cuda = built_with_gst_cuda() && std::string(memory) != "system";
+		EXPECT_EQ(cuda_first, want_cuda) << gst_caps_to_string(caps);
+		bool other = false;
+		for (guint i = 0; i < gst_caps_get_size(caps); i++)
+			other |= gst_structure_has_name(gst_caps_get_structure(caps, i), "application/x-xmem-test");
+		EXPECT_TRUE(other) << "other data is taken too: " << gst_caps_to_string(caps);
+		// Without a filter: anything.
+		GstCaps *any = gst_pad_query_caps(pad, nullptr);
+		EXPECT_TRUE(gst_caps_is_any(any));
+		gst_caps_unref(any);
+		gst_caps_unref(caps);
+		gst_caps_unref(filter);
+		gst_object_unref(pad);
+		gst_object_unref(sink);
+	}
+}
+
+struct UploadCase {
+	const char *caps;
+	int frames;
+};
+
+void PrintTo(const UploadCase &c, std::ostream *os)
+{
+	*os << c.caps;
+}
+
+class Upload : public CudaElements, public ::testing::WithParamInterface<UploadCase>
+{
+};
+
+// memory=cuda with system-memory input: each frame is uploaded once into a pitched
+// device slot; a gst-launch-1.0 consumer and one in this process download it once,
+// and both get what videotestsrc made, byte for byte.
+TEST_P(Upload, SystemInputThroughDevicePoolBitExact)
+{
+	const std::string caps = GetParam().caps;
+	const int n = GetParam().frames;
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", n);
+	ASSERT_EQ(int(reference.size()), n);
+
+	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
+			  " ! xmemsink name=sink pool-name=up memory=cuda wait-for-consumers=2 policy=block "
+			  "block-timeout=30000000000 buffers=4");
+	ASSERT_TRUE(producer);
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	std::string file = dir_.path() + "/frames.raw";
+	Process other = launch("xmemsrc pool-name=up is-live=false ! video/x-raw ! filesink location=" + file);
+	Consumer here("xmemsrc name=src pool-name=up is-live=false ! video/x-raw ! appsink name=sink sync=false",
+		      by_offset(reference));
+	ASSERT_TRUE(here.start());
+
+	expect_all_frames(producer, here, other, file, reference);
+
+	GstElement *sink = producer.by_name("sink");
+	EXPECT_EQ(stat_string(sink, "memory"), "cuda");
+	EXPECT_EQ(stat_u64(sink, "copied"), guint64(n)) << "one upload a frame";
+	EXPECT_EQ(stat_u64(sink, "zero-copy"), 0u);
+	EXPECT_EQ(stat_u64(sink, "device-copied"), 0u);
+	EXPECT_EQ(stat_string(here.src(), "memory"), "system");
+	EXPECT_EQ(stat_u64(here.src(), "copied"), guint64(n)) << "one download a frame";
+	EXPECT_EQ(stat_u64(here.src(), "zero-copy"), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+	Formats, Upload,
+	::testing::Values(UploadCase{ "video/x-raw,format=NV12,width=100,height=74,framerate=30/1", 24 },
+			  UploadCase{ "video/x-raw,format=I420,width=98,height=70,framerate=30/1", 24 },
+			  UploadCase{ "video/x-raw,format=RGBA,width=64,height=48,framerate=30/1", 24 }));
+
+// The frames in a device pool, as the library sees them: device storage, every row
+// and plane on the pool's pitch alignment, the caps without a memory feature.
+TEST_F(CudaElements, DeviceSlotsArePitched)
+{
+	const std::string caps = "video/x-raw,format=NV12,width=100,height=74,framerate=30/1";
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", 5);
+	Pipeline producer("videotestsrc num-buffers=5 pattern=ball ! " + caps +
+			  " ! xmemsink pool-name=pitch memory=cuda wait-for-consumers=1 policy=block "
+			  "block-timeout=30000000000");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	xmem::OpenOptions options;
+	options.timeout = 20s;
+	auto pool = xmem::BufferPool::open("pitch", options);
+	ASSERT_TRUE(pool) << pool.error().message;
+	EXPECT_EQ((*pool)->storage(), xmem::Storage::cuda);
+	uint32_t align = (*pool)->pitch_alignment();
+	EXPECT_GE(align, 256u);
+	for (int i = 0; i < 5; i++) {
+		auto frame = (*pool)->receive(20s);
+		ASSERT_TRUE(frame) << frame.error().message;
+		GstCaps *format = gst_caps_from_string(frame->format().c_str());
+		GstCaps *wanted = gst_caps_from_string(caps.c_str());
+		ASSERT_NE(format, nullptr) << frame->format();
+		EXPECT_TRUE(gst_caps_is_subset(format, wanted)) << frame->format();
+		EXPECT_FALSE(gst_caps_features_contains(gst_caps_get_features(format, 0), "memory:CUDAMemory"))
+			<< "a pool's format carries no memory feature: " << frame->format();
+		gst_caps_unref(format);
+		gst_caps_unref(wanted);
+		const auto &m = frame->meta();
+		EXPECT_EQ(m.storage_type, uint32_t(XMEM_STORAGE_CUDA));
+		EXPECT_NE(frame->device_ptr(), 0u);
+		EXPECT_TRUE(frame->data().empty()) << "device bytes must not be visible to the CPU";
+		ASSERT_EQ(m.n_planes, 2u);
+		for (uint32_t p = 0; p < m.n_planes; p++) {
+			EXPECT_EQ(m.plane_stride[p] % align, 0u) << "plane " << p;
+			EXPECT_EQ(m.plane_offset[p] % align, 0u) << "plane " << p;
+		}
+		auto host = frame->copy_to_cpu();
+		ASSERT_TRUE(host) << host.error().message;
+		std::vector<uint8_t> visible;
+		for (uint32_t p = 0; p < 2; p++)
+			for (uint32_t y = 0; y < (p ? 37u : 74u); y++) {
+				auto *row = reinterpret_cast<const uint8_t *>(host->data().data()) + m.plane_offset[p] +
+					    size_t(y) * m.plane_stride[p];
+				visible.insert(visible.end(), row, row + 100);
+			}
+		EXPECT_EQ(visible, reference[size_t(m.seq - 1)]) << "frame " << m.seq;
+	}
+	EXPECT_EQ(producer.wait_eos(30s), "");
+}
+
+// A consumer SIGKILLed while it holds device frames gives every slot back.
+TEST_F(CudaElements, KilledConsumerGivesDeviceSlotsBack)
+{
+	Pipeline producer("videotestsrc is-live=true pattern=ball ! "
+			  "video/x-raw,format=RGBA,width=64,height=48,framerate=50/1 ! "
+			  "xmemsink name=sink pool-name=devkill memory=cuda buffers=12");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	GstElement *sink = producer.by_name("sink");
+	Process consumer =
+		launch("xmemsrc pool-name=devkill ! video/x-raw ! queue max-size-buffers=4 "
+		       "max-size-bytes=0 max-size-time=0 ! identity sleep-time=500000 ! fakesink sync=false");
+	ASSERT_TRUE(eventually([&] { return stat_u64(sink, "consumers") == 1; }, 20s)) << "the consumer never attached";
+	ASSERT_TRUE(eventually([&] { return stat_u64(sink, "free-slots") <= 9; }, 20s))
+		<< "the consumer holds fewer frames than expected: free-slots " << stat_u64(sink, "free-slots");
+	consumer.signal(SIGKILL);
+	EXPECT_EQ(consumer.wait(10s), 128 + SIGKILL);
+	guint64 published = stat_u64(sink, "published");
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "consumers") == 0; }, 20s)) << "the dead consumer stays";
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "published") >= published + 25; }, 20s))
+		<< "the producer stopped after the consumer died";
+	EXPECT_EQ(producer.pop(GST_MESSAGE_ERROR, 0ms), nullptr) << "the producer posted an error";
+	gst_element_send_event(producer.get(), gst_event_new_eos());
+	EXPECT_EQ(producer.wait_eos(20s), "");
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "free-slots") == 12; }, 20s))
+		<< "free-slots " << stat_u64(sink, "free-slots") << " of 12 after the consumer's death";
+}
+
+// A device-pool producer is killed; its successor publishes the same name from system
+// memory at another size, then a third from device memory again. The consumer
+// follows: downloads from the device pools, zero copy from the system one.
+TEST_F(CudaElements, ProducerRestartsSwitchingMemory)
+{
+	auto producer_line = [](int w, const char *memory) {
+		return "videotestsrc is-live=true ! video/x-raw,format=RGBA,width=" + std::to_string(w) +
+		       ",height=48,framerate=30/1 ! xmemsink pool-name=switch memory=" + memory;
+	};
+	Consumer consumer("xmemsrc name=src pool-name=switch ! video/x-raw ! appsink name=sink sync=false");
+	ASSERT_TRUE(consumer.start());
+	auto count_width = [&](int w) {
+		size_t n = 0;
+		for (const auto &f : consumer.frames())
+			n += f.width == w;
+		return n;
+	};
+	const std::pair<int, const char *> rounds[] = { { 64, "cuda" }, { 96, "system" }, { 128, "cuda" } };
+	guint64 copied = 0, zero_copy = 0;
+	for (auto [width, memory] : rounds) {
+		SCOPED_TRACE(std::string(memory) + " " + std::to_string(width));
+		Process producer = launch(producer_line(width, memory));
+		EXPECT_TRUE(eventually([&] { return count_width(width) >= 5; }, 30s))
+			<< "no " << width << " wide frames from the " << memory << " producer";
+		producer.signal(SIGKILL);
+		EXPECT_EQ(producer.wait(10s), 128 + SIGKILL);
+		ASSERT_EQ(consumer.error(), "") << "the consumer posted an error";
+		guint64 now_copied = stat_u64(consumer.src(), "copied");
+		guint64 now_zero = stat_u64(consumer.src(), "zero-copy");
+		if (std::string(memory) == "cuda")
+			EXPECT_GE(now_copied, copied + 5) << "device frames are downloaded";
+		else
+			EXPECT_GE(now_zero, zero_copy + 5) << "system frames arrive zero-copy";
+		copied = now_copied;
+		zero_copy = now_zero;
+	}
+	consumer.stop();
+	for (const auto &f : consumer.frames())
+		EXPECT_EQ(f.size, f.caps_size) << "a buffer does not match its caps, offset " << f.offset;
+}
+
+// memory=cuda without a usable driver or device fails to start, naming the cause.
+TEST_F(CudaElements, MemoryCudaWithoutDeviceFailsToStart)
+{
+	struct Case {
+		std::vector<std::string> env;
+		const char *property;
+		const char *cause;
+	};
+	const Case cases[] = {
+		{ { "XMEM_CUDA_DRIVER=/nonexistent/libcuda.so.1" }, "", "/nonexistent/libcuda.so.1" },
+		{ { "XMEM_CUDASIM_FAIL=no_vmm" }, "", "virtual memory management" },
+		{ { "XMEM_CUDASIM_DEVICES=1" }, "cuda-device-id=3", "out of range" },
+	};
+	for (const auto &c : cases) {
+		SCOPED_TRACE(c.env[0]);
+		Process p =
+			launch(std::string("videotestsrc num-buffers=5 ! video/x-raw,format=NV12,width=64,height=48 ! "
+					   "xmemsink pool-name=nogpu memory=cuda ") +
+				       c.property,
+			       c.env);
+		EXPECT_NE(p.wait(30s), 0) << p.output();
+		std::string out = p.output();
+		EXPECT_NE(out.find("memory=cuda: no usable CUDA device"), std::string::npos) << out;
+		EXPECT_NE(out.find(c.cause), std::string::npos) << out;
+	}
+}
+
+// memory=auto with system-memory input keeps a system pool, published in place.
+TEST_F(CudaElements, AutoWithSystemInputMakesSystemPool)
+{
+	Pipeline producer("videotestsrc num-buffers=10 ! video/x-raw,format=NV12,width=64,height=48 ! "
+			  "xmemsink name=sink pool-name=auto memory=auto");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	EXPECT_EQ(producer.wait_eos(30s), "");
+	GstElement *sink = producer.by_name("sink");
+	EXPECT_EQ(stat_string(sink, "memory"), "system");
+	EXPECT_EQ(stat_u64(sink, "zero-copy"), 10u);
+	EXPECT_EQ(stat_u64(sink, "device-copied"), 0u);
+}
+
+// Downstream that takes anything gets CUDA memory only where GStreamer's CUDA library
+// has a context; where it has none (its libcuda.so.1 is not the simulator, and no
+// GPU), system memory.
+TEST_F(CudaElements, SourceFallsBackToSystemMemoryWithoutCudaContext)
+{
+	// nvcodec registers its elements only where GStreamer's CUDA library loads a driver.
+	if (GstElementFactory *f = gst_element_factory_find("cudaupload"); f) {
+		gst_object_unref(f);
+		GTEST_SKIP() << "GStreamer's CUDA library has a driver here: it would make a context";
+	}
+	const std::string caps = "video/x-raw,format=NV12,width=64,height=48,framerate=30/1";
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", 10);
+	Pipeline producer("videotestsrc num-buffers=10 pattern=ball ! " + caps +
+			  " ! xmemsink pool-name=fallback memory=cuda wait-for-consumers=1 policy=block "
+			  "block-timeout=30000000000");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	Consumer consumer("xmemsrc name=src pool-name=fallback is-live=false ! appsink name=sink sync=false",
+			  by_offset(reference));
+	ASSERT_TRUE(consumer.start());
+	ASSERT_TRUE(consumer.join(60s));
+	EXPECT_EQ(consumer.error(), "");
+	auto frames = consumer.frames();
+	EXPECT_EQ(frames.size(), 10u);
+	for (const auto &f : frames)
+		EXPECT_TRUE(f.matches) << "frame " << f.offset;
+	EXPECT_EQ(stat_string(consumer.src(), "memory"), "system");
+}
+
+// GStreamer's own CUDA elements (nvcodec's cudaupload and cudadownload) on the
+// simulator too: LD_LIBRARY_PATH makes GStreamer's CUDA library load it as
+// libcuda.so.1, so memory:CUDAMemory, context sharing and the device-to-device paths
+// run in CI. Skipped where nvcodec is not installed.
+class NvcodecOnSim : public CudaElements
+{
+protected:
+	void SetUp() override
+	{
+		CudaElements::SetUp();
+		if (IsSkipped())
+			return;
+		GstElementFactory *f = gst_element_factory_find("cudaupload");
+		if (!f)
+			GTEST_SKIP() << "nvcodec's cudaupload is not available (gstreamer1.0-plugins-bad, with "
+					"GStreamer's CUDA library loading the simulator through LD_LIBRARY_PATH)";
+		gst_object_unref(f);
+		if (!built_with_gst_cuda())
+			GTEST_SKIP() << "this plugin was built without GStreamer's CUDA library";
+	}
+};
+
+// cudaupload ! xmemsink (memory=auto): a device pool, one device-to-device copy a
+// frame on the sink's stream. Out through xmemsrc as CUDA memory (one device-to-device
+// copy) into cudadownload, here and in a gst-launch-1.0 process: bit-exact.
+TEST_F(NvcodecOnSim, CudaMemoryInAndOutBitExact)
+{
+	const std::string caps = "video/x-raw,format=NV12,width=100,height=74,framerate=30/1";
+	const int n = 20;
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", n);
+	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
+			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=nv "
+			  "wait-for-consumers=2 policy=block block-timeout=30000000000 buffers=4");
+	ASSERT_TRUE(producer);
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	std::string file = dir_.path() + "/frames.raw";
+	Process other = launch("xmemsrc pool-name=nv is-live=false ! video/x-raw(memory:CUDAMemory) ! cudadownload ! "
+			       "video/x-raw ! filesink location=" +
+			       file);
+	Consumer here("xmemsrc name=src pool-name=nv is-live=false ! video/x-raw(memory:CUDAMemory) ! cudadownload ! "
+		      "video/x-raw ! appsink name=sink sync=false",
+		      by_offset(reference));
+	ASSERT_TRUE(here.start());
+	expect_all_frames(producer, here, other, file, reference);
+
+	GstElement *sink = producer.by_name("sink");
+	EXPECT_EQ(stat_string(sink, "memory"), "cuda");
+	EXPECT_EQ(stat_u64(sink, "device-copied"), guint64(n));
+	EXPECT_EQ(stat_u64(sink, "copied"), 0u);
+	EXPECT_EQ(stat_string(here.src(), "memory"), "cuda");
+	EXPECT_EQ(stat_u64(here.src(), "copied"), guint64(n));
+}
+
+// memory=system with CUDA input: one download straight into the shared slot; the
+// consumer then reads the slot itself.
+TEST_F(NvcodecOnSim, CudaInputIntoSystemPool)
+{
+	const std::string caps = "video/x-raw,format=I420,width=98,height=70,framerate=30/1";
+	const int n = 15;
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", n);
+	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
+			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=down "
+			  "memory=system wait-for-consumers=1 policy=block block-timeout=30000000000");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	Consumer here("xmemsrc name=src pool-name=down is-live=false ! appsink name=sink sync=false",
+		      by_offset(reference));
+	ASSERT_TRUE(here.start());
+	EXPECT_EQ(producer.wait_eos(60s), "");
+	ASSERT_TRUE(here.join(60s));
+	auto frames = here.frames();
+	ASSERT_EQ(frames.size(), size_t(n));
+	for (const auto &f : frames)
+		EXPECT_TRUE(f.matches) << "frame " << f.offset;
+	GstElement *sink = producer.by_name("sink");
+	EXPECT_EQ(stat_string(sink, "memory"), "system");
+	EXPECT_EQ(stat_u64(sink, "copied"), guint64(n));
+	EXPECT_EQ(stat_u64(sink, "device-copied"), 0u);
+	EXPECT_EQ(stat_u64(here.src(), "zero-copy"), guint64(n));
+}
+
+// The GstCudaContext an element answers a CUDA context query on PAD with (borrowed).
+GObject *cuda_context_of(GstPad *pad)
+{
+	GstQuery *q = gst_query_new_context("gst.cuda.context");
+	GObject *ctx = nullptr;
+	if (gst_pad_query(pad, q)) {
+		GstContext *context = nullptr;
+		gst_query_parse_context(q, &context);
+		const GstStructure *s = context ? gst_context_get_structure(context) : nullptr;
+		const GValue *v = s ? gst_structure_get_value(s, "gst.cuda.context") : nullptr;
+		ctx = v && G_VALUE_HOLDS_OBJECT(v) ? G_OBJECT(g_value_get_object(v)) : nullptr;
+	}
+	gst_query_unref(q);
+	return ctx;
+}
+
+// xmemsink reads upstream's CUDA memory on upstream's context: one context, shared.
+TEST_F(NvcodecOnSim, SinkSharesUpstreamsContext)
+{
+	Pipeline producer("videotestsrc num-buffers=5 ! video/x-raw,format=NV12,width=64,height=48 ! "
+			  "cudaupload name=up ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=ctx");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	EXPECT_EQ(producer.wait_eos(30s), "");
+	GstPad *sink_pad = gst_element_get_static_pad(producer.by_name("sink"), "sink");
+	GstPad *up_pad = gst_element_get_static_pad(producer.by_name("up"), "src");
+	GObject *ours = cuda_context_of(sink_pad);
+	GObject *theirs = cuda_context_of(up_pad);
+	EXPECT_NE(ours, nullptr) << "xmemsink answers no CUDA context query";
+	EXPECT_NE(theirs, nullptr) << "cudaupload answers no CUDA context query";
+	EXPECT_EQ(ours, theirs) << "xmemsink uses another context than cudaupload";
+	gst_object_unref(sink_pad);
+	gst_object_unref(up_pad);
+}
