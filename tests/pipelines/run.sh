@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/pipelines/run.sh CASE - runs the scripts of pipelines/ exactly as a user does, with
 # num-buffers and fakesink, each in its own process, and checks what every consumer got.
-#   CASE: producer-consumer, display, decode-file, fanout or demo
+#   CASE: producer-consumer, display, decode-file, fanout, demo, cuda or cuda-file
 # The scripts' overrides (XMEM_NUM_BUFFERS, XMEM_SINK, ...) are listed in pipelines/common.sh;
 # meson sets XMEM_BUILD_DIR, XMEM_SKIP_SETUP and GST_PLUGIN_PATH.
 set -euo pipefail
@@ -184,14 +184,69 @@ case_demo() {
 	expect_no_pools
 }
 
+# needs ELEMENT...: the case is skipped (77) unless every ELEMENT is registered.
+needs() {
+	local e
+	for e in "$@"; do
+		if ! gst-inspect-1.0 --exists "$e"; then
+			echo "skipped: $e is not available (nvcodec needs gstreamer1.0-plugins-bad and a CUDA driver)"
+			exit 77
+		fi
+	done
+}
+
+# cuda-producer.sh's test pattern, uploaded into a device pool, and two cuda-consumer.sh
+# taking it as CUDA memory. In CI on the CUDA driver simulator (meson puts it first on
+# LD_LIBRARY_PATH, so nvcodec's upload and download run on it too); on a GPU, for real.
+case_cuda() {
+	needs cudaupload cudadownload
+	start consumer1 "${consumer_env[@]}" "$pipelines/cuda-consumer.sh" gpu
+	start consumer2 "${consumer_env[@]}" "$pipelines/cuda-consumer.sh" gpu
+	start producer env XMEM_NUM_BUFFERS=$producer_frames "$pipelines/cuda-producer.sh" gpu
+	finish consumer1
+	finish consumer2
+	finish producer
+	expect_frames consumer1 $consumer_frames
+	expect_frames consumer2 $consumer_frames
+	grep -q "xmemsrc0.GstPad:src: caps = video/x-raw(memory:CUDAMemory), $nv12_720p" "$work/consumer1.log" ||
+		{ show_log consumer1; fail "consumer1 did not take CUDA memory with the producer's caps"; }
+	grep -q "xmemsink pool-name=gpu$" "$work/producer.log" || fail "cuda-producer.sh did not print its launch line"
+	expect_no_pools
+}
+
+# cuda-producer.sh --file: an H.264 file made here, decoded by nvh264dec into a device
+# pool, taken by cuda-consumer.sh to its end. Needs a GPU with NVDEC.
+case_cuda_file() {
+	needs nvh264dec cudadownload
+	local clip=$work/clip.mp4 enc
+	for enc in nvh264enc x264enc openh264enc; do
+		gst-inspect-1.0 --exists "$enc" && break
+		enc=
+	done
+	[ -n "$enc" ] || { echo "skipped: no H.264 encoder (nvh264enc, x264enc, openh264enc)"; exit 77; }
+	gst-launch-1.0 -q videotestsrc num-buffers=60 ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 \
+		! "$enc" ! h264parse ! mp4mux ! filesink location="$clip" || fail "cannot make the test file with $enc"
+	start consumer env "XMEM_SINK=fakesink silent=false" XMEM_GST_ARGS=-v "$pipelines/cuda-consumer.sh" movie
+	start producer env XMEM_WAIT_FOR_CONSUMERS=1 "$pipelines/cuda-producer.sh" --file "$clip" movie
+	finish producer
+	finish consumer 30
+	local got
+	got=$(frames consumer)
+	[ "$got" -eq 60 ] || { show_log consumer; fail "the consumer got $got of 60 decoded frames"; }
+	echo "ok: 60 frames decoded by nvh264dec reached the consumer through a device pool"
+	expect_no_pools
+}
+
 case ${1:-} in
 producer-consumer) case_producer_consumer ;;
 display) case_display ;;
 decode-file) case_decode_file ;;
 fanout) case_fanout ;;
 demo) case_demo ;;
+cuda) case_cuda ;;
+cuda-file) case_cuda_file ;;
 *)
-	echo "usage: $0 producer-consumer|display|decode-file|fanout|demo" >&2
+	echo "usage: $0 producer-consumer|display|decode-file|fanout|demo|cuda|cuda-file" >&2
 	exit 2
 	;;
 esac
