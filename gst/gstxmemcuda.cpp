@@ -130,6 +130,13 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 		       std::to_string(device);
 		return false;
 	}
+	/* nvcodec loads GStreamer's CUDA library in its plugin_init; in a pipeline with
+	 * no nvcodec element nobody has, and its calls would abort. */
+	if (!gst_cuda_load_library()) {
+		*why = "GStreamer's CUDA library cannot load the CUDA driver (libcuda.so.1)";
+		return false;
+	}
+	gst_cuda_memory_init_once(); /* the CUDA allocator, for our buffer pool */
 	/* The member itself: a neighbour's context arrives through set_context() while
 	 * this runs, and the call sees it there. */
 	auto **slot = reinterpret_cast<GstCudaContext **>(&context_);

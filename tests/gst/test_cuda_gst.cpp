@@ -619,3 +619,15 @@ TEST_F(Nvcodec, DecoderIntoDevicePool)
 	EXPECT_EQ(stat_string(sink, "memory"), "cuda");
 	EXPECT_EQ(stat_u64(sink, "device-copied"), 60u);
 }
+
+// In a process where no nvcodec element loaded GStreamer's CUDA library, xmemsrc loads
+// it itself and makes its own context: CUDA memory out, nothing else CUDA around.
+TEST_F(Nvcodec, SourceAloneMakesItsOwnContext)
+{
+	Pipeline producer("videotestsrc is-live=true ! video/x-raw,format=NV12,width=64,height=48,framerate=30/1 ! "
+			  "xmemsink pool-name=alone memory=cuda");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	Process consumer = launch("xmemsrc pool-name=alone num-buffers=5 ! video/x-raw(memory:CUDAMemory) ! "
+				  "fakesink");
+	EXPECT_EQ(consumer.wait(30s), 0) << consumer.output();
+}
