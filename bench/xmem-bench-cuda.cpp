@@ -4,6 +4,12 @@
 // operations and with the CPU-synchronizing fallback (XMEM_CUDA_SYNC=cpu).
 //
 //   xmem-bench-cuda [--width W --height H] [--frames N] [--fps F] [--cpu-sync]
+//   xmem-bench-cuda --copy-bandwidth [--width W --height H] [--frames N]
+//
+// --copy-bandwidth times what xmemsink does with each CUDA frame (one pitched 2D copy
+// per NV12 plane, device to device, through xmem::cuda_copy_2d, from GStreamer's
+// 512-byte pitch to the pool's) against the device's plain linear copy of the same
+// bytes (cuMemcpyDtoDAsync), in GB/s, one process.
 //
 // Spawns itself as the consumer (another process, as in use) and prints one JSON
 // object. Against tests/cudasim (XMEM_CUDA_DRIVER) it runs too, but its timings are
@@ -33,6 +39,7 @@ namespace {
 struct Options {
 	uint32_t width = 1920, height = 1080, frames = 2000, fps = 0, slots = 8;
 	bool cpu_sync = false;
+	bool copy_bandwidth = false;
 	std::string pool = "xmem-bench-cuda";
 };
 
@@ -187,6 +194,64 @@ int produce(const Options &o, const char *self)
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start)
+{
+	return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int copy_bandwidth(const Options &o)
+{
+	Gpu g;
+	if (auto e = init(g); !e.empty())
+		return fail(e);
+	xmem::cuda::ContextScope scope(*g.ctx);
+	auto pitch = [](uint64_t w, uint64_t a) {
+		return (w + a - 1) / a * a;
+	};
+	const uint64_t w = o.width, h = o.height, rows = h + (h + 1) / 2;
+	const uint64_t src_pitch = pitch(w, 512), dst_pitch = pitch(w, 256);
+	CUdeviceptr src = 0, dst = 0;
+	if (g.d->cuMemAlloc(&src, src_pitch * rows) != CUDA_SUCCESS ||
+	    g.d->cuMemAlloc(&dst, dst_pitch * rows) != CUDA_SUCCESS)
+		return fail("cuMemAlloc failed");
+	g.d->cuMemsetD32Async(src, 0x80108010u, src_pitch * rows / 4, g.stream);
+	auto planes = [&]() -> bool {
+		// Y, then UV (half the rows), as xmemsink copies an NV12 frame.
+		for (int p = 0; p < 2; p++) {
+			uint64_t so = p ? src_pitch * h : 0, dof = p ? dst_pitch * h : 0;
+			if (!xmem::cuda_copy_2d({ dst + dof, dst_pitch, true }, { src + so, src_pitch, true }, w,
+						p ? (h + 1) / 2 : h, 0, g.stream))
+				return false;
+		}
+		return true;
+	};
+	const uint64_t bytes = w * rows; // the visible bytes either way
+	for (int i = 0; i < 20; i++) // warm-up
+		if (!planes())
+			return fail("cuda_copy_2d failed");
+	g.d->cuStreamSynchronize(g.stream);
+	auto start = std::chrono::steady_clock::now();
+	for (uint32_t i = 0; i < o.frames; i++)
+		planes();
+	g.d->cuStreamSynchronize(g.stream);
+	double plane_s = seconds_since(start);
+	start = std::chrono::steady_clock::now();
+	for (uint32_t i = 0; i < o.frames; i++)
+		g.d->cuMemcpyDtoDAsync(dst, src, bytes, g.stream);
+	g.d->cuStreamSynchronize(g.stream);
+	double plain_s = seconds_since(start);
+	g.d->cuMemFree(src);
+	g.d->cuMemFree(dst);
+	double plane_gbps = double(bytes) * o.frames / plane_s / 1e9;
+	double plain_gbps = double(bytes) * o.frames / plain_s / 1e9;
+	std::printf("{\"mode\": \"copy-bandwidth\", \"driver\": \"%s\", \"width\": %u, \"height\": %u, "
+		    "\"frames\": %u, \"frame_bytes\": %llu, \"plane_copy_gbps\": %.2f, \"plain_copy_gbps\": %.2f, "
+		    "\"plane_us_per_frame\": %.2f, \"ratio\": %.3f}\n",
+		    g.d->library.c_str(), o.width, o.height, o.frames, (unsigned long long)bytes, plane_gbps,
+		    plain_gbps, plane_s * 1e6 / o.frames, plane_gbps / plain_gbps);
+	return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -214,11 +279,15 @@ int main(int argc, char **argv)
 			o.slots = uint32_t(std::stoul(next()));
 		else if (a == "--cpu-sync")
 			o.cpu_sync = true;
+		else if (a == "--copy-bandwidth")
+			o.copy_bandwidth = true;
 		else {
 			std::fprintf(stderr, "usage: xmem-bench-cuda [--width W --height H] [--frames N] [--fps F] "
-					     "[--slots K] [--cpu-sync]\n");
+					     "[--slots K] [--cpu-sync] | --copy-bandwidth\n");
 			return 2;
 		}
 	}
+	if (o.copy_bandwidth)
+		return copy_bandwidth(o);
 	return consumer ? consume(o) : produce(o, argv[0]);
 }
