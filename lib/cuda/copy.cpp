@@ -3,6 +3,9 @@
 #include "../device_sync.hpp"
 #include "driver.hpp"
 
+#include <map>
+#include <mutex>
+
 namespace xmem {
 
 using cuda::ContextScope;
@@ -10,10 +13,30 @@ using cuda::cuda_error;
 using cuda::Driver;
 using cuda::PrimaryContext;
 
+namespace {
+
+// DEVICE's primary context, retained once for the process: copies and queries run per
+// frame, and checking the device and retaining its context each time costs driver calls.
+Result<std::shared_ptr<PrimaryContext>> primary(uint32_t device, const std::string &where)
+{
+	static std::mutex lock;
+	// Never destroyed: releasing at exit would race the driver's own teardown.
+	static auto *contexts = new std::map<uint32_t, std::shared_ptr<PrimaryContext>>;
+	std::lock_guard guard(lock);
+	if (auto it = contexts->find(device); it != contexts->end())
+		return it->second;
+	auto ctx = PrimaryContext::retain(device, where);
+	if (ctx)
+		contexts->emplace(device, ctx.value());
+	return ctx;
+}
+
+} // namespace
+
 Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address)
 {
 	std::string where = "device copy on CUDA device " + std::to_string(device);
-	auto ctx = PrimaryContext::retain(device, where);
+	auto ctx = primary(device, where);
 	if (!ctx)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
@@ -35,7 +58,7 @@ Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_
 			 void *stream_arg)
 {
 	std::string where = "copy on CUDA device " + std::to_string(device);
-	auto ctx = PrimaryContext::retain(device, where);
+	auto ctx = primary(device, where);
 	if (!ctx)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
@@ -65,7 +88,7 @@ Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_
 Result<void> device_synchronize(uint32_t device, void *stream)
 {
 	std::string where = "CUDA device " + std::to_string(device);
-	auto ctx = PrimaryContext::retain(device, where);
+	auto ctx = primary(device, where);
 	if (!ctx)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
@@ -90,7 +113,7 @@ Result<void> cuda_copy_2d(const Region2D &dst, const Region2D &src, uint64_t wid
 		return make_error(Errc::invalid_argument, where + ": both sides are host memory");
 	if (width_bytes == 0 || height == 0)
 		return {};
-	auto ctx = PrimaryContext::retain(device, where);
+	auto ctx = primary(device, where);
 	if (!ctx)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
@@ -131,7 +154,7 @@ Result<std::string> cuda_check_device(uint32_t device)
 Result<bool> cuda_stream_done(uint32_t device, CudaStream stream)
 {
 	std::string where = "stream query on CUDA device " + std::to_string(device);
-	auto ctx = PrimaryContext::retain(device, where);
+	auto ctx = primary(device, where);
 	if (!ctx)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
