@@ -14,6 +14,12 @@ extern "C" CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, 
 // The same callers load cuStreamDestroy by its unversioned name, which cuda.h renames
 // wherever it appears: the symbol is defined under another C++ name.
 extern "C" CUresult CUDAAPI cuStreamDestroy_v1(CUstream hStream) __asm__("cuStreamDestroy");
+// FFmpeg's loader (ffnvcodec) loads these three by their unversioned names too: the v1 ABI,
+// which the real driver still exports beside the _v2 that cuda.h names.
+extern "C" CUresult CUDAAPI cuDevicePrimaryCtxRelease_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxRelease");
+extern "C" CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev,
+							  unsigned int flags) __asm__("cuDevicePrimaryCtxSetFlags");
+extern "C" CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxReset");
 #pragma GCC visibility pop
 
 #include <atomic>
@@ -96,6 +102,7 @@ struct Context {
 
 	// Guarded by State::lock. A created context holds one reference until cuCtxDestroy.
 	unsigned refs = 0;
+	unsigned flags = 0; // cuCtxCreate's, or cuDevicePrimaryCtxSetFlags'
 	std::shared_ptr<Stream> default_stream;
 	std::vector<std::weak_ptr<Stream>> streams;
 
@@ -109,6 +116,8 @@ struct Context {
 struct Op {
 	const char *name = nullptr;
 	std::function<void(Stream &)> run;
+	// A host callback runs after an illegal access too, and is told of the error.
+	bool runs_after_fault = false;
 };
 
 struct Stream {
@@ -270,6 +279,10 @@ enum class Space {
 // State::lock. False with fault set when any byte does not resolve.
 bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Access access, Segments &out,
 	     Fault &fault);
+
+// Whether any byte of [addr, addr + size) is in the simulator's device address space:
+// reserved, a host registration's alias, or retired. Caller holds State::lock.
+bool in_device_space(const State &s, uintptr_t addr, size_t size);
 
 // Releases the plain allocations, host allocations and host registrations a destroyed
 // context owned.

@@ -123,6 +123,10 @@ bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevic
 	case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
 		*value = 2147483647;
 		return true;
+	case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+		// No unified memory: cuMemAllocManaged fails.
+		*value = 0;
+		return true;
 	default:
 		return false;
 	}
@@ -141,6 +145,14 @@ void destroy_context(State &s, Context &ctx, std::vector<std::shared_ptr<Backing
 	verbose("%s destroyed", describe(ctx).c_str());
 }
 
+// Context flags as cuCtxCreate and cuDevicePrimaryCtxSetFlags take them: known bits, and
+// at most one scheduling mode.
+bool valid_context_flags(unsigned flags)
+{
+	unsigned sched = flags & CU_CTX_SCHED_MASK;
+	return !(flags & ~unsigned(CU_CTX_FLAGS_MASK)) && sched != 3 && sched <= CU_CTX_SCHED_BLOCKING_SYNC;
+}
+
 // cuCtxCreate, in any of its ABI versions: a new context on dev, pushed onto the calling
 // thread's stack.
 CUresult create_context(const char *call, CUcontext *pctx, unsigned flags, CUdevice dev)
@@ -148,8 +160,7 @@ CUresult create_context(const char *call, CUcontext *pctx, unsigned flags, CUdev
 	State *s = nullptr;
 	if (CUresult r = initialized(call, &s))
 		return r;
-	unsigned sched = flags & CU_CTX_SCHED_MASK;
-	if (!pctx || (flags & ~unsigned(CU_CTX_FLAGS_MASK)) || sched == 3 || sched > CU_CTX_SCHED_BLOCKING_SYNC)
+	if (!pctx || !valid_context_flags(flags))
 		return fail(CUDA_ERROR_INVALID_VALUE, call, "null pctx or flags 0x%x", flags);
 	if (CUresult r = valid_device(call, *s, dev))
 		return r;
@@ -163,6 +174,7 @@ CUresult create_context(const char *call, CUcontext *pctx, unsigned flags, CUdev
 	ctx->device = dev;
 	ctx->primary = false;
 	ctx->refs = 1;
+	ctx->flags = flags;
 	Context *created = ctx.get();
 	{
 		std::lock_guard<std::mutex> guard(s->lock);
@@ -171,6 +183,26 @@ CUresult create_context(const char *call, CUcontext *pctx, unsigned flags, CUdev
 	context_stack[context_depth++] = created;
 	*pctx = reinterpret_cast<CUcontext>(created);
 	verbose("%s made and pushed", describe(*created).c_str());
+	return CUDA_SUCCESS;
+}
+
+// cuDevicePrimaryCtxSetFlags: the _v2 sets them at any time; the unversioned v1 refuses
+// while the context is active, as the real driver's v1 does.
+CUresult set_primary_flags(const char *call, CUdevice dev, unsigned flags, bool refuse_active)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized(call, &s))
+		return r;
+	if (CUresult r = valid_device(call, *s, dev))
+		return r;
+	if (!valid_context_flags(flags))
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", flags);
+	Context *ctx = s->contexts[size_t(dev)].get();
+	std::lock_guard<std::mutex> guard(s->lock);
+	if (refuse_active && ctx->refs)
+		return fail(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, call,
+			    "%s is retained: only the _v2 changes an active context's flags", describe(*ctx).c_str());
+	ctx->flags = flags;
 	return CUDA_SUCCESS;
 }
 
@@ -364,6 +396,21 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceComputeCapability", &s))
+		return r;
+	if (!major || !minor)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDeviceComputeCapability", *s, dev))
+		return r;
+	// The same answer as the COMPUTE_CAPABILITY_MAJOR and _MINOR attributes.
+	attribute_value(s->config, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev, major);
+	attribute_value(s->config, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev, minor);
+	return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	return guarded([&] {
@@ -405,6 +452,60 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 			destroy_context(*s, *ctx, dead);
 		return CUDA_SUCCESS;
 	});
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v1(CUdevice dev)
+{
+	return cuDevicePrimaryCtxRelease(dev);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+	return guarded([&] { return set_primary_flags("cuDevicePrimaryCtxSetFlags", dev, flags, false); });
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev, unsigned int flags)
+{
+	return guarded([&] { return set_primary_flags("cuDevicePrimaryCtxSetFlags (v1)", dev, flags, true); });
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDevicePrimaryCtxGetState", &s))
+		return r;
+	if (!flags || !active)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDevicePrimaryCtxGetState", *s, dev))
+		return r;
+	const Context *ctx = s->contexts[size_t(dev)].get();
+	std::lock_guard<std::mutex> guard(s->lock);
+	*flags = ctx->flags;
+	*active = ctx->refs > 0;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	return guarded([&] {
+		State *s = nullptr;
+		if (CUresult r = initialized("cuDevicePrimaryCtxReset", &s))
+			return r;
+		if (CUresult r = valid_device("cuDevicePrimaryCtxReset", *s, dev))
+			return r;
+		// Destroys what the context owns, as its last release does. Retains stay: as
+		// documented, the holders still release theirs.
+		Context *ctx = s->contexts[size_t(dev)].get();
+		std::vector<std::shared_ptr<Backing>> dead; // freed after unlocking
+		std::lock_guard<std::mutex> guard(s->lock);
+		destroy_context(*s, *ctx, dead);
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev)
+{
+	return cuDevicePrimaryCtxReset(dev);
 }
 
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -528,6 +629,32 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 		return CUDA_ERROR_INVALID_VALUE;
 	*device = ctx->device;
 	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	const char *call = "cuCtxSetLimit";
+	Context *ctx = nullptr;
+	if (CUresult r = current_context(call, &ctx))
+		return r;
+	switch (limit) {
+	case CU_LIMIT_STACK_SIZE:
+	case CU_LIMIT_PRINTF_FIFO_SIZE:
+	case CU_LIMIT_MALLOC_HEAP_SIZE:
+	case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+	case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
+	case CU_LIMIT_PERSISTING_L2_CACHE_SIZE:
+	case CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED:
+		// Limits of kernels, which never run here: accepted and otherwise ignored.
+		verbose("%s: limit %d set to %zu on %s", call, int(limit), value, describe(*ctx).c_str());
+		return CUDA_SUCCESS;
+	case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
+		return fail(CUDA_ERROR_UNSUPPORTED_LIMIT, call,
+			    "CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH applies below compute capability 9.0 only");
+	default:
+		// CU_LIMIT_SHMEM_SIZE and CU_LIMIT_CIG_ENABLED can only be queried.
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "limit %d cannot be set", int(limit));
+	}
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void)

@@ -63,12 +63,6 @@ bool overlaps(const Table &table, uintptr_t addr, size_t size)
 	return it->first + it->second.size > addr;
 }
 
-bool in_device_space(const State &s, uintptr_t addr, size_t size)
-{
-	return overlaps(s.reservations, addr, size) || overlaps(s.host_aliases, addr, size) ||
-	       overlaps(s.retired, addr, size);
-}
-
 // Charges size bytes to the device, or false when it would exceed its memory.
 bool charge(State &s, int device, uint64_t size)
 {
@@ -215,6 +209,12 @@ bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access ac
 }
 
 } // namespace
+
+bool in_device_space(const State &s, uintptr_t addr, size_t size)
+{
+	return overlaps(s.reservations, addr, size) || overlaps(s.host_aliases, addr, size) ||
+	       overlaps(s.retired, addr, size);
+}
 
 bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Access access, Segments &out, Fault &fault)
 {

@@ -46,9 +46,10 @@ void worker_main(std::shared_ptr<Stream> stream, uint64_t delay_us, uint64_t see
 
 		if (delay_us)
 			std::this_thread::sleep_for(std::chrono::microseconds(delay(random)));
-		// A context with a sticky error executes nothing more, as a faulted device.
+		// A context with a sticky error executes nothing more, as a faulted device, but
+		// host callbacks still run to hear of the error.
 		if (!stream->abandoned.load(std::memory_order_acquire) &&
-		    !stream->ctx->sticky.load(std::memory_order_acquire))
+		    (op.runs_after_fault || !stream->ctx->sticky.load(std::memory_order_acquire)))
 			op.run(*stream);
 		op = Op(); // drop what the operation holds before it counts as complete
 
@@ -104,12 +105,12 @@ CUresult find_stream(const char *call, Context *ctx, CUstream handle, std::share
 }
 
 // Queues an operation; returns its ticket, the completed count once it has executed.
-uint64_t enqueue(Stream &stream, const char *name, std::function<void(Stream &)> run)
+uint64_t enqueue(Stream &stream, const char *name, std::function<void(Stream &)> run, bool runs_after_fault = false)
 {
 	uint64_t ticket;
 	{
 		std::lock_guard<std::mutex> guard(stream.lock);
-		stream.queue.push_back(Op{ name, std::move(run) });
+		stream.queue.push_back(Op{ name, std::move(run), runs_after_fault });
 		ticket = ++stream.enqueued;
 	}
 	stream.cv.notify_all();
@@ -360,9 +361,11 @@ CUresult memop_call(const char *call, CUstream handle, CUdeviceptr addr, std::sh
 	return CUDA_SUCCESS;
 }
 
-CUresult linear_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes, CUstream handle)
+// A copy of bytes bytes enqueued on the stream; ticket is 0 when there is nothing to copy.
+CUresult linear_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes, CUstream handle,
+		     std::shared_ptr<Stream> &stream, uint64_t &ticket)
 {
-	std::shared_ptr<Stream> stream;
+	ticket = 0;
 	if (CUresult r = enqueue_call(call, handle, stream))
 		return r;
 	if (bytes == 0)
@@ -370,8 +373,50 @@ CUresult linear_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes,
 	if (!dst.addr || !src.addr)
 		return fail(CUDA_ERROR_INVALID_VALUE, call, "null address");
 	dst.pitch = src.pitch = bytes;
-	enqueue(*stream, call, [=](Stream &st) { run_copy(st, call, dst, src, bytes, 1); });
+	ticket = enqueue(*stream, call, [=](Stream &st) { run_copy(st, call, dst, src, bytes, 1); });
 	return CUDA_SUCCESS;
+}
+
+CUresult async_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes, CUstream handle)
+{
+	std::shared_ptr<Stream> stream;
+	uint64_t ticket;
+	return linear_copy(call, dst, src, bytes, handle, stream, ticket);
+}
+
+// Waits for the copy with this ticket on the stream a synchronous copy used (none when 0),
+// and reports a fault it, or earlier work, caused.
+CUresult finish_synchronous(const char *call, Stream &stream, uint64_t ticket)
+{
+	if (ticket)
+		wait_for(stream, ticket);
+	if (stream.ctx->sticky.load(std::memory_order_acquire))
+		return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", stream.device);
+	return CUDA_SUCCESS;
+}
+
+// cuMemcpy and its HtoD, DtoH and DtoD forms: on the context's default stream, so after the
+// work queued there. They return when the copy has executed, except between two device
+// addresses, where cuda.h's "API synchronization behavior" promises no host-side
+// synchronization: those return at once, and a caller that reads too early sees old bytes.
+CUresult synchronous_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes)
+{
+	if (dst.space == Space::unified || src.space == Space::unified) {
+		// Resolved now, for the choice only; the copy looks its addresses up as it runs.
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		for (Endpoint *e : { &dst, &src }) {
+			if (e->space == Space::unified)
+				e->space = in_device_space(s, e->addr, bytes ? bytes : 1) ? Space::device : Space::host;
+		}
+	}
+	std::shared_ptr<Stream> stream;
+	uint64_t ticket;
+	if (CUresult r = linear_copy(call, dst, src, bytes, nullptr, stream, ticket))
+		return r;
+	if (dst.space == Space::device && src.space == Space::device)
+		ticket = 0;
+	return finish_synchronous(call, *stream, ticket);
 }
 
 CUresult memset_call(const char *call, CUdeviceptr dst, uint32_t value, size_t unit, size_t count, CUstream handle)
@@ -607,6 +652,28 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 	});
 }
 
+CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+	return guarded([&] {
+		const char *call = "cuStreamAddCallback";
+		std::shared_ptr<Stream> stream;
+		if (CUresult r = enqueue_call(call, hStream, stream))
+			return r;
+		if (!callback || flags)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null callback or flags 0x%x", flags);
+		// Runs on the stream's worker, after earlier work and before later work, which
+		// waits for it. After an illegal access it still runs, and is told so.
+		enqueue(
+			*stream, call,
+			[=](Stream &st) {
+				bool faulted = st.ctx->sticky.load(std::memory_order_acquire);
+				callback(hStream, faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS, userData);
+			},
+			true);
+		return CUDA_SUCCESS;
+	});
+}
+
 CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
 	return guarded([&] {
@@ -639,24 +706,24 @@ CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint6
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
 	return guarded([&] {
-		return linear_copy("cuMemcpyHtoDAsync", { Space::device, uintptr_t(dstDevice) },
-				   { Space::host, reinterpret_cast<uintptr_t>(srcHost) }, ByteCount, hStream);
+		return async_copy("cuMemcpyHtoDAsync", { Space::device, uintptr_t(dstDevice) },
+				  { Space::host, reinterpret_cast<uintptr_t>(srcHost) }, ByteCount, hStream);
 	});
 }
 
 CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
 	return guarded([&] {
-		return linear_copy("cuMemcpyDtoHAsync", { Space::host, reinterpret_cast<uintptr_t>(dstHost) },
-				   { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream);
+		return async_copy("cuMemcpyDtoHAsync", { Space::host, reinterpret_cast<uintptr_t>(dstHost) },
+				  { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream);
 	});
 }
 
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
 	return guarded([&] {
-		return linear_copy("cuMemcpyDtoDAsync", { Space::device, uintptr_t(dstDevice) },
-				   { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream);
+		return async_copy("cuMemcpyDtoDAsync", { Space::device, uintptr_t(dstDevice) },
+				  { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream);
 	});
 }
 
@@ -679,11 +746,48 @@ CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *pCopy)
 		uint64_t ticket;
 		if (CUresult r = copy_2d(call, pCopy, nullptr, stream, ticket))
 			return r;
-		if (ticket)
-			wait_for(*stream, ticket);
-		if (stream->ctx->sticky.load(std::memory_order_acquire))
-			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", stream->device);
-		return CUDA_SUCCESS;
+		return finish_synchronous(call, *stream, ticket);
+	});
+}
+
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+	return guarded([&] {
+		// Unified addressing: each side is looked up, device or host, as the copy runs.
+		return async_copy("cuMemcpyAsync", { Space::unified, uintptr_t(dst) },
+				  { Space::unified, uintptr_t(src) }, ByteCount, hStream);
+	});
+}
+
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+	return guarded([&] {
+		return synchronous_copy("cuMemcpy", { Space::unified, uintptr_t(dst) },
+					{ Space::unified, uintptr_t(src) }, ByteCount);
+	});
+}
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	return guarded([&] {
+		return synchronous_copy("cuMemcpyHtoD", { Space::device, uintptr_t(dstDevice) },
+					{ Space::host, reinterpret_cast<uintptr_t>(srcHost) }, ByteCount);
+	});
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return guarded([&] {
+		return synchronous_copy("cuMemcpyDtoH", { Space::host, reinterpret_cast<uintptr_t>(dstHost) },
+					{ Space::device, uintptr_t(srcDevice) }, ByteCount);
+	});
+}
+
+CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return guarded([&] {
+		return synchronous_copy("cuMemcpyDtoD", { Space::device, uintptr_t(dstDevice) },
+					{ Space::device, uintptr_t(srcDevice) }, ByteCount);
 	});
 }
 

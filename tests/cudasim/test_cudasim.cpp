@@ -98,7 +98,19 @@ namespace {
 	X(cuModuleLoadData)                                                                                            \
 	X(cuLaunchKernel)                                                                                              \
 	X(cuTexObjectCreate)                                                                                           \
-	X(cuGraphicsMapResources)
+	X(cuGraphicsMapResources)                                                                                      \
+	X(cuDevicePrimaryCtxSetFlags)                                                                                  \
+	X(cuDevicePrimaryCtxGetState)                                                                                  \
+	X(cuDevicePrimaryCtxReset)                                                                                     \
+	X(cuCtxSetLimit)                                                                                               \
+	X(cuMemcpy)                                                                                                    \
+	X(cuMemcpyAsync)                                                                                               \
+	X(cuMemcpyHtoD)                                                                                                \
+	X(cuMemcpyDtoH)                                                                                                \
+	X(cuMemcpyDtoD)                                                                                                \
+	X(cuStreamAddCallback)                                                                                         \
+	X(cuMemAllocManaged)                                                                                           \
+	X(cuArray3DCreate)
 
 #define CUDASIM_STRING(name) #name
 #define CUDASIM_ABI_NAME(name) CUDASIM_STRING(name)
@@ -107,6 +119,8 @@ struct Driver {
 #define CUDASIM_DECLARE(fn) decltype(&::fn) fn = nullptr;
 	CUDASIM_ENTRY_POINTS(CUDASIM_DECLARE)
 #undef CUDASIM_DECLARE
+	// Deprecated in cuda.h, so typed here: FFmpeg's loader still requires it.
+	CUresult(CUDAAPI *cuDeviceComputeCapability)(int *major, int *minor, CUdevice dev) = nullptr;
 };
 
 constexpr size_t MiB = size_t(1) << 20;
@@ -162,6 +176,7 @@ Driver load_driver()
 		std::abort();                                                                                          \
 	}
 	CUDASIM_ENTRY_POINTS(CUDASIM_LOAD)
+	CUDASIM_LOAD(cuDeviceComputeCapability)
 #undef CUDASIM_LOAD
 	return driver;
 }
@@ -567,6 +582,7 @@ TEST_F(Sim, DevicesAnswerQueries)
 		{ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0 },
 		{ CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132 },
 		{ CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647 },
+		{ CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0 },
 	};
 	for (const auto &e : expected) {
 		int value = -1;
@@ -576,6 +592,14 @@ TEST_F(Sim, DevicesAnswerQueries)
 	int bus = -1;
 	EXPECT_EQ(cu().cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 1), CUDA_SUCCESS);
 	EXPECT_EQ(bus, 0x11);
+
+	// The deprecated query FFmpeg still loads gives the attributes' answer.
+	int major = -1, minor = -1;
+	EXPECT_EQ(cu().cuDeviceComputeCapability(&major, &minor, 1), CUDA_SUCCESS);
+	EXPECT_EQ(major, 9);
+	EXPECT_EQ(minor, 0);
+	EXPECT_EQ(cu().cuDeviceComputeCapability(&major, &minor, 2), CUDA_ERROR_INVALID_DEVICE);
+	EXPECT_EQ(cu().cuDeviceComputeCapability(nullptr, &minor, 0), CUDA_ERROR_INVALID_VALUE);
 
 	// An attribute the simulator does not know is an error a caller notices.
 	int value = -1;
@@ -602,8 +626,11 @@ TEST(Errors, EveryCodeTheSimulatorReturnsHasItsRealNameAndString)
 		{ CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected" },
 		{ CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal" },
 		{ CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context" },
+		{ CUDA_ERROR_UNSUPPORTED_LIMIT, "CUDA_ERROR_UNSUPPORTED_LIMIT",
+		  "limit is not supported on this architecture" },
 		{ CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM",
 		  "OS call failed or operation not supported on this OS" },
+		{ CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE", "primary context active" },
 		{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
 		{ CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
 		  "peer access is not supported between these two devices" },
@@ -786,6 +813,85 @@ TEST(Context, CreatedContextsArePushedAndDestroyedWithWhatTheyOwn)
 		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
 		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
 	});
+}
+
+TEST(Context, PrimaryContextFlagsStateAndReset)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	// FFmpeg loads the unversioned v1 calls: Release and Reset as the _v2, SetFlags stricter.
+	void *driver = dlopen(driver_path().c_str(), RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(driver, nullptr) << dlerror();
+	using ByDevice = CUresult (*)(CUdevice);
+	using SetFlags = CUresult (*)(CUdevice, unsigned);
+	auto release_v1 = reinterpret_cast<ByDevice>(dlsym(driver, "cuDevicePrimaryCtxRelease"));
+	auto reset_v1 = reinterpret_cast<ByDevice>(dlsym(driver, "cuDevicePrimaryCtxReset"));
+	auto set_flags_v1 = reinterpret_cast<SetFlags>(dlsym(driver, "cuDevicePrimaryCtxSetFlags"));
+	ASSERT_TRUE(release_v1 && reset_v1 && set_flags_v1);
+
+	on_fresh_thread([&] {
+		unsigned flags = 99;
+		int active = -1;
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+		EXPECT_EQ(flags, 0u);
+		EXPECT_EQ(active, 0);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(2, &flags, &active), CUDA_ERROR_INVALID_DEVICE);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(1, nullptr, &active), CUDA_ERROR_INVALID_VALUE);
+
+		EXPECT_EQ(set_flags_v1(1, CU_CTX_SCHED_YIELD), CUDA_SUCCESS); // inactive: v1 may
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+		EXPECT_EQ(flags, unsigned(CU_CTX_SCHED_YIELD));
+
+		CUcontext ctx;
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 1), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+		EXPECT_EQ(active, 1);
+		EXPECT_EQ(set_flags_v1(1, CU_CTX_SCHED_SPIN), CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxSetFlags(1, CU_CTX_SCHED_BLOCKING_SYNC), CUDA_SUCCESS); // _v2 may
+		EXPECT_EQ(cu().cuDevicePrimaryCtxSetFlags(1, 3), CUDA_ERROR_INVALID_VALUE); // no such schedule
+		EXPECT_EQ(cu().cuDevicePrimaryCtxSetFlags(1, 0x100), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+		EXPECT_EQ(flags, unsigned(CU_CTX_SCHED_BLOCKING_SYNC));
+
+		// Reset destroys what the context owns but keeps the retain: the handle still works.
+		ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+		CUdeviceptr p, q;
+		CUstream stream;
+		ASSERT_EQ(cu().cuMemAlloc(&p, 4096), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxReset(1), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
+		ASSERT_EQ(cu().cuMemAlloc(&q, 4096), CUDA_SUCCESS);
+		EXPECT_EQ(reset_v1(1), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemFree(q), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+		EXPECT_EQ(active, 1);
+
+		EXPECT_EQ(release_v1(1), CUDA_SUCCESS); // the last retain: destroyed
+		EXPECT_EQ(cu().cuMemAlloc(&q, 4096), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+		EXPECT_EQ(release_v1(1), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+		EXPECT_EQ(active, 0);
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+		EXPECT_EQ(set_flags_v1(1, 0), CUDA_SUCCESS); // as the other tests expect
+	});
+	dlclose(driver);
+}
+
+TEST_F(Sim, CtxSetLimitAcceptsTheLimitsThatCanBeSet)
+{
+	// Kernel limits: accepted, and nothing runs kernels to notice them.
+	for (CUlimit limit : { CU_LIMIT_STACK_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE,
+			       CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, CU_LIMIT_MAX_L2_FETCH_GRANULARITY,
+			       CU_LIMIT_PERSISTING_L2_CACHE_SIZE, CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED })
+		EXPECT_EQ(cu().cuCtxSetLimit(limit, 4096), CUDA_SUCCESS) << int(limit);
+	// Below compute capability 9.0 only.
+	EXPECT_EQ(cu().cuCtxSetLimit(CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 4), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	// Queried only, or unknown.
+	EXPECT_EQ(cu().cuCtxSetLimit(CU_LIMIT_SHMEM_SIZE, 4096), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuCtxSetLimit(CU_LIMIT_CIG_ENABLED, 1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuCtxSetLimit(CU_LIMIT_MAX, 1), CUDA_ERROR_INVALID_VALUE);
+	on_fresh_thread([] { EXPECT_EQ(cu().cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096), CUDA_ERROR_INVALID_CONTEXT); });
 }
 
 TEST_F(Sim, AStreamTakesWorkOnlyWhileItsOwnContextIsCurrent)
@@ -1473,6 +1579,134 @@ TEST_F(Sim, Memcpy2DRunsAfterWorkOnTheDefaultStream)
 	EXPECT_EQ(cu().cuMemFree(plane), CUDA_SUCCESS);
 }
 
+TEST_F(Sim, SynchronousCopiesReturnAfterTheirCopyExceptDeviceToDevice)
+{
+	HostPage gate;
+	CUdeviceptr a = 0, b = 0;
+	constexpr size_t size = 4096;
+	ASSERT_EQ(cu().cuMemAlloc(&a, size), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemAlloc(&b, size), CUDA_SUCCESS);
+
+	// On the default stream, after the work queued there.
+	std::vector<unsigned char> source(size, 0x11);
+	ASSERT_EQ(cu().cuStreamWaitValue64(nullptr, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	std::atomic<bool> returned{ false };
+	std::thread copier([&] {
+		ASSERT_EQ(cu().cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemcpyHtoD(a, source.data(), size), CUDA_SUCCESS);
+		returned.store(true, std::memory_order_release);
+		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+	});
+	std::this_thread::sleep_for(std::chrono::milliseconds(30));
+	EXPECT_FALSE(returned.load(std::memory_order_acquire)); // held behind the wait
+	gate.word(0).store(1, std::memory_order_release);
+	copier.join();
+	std::fill(source.begin(), source.end(), 0x22); // copied already: this does not land
+
+	std::vector<unsigned char> result(size, 0);
+	EXPECT_EQ(cu().cuMemcpyDtoH(result.data(), a, size), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(result.data(), size, 0x11)); // no synchronize needed
+
+	// Device to device: no host-side synchronization, as cuda.h documents.
+	ASSERT_EQ(cu().cuStreamWaitValue64(nullptr, gate.device_word(0), 2, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemcpyDtoD(b, a, size), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemcpy(b + 1, a, 1), CUDA_SUCCESS); // both sides device: the same
+	EXPECT_EQ(cu().cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);
+	gate.word(0).store(2, std::memory_order_release);
+
+	// cuMemcpy looks each side up: host to device, and device to host, are synchronous.
+	std::fill(result.begin(), result.end(), 0);
+	EXPECT_EQ(cu().cuMemcpy(reinterpret_cast<CUdeviceptr>(result.data()), b, size), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(result.data(), size, 0x11));
+	EXPECT_EQ(cu().cuMemcpy(b, reinterpret_cast<CUdeviceptr>(source.data()), size), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemcpyDtoH(result.data(), b, size), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(result.data(), size, 0x22));
+	EXPECT_EQ(cu().cuMemcpy(reinterpret_cast<CUdeviceptr>(result.data()),
+				reinterpret_cast<CUdeviceptr>(source.data()), 0),
+		  CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemcpyHtoD(0, source.data(), 1), CUDA_ERROR_INVALID_VALUE);
+
+	// One that touches freed memory reports the sticky error at once.
+	EXPECT_EQ(cu().cuMemFree(a), CUDA_SUCCESS);
+	expect_illegal("cuMemcpyHtoD",
+		       [&] { EXPECT_EQ(cu().cuMemcpyHtoD(a, source.data(), 1), CUDA_ERROR_ILLEGAL_ADDRESS); });
+}
+
+TEST_F(Sim, MemcpyAsyncLooksUpEachSideAsItRuns)
+{
+	CUdeviceptr a = 0, b = 0;
+	constexpr size_t size = 4096;
+	ASSERT_EQ(cu().cuMemAlloc(&a, size), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemAlloc(&b, size), CUDA_SUCCESS);
+	std::vector<unsigned char> source(size, 0x33), result(size, 0);
+	ASSERT_EQ(cu().cuMemcpyAsync(a, reinterpret_cast<CUdeviceptr>(source.data()), size, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyAsync(b, a, size, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(result.data()), b, size, stream_), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(result.data(), size, 0x33));
+	EXPECT_EQ(cu().cuMemcpyAsync(0, a, size, stream_), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemFree(a), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemFree(b), CUDA_SUCCESS);
+}
+
+// --- host callbacks ----------------------------------------------------------------------
+
+struct CallbackRecord {
+	std::atomic<int> calls{ 0 };
+	std::atomic<CUstream> stream{ nullptr };
+	std::atomic<CUresult> status{ CUDA_ERROR_UNKNOWN };
+	uint64_t word_seen = 0; // the gate page's word 1 as the callback saw it
+	HostPage *page = nullptr;
+};
+
+void CUDA_CB record_callback(CUstream stream, CUresult status, void *user)
+{
+	auto *record = static_cast<CallbackRecord *>(user);
+	if (record->page) {
+		// Later work on the stream waits for this: word 1 is not written yet.
+		std::this_thread::sleep_for(std::chrono::milliseconds(20));
+		record->word_seen = record->page->word(1).load(std::memory_order_acquire);
+	}
+	record->stream.store(stream);
+	record->status.store(status);
+	record->calls.fetch_add(1, std::memory_order_release);
+}
+
+TEST_F(Sim, StreamCallbacksRunInOrderAndHearOfAFault)
+{
+	HostPage gate;
+	CallbackRecord record;
+	record.page = &gate;
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamAddCallback(stream_, record_callback, &record, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream_, gate.device_word(1), 5, 0), CUDA_SUCCESS);
+	std::this_thread::sleep_for(std::chrono::milliseconds(20));
+	EXPECT_EQ(record.calls.load(std::memory_order_acquire), 0); // held behind the wait
+	gate.word(0).store(1, std::memory_order_release);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_EQ(record.calls.load(std::memory_order_acquire), 1);
+	EXPECT_EQ(record.stream.load(), stream_);
+	EXPECT_EQ(record.status.load(), CUDA_SUCCESS);
+	EXPECT_EQ(record.word_seen, 0u);
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 5u);
+
+	EXPECT_EQ(cu().cuStreamAddCallback(stream_, nullptr, &record, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuStreamAddCallback(stream_, record_callback, &record, 1), CUDA_ERROR_INVALID_VALUE);
+
+	// After an illegal access the callback still runs, and is told.
+	CallbackRecord faulted;
+	CUdeviceptr freed;
+	ASSERT_EQ(cu().cuMemAlloc(&freed, 4096), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemFree(freed), CUDA_SUCCESS);
+	expect_illegal("cuMemsetD8Async", [&] {
+		ASSERT_EQ(cu().cuMemsetD8Async(freed, 0, 1, stream_), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamAddCallback(stream_, record_callback, &faulted, 0), CUDA_SUCCESS);
+	});
+	EXPECT_EQ(faulted.calls.load(std::memory_order_acquire), 1);
+	EXPECT_EQ(faulted.status.load(), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
 // --- host registration -----------------------------------------------------------------
 
 TEST_F(Sim, HostRegistrationRules)
@@ -1893,6 +2127,153 @@ TEST(GStreamer, TheNvdecStubLoadsAndDecodesNothing)
 	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 	EXPECT_NE(err.find("cudasim: cuvidCreateDecoder -> CUDA_ERROR_NOT_SUPPORTED"), std::string::npos) << err;
 	dlclose(nvcuvid);
+}
+
+// --- what FFmpeg's loader needs ---------------------------------------------------------
+
+TEST(Ffmpeg, EveryEntryPointFfnvcodecLoadsIsExported)
+{
+	// ffnvcodec's cuda_load_functions and cuvid_load_functions (Debian's
+	// libffmpeg-nvenc-dev 12) refuse a library that lacks any of these.
+	const char *ffnvcodec_cuda[] = {
+		"cuInit",
+		"cuDeviceGetCount",
+		"cuDeviceGet",
+		"cuDeviceGetAttribute",
+		"cuDeviceGetName",
+		"cuDeviceComputeCapability",
+		"cuCtxCreate_v2",
+		"cuCtxSetLimit",
+		"cuCtxPushCurrent_v2",
+		"cuCtxPopCurrent_v2",
+		"cuCtxDestroy_v2",
+		"cuMemAlloc_v2",
+		"cuMemAllocPitch_v2",
+		"cuMemAllocManaged",
+		"cuMemsetD8Async",
+		"cuMemFree_v2",
+		"cuMemcpy",
+		"cuMemcpyAsync",
+		"cuMemcpy2D_v2",
+		"cuMemcpy2DAsync_v2",
+		"cuMemcpyHtoD_v2",
+		"cuMemcpyHtoDAsync_v2",
+		"cuMemcpyDtoH_v2",
+		"cuMemcpyDtoHAsync_v2",
+		"cuMemcpyDtoD_v2",
+		"cuMemcpyDtoDAsync_v2",
+		"cuGetErrorName",
+		"cuGetErrorString",
+		"cuCtxGetDevice",
+		"cuDevicePrimaryCtxRetain",
+		"cuDevicePrimaryCtxRelease",
+		"cuDevicePrimaryCtxSetFlags",
+		"cuDevicePrimaryCtxGetState",
+		"cuDevicePrimaryCtxReset",
+		"cuStreamCreate",
+		"cuStreamQuery",
+		"cuStreamSynchronize",
+		"cuStreamDestroy_v2",
+		"cuStreamAddCallback",
+		"cuEventCreate",
+		"cuEventDestroy_v2",
+		"cuEventSynchronize",
+		"cuEventQuery",
+		"cuEventRecord",
+		"cuLaunchKernel",
+		"cuLinkCreate",
+		"cuLinkAddData",
+		"cuLinkComplete",
+		"cuLinkDestroy",
+		"cuModuleLoadData",
+		"cuModuleUnload",
+		"cuModuleGetFunction",
+		"cuModuleGetGlobal",
+		"cuTexObjectCreate",
+		"cuTexObjectDestroy",
+		"cuGLGetDevices_v2",
+		"cuGraphicsGLRegisterImage",
+		"cuGraphicsUnregisterResource",
+		"cuGraphicsMapResources",
+		"cuGraphicsUnmapResources",
+		"cuGraphicsSubResourceGetMappedArray",
+		"cuGraphicsResourceGetMappedPointer_v2",
+		"cuArray3DCreate_v2",
+		"cuArrayDestroy",
+	};
+	const char *ffnvcodec_cuvid[] = {
+		"cuvidCreateDecoder",
+		"cuvidDestroyDecoder",
+		"cuvidDecodePicture",
+		"cuvidGetDecodeStatus",
+		"cuvidReconfigureDecoder",
+		"cuvidMapVideoFrame64",
+		"cuvidUnmapVideoFrame64",
+		"cuvidCtxLockCreate",
+		"cuvidCtxLockDestroy",
+		"cuvidCtxLock",
+		"cuvidCtxUnlock",
+		"cuvidCreateVideoSource",
+		"cuvidCreateVideoSourceW",
+		"cuvidDestroyVideoSource",
+		"cuvidSetVideoSourceState",
+		"cuvidGetVideoSourceState",
+		"cuvidGetSourceVideoFormat",
+		"cuvidGetSourceAudioFormat",
+		"cuvidCreateVideoParser",
+		"cuvidParseVideoData",
+		"cuvidDestroyVideoParser",
+		"cuvidGetDecoderCaps", // optional there, but what a decoder asks first
+	};
+	std::string path = driver_path();
+	void *driver = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(driver, nullptr) << dlerror();
+	for (const char *name : ffnvcodec_cuda)
+		EXPECT_NE(dlsym(driver, name), nullptr) << name;
+	void *nvcuvid = dlopen((path.substr(0, path.rfind('/')) + "/libnvcuvid.so.1").c_str(), RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(nvcuvid, nullptr) << dlerror();
+	for (const char *name : ffnvcodec_cuvid)
+		EXPECT_NE(dlsym(nvcuvid, name), nullptr) << name;
+
+	// Linking, globals, arrays and managed memory fail, each with a line on stderr.
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	using LinkCreate = CUresult (*)(unsigned, CUjit_option *, void **, CUlinkState *);
+	using GetGlobal = CUresult (*)(unsigned *, unsigned *, CUmodule, const char *);
+	auto link_create = reinterpret_cast<LinkCreate>(dlsym(driver, "cuLinkCreate"));
+	auto get_global = reinterpret_cast<GetGlobal>(dlsym(driver, "cuModuleGetGlobal"));
+	ASSERT_TRUE(link_create && get_global);
+	CUlinkState link = nullptr;
+	unsigned global = 0, bytes = 0;
+	CUarray array = nullptr;
+	CUDA_ARRAY3D_DESCRIPTOR array_desc = {};
+	CUdeviceptr managed = 0;
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(link_create(0, nullptr, nullptr, &link), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(get_global(&global, &bytes, nullptr, "x"), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuArray3DCreate(&array, &array_desc), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuMemAllocManaged(&managed, 4096, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 4) << err;
+	EXPECT_NE(err.find("cudasim: cuMemAllocManaged -> CUDA_ERROR_NOT_SUPPORTED: not simulated: the simulator "
+			   "has no unified memory"),
+		  std::string::npos)
+		<< err;
+
+	// The stub's further calls fail too, each saying so.
+	using Status = CUresult (*)(void *, int, void *);
+	using SourceState = int (*)(void *);
+	auto decode_status = reinterpret_cast<Status>(dlsym(nvcuvid, "cuvidGetDecodeStatus"));
+	auto source_state = reinterpret_cast<SourceState>(dlsym(nvcuvid, "cuvidGetVideoSourceState"));
+	ASSERT_TRUE(decode_status && source_state);
+	char scratch[256] = {};
+	testing::internal::CaptureStderr();
+	EXPECT_EQ(decode_status(scratch, 0, scratch), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(source_state(scratch), -1); // cudaVideoState_Error
+	err = testing::internal::GetCapturedStderr();
+	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << err;
+	EXPECT_NE(err.find("cudasim: cuvidGetDecodeStatus -> CUDA_ERROR_NOT_SUPPORTED"), std::string::npos) << err;
+	dlclose(nvcuvid);
+	dlclose(driver);
 }
 
 TEST_F(Sim, KernelsTexturesAndGraphicsAreNotSimulated)

@@ -1,8 +1,10 @@
 // unsupported.cpp - entry points the simulator exports but does not simulate: kernels,
-// modules, texture objects and OpenGL interop. Each says so on stderr and fails.
+// modules, linking, texture objects, CUDA arrays, managed memory and OpenGL interop. Each
+// says so on stderr and fails.
 //
-// GStreamer's CUDA library refuses to load a driver that lacks any of them, and uses them
-// only for conversion kernels and GL memory, never on its upload and download paths.
+// GStreamer's CUDA library and FFmpeg's loader (ffnvcodec) refuse to load a driver that
+// lacks any of them; they use them only for kernels, GL memory and CUDA arrays, never on
+// their upload, download and decode-copy paths.
 
 #include "cudasim.hpp"
 
@@ -17,6 +19,16 @@ CUresult CUDAAPI cuGLGetDevices_v2(unsigned int *pCudaDeviceCount, CUdevice *pCu
 CUresult CUDAAPI cuGraphicsGLRegisterBuffer(CUgraphicsResource *pCudaResource, unsigned int buffer, unsigned int Flags);
 CUresult CUDAAPI cuGraphicsGLRegisterImage(CUgraphicsResource *pCudaResource, unsigned int image, unsigned int target,
 					   unsigned int Flags);
+
+// ffnvcodec loads these by their unversioned names, which cuda.h renames to _v2: the v1
+// ABI (cuModuleGetGlobal's with 32-bit pointer and size), which the real driver exports.
+CUresult CUDAAPI cuLinkCreate_v1(unsigned int numOptions, CUjit_option *options, void **optionValues,
+				 CUlinkState *stateOut) __asm__("cuLinkCreate");
+CUresult CUDAAPI cuLinkAddData_v1(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
+				  unsigned int numOptions, CUjit_option *options,
+				  void **optionValues) __asm__("cuLinkAddData");
+CUresult CUDAAPI cuModuleGetGlobal_v1(unsigned int *dptr, unsigned int *bytes, CUmodule hmod,
+				      const char *name) __asm__("cuModuleGetGlobal");
 }
 #pragma GCC visibility pop
 
@@ -25,6 +37,8 @@ namespace {
 constexpr const char *no_kernels = "the simulator runs no kernels";
 constexpr const char *no_textures = "the simulator has no texture objects (no kernels read them)";
 constexpr const char *no_graphics = "the simulator has no graphics interop";
+constexpr const char *no_arrays = "the simulator has no CUDA arrays";
+constexpr const char *no_managed = "the simulator has no unified memory (CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)";
 
 // Always said, like an unknown attribute: a caller that reaches one of these on a path
 // under test must notice that the simulator cannot test it. Before cuInit, the calls fail
@@ -42,8 +56,9 @@ CUresult unsupported(const char *call, const char *why, CUresult err = CUDA_ERRO
 } // namespace
 
 // Creating calls fail with CUDA_ERROR_NOT_SUPPORTED. Calls that take a module, function,
-// texture object or graphics resource fail with CUDA_ERROR_INVALID_HANDLE, as the real
-// driver does for a handle it never made: the simulator never makes one.
+// link state, texture object, array or graphics resource fail with
+// CUDA_ERROR_INVALID_HANDLE, as the real driver does for a handle it never made: the
+// simulator never makes one.
 
 CUresult CUDAAPI cuModuleLoadData(CUmodule *, const void *)
 {
@@ -58,6 +73,32 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *, CUmodule, const char *)
 CUresult CUDAAPI cuModuleUnload(CUmodule)
 {
 	return unsupported("cuModuleUnload", no_kernels, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuModuleGetGlobal_v1(unsigned int *, unsigned int *, CUmodule, const char *)
+{
+	return unsupported("cuModuleGetGlobal", no_kernels, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuLinkCreate_v1(unsigned int, CUjit_option *, void **, CUlinkState *)
+{
+	return unsupported("cuLinkCreate", no_kernels);
+}
+
+CUresult CUDAAPI cuLinkAddData_v1(CUlinkState, CUjitInputType, void *, size_t, const char *, unsigned int,
+				  CUjit_option *, void **)
+{
+	return unsupported("cuLinkAddData", no_kernels, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuLinkComplete(CUlinkState, void **, size_t *)
+{
+	return unsupported("cuLinkComplete", no_kernels, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuLinkDestroy(CUlinkState)
+{
+	return unsupported("cuLinkDestroy", no_kernels, CUDA_ERROR_INVALID_HANDLE);
 }
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
@@ -75,6 +116,21 @@ CUresult CUDAAPI cuTexObjectCreate(CUtexObject *, const CUDA_RESOURCE_DESC *, co
 CUresult CUDAAPI cuTexObjectDestroy(CUtexObject)
 {
 	return unsupported("cuTexObjectDestroy", no_textures, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuArray3DCreate(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *)
+{
+	return unsupported("cuArray3DCreate", no_arrays);
+}
+
+CUresult CUDAAPI cuArrayDestroy(CUarray)
+{
+	return unsupported("cuArrayDestroy", no_arrays, CUDA_ERROR_INVALID_HANDLE);
+}
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *, size_t, unsigned int)
+{
+	return unsupported("cuMemAllocManaged", no_managed);
 }
 
 CUresult CUDAAPI cuGLGetDevices_v2(unsigned int *, CUdevice *, unsigned int, int)
