@@ -4,10 +4,12 @@
 # Packages the build and the test suite need (Debian 12 names).
 # libgstreamer-plugins-bad1.0-dev brings GStreamer's CUDA library (memory:CUDAMemory
 # in the elements); gstreamer1.0-plugins-bad its nvcodec elements, which the suite
-# runs on the CUDA driver simulator.
+# runs on the CUDA driver simulator; libffmpeg-nvenc-dev the NVIDIA Video Codec SDK
+# headers for examples/nvdec_producer.cpp.
 XMEM_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
-	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad)
+	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+	libffmpeg-nvenc-dev)
 
 xmem_install_packages() {
 	local missing=()
