@@ -566,7 +566,9 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	GstMemory *mem = nullptr;
 	GstMapInfo map;
 	GstXmemPlanes src;
-	bool device_input = map_cuda_input(buffer, &mem, &map, &src);
+	/* CUDA memory is read on its own context's stream, which set_caps() made when the
+	 * caps said CUDA; without one it is mapped for the CPU and uploaded like the rest. */
+	bool device_input = s->cuda->stream() && map_cuda_input(buffer, &mem, &map, &src);
 	xmem::CudaStream stream = device_input ? s->cuda->stream() : nullptr;
 	auto slot = acquire_slot(self, pool, stream);
 	if (!slot) {

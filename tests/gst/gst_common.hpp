@@ -5,6 +5,7 @@
 #include "../common.hpp"
 
 #include <gst/app/gstappsink.h>
+#include <gst/app/gstappsrc.h>
 #include <gst/gst.h>
 #include <gst/video/video.h>
 
@@ -403,6 +404,85 @@ inline Consumer::Expected by_offset(const std::vector<std::vector<uint8_t>> &ref
 	return [&reference](guint64 offset, const GstVideoInfo &) {
 		return offset >= 1 && offset <= reference.size() ? &reference[offset - 1] : nullptr;
 	};
+}
+
+// A frame whose every visible byte depends on N and position.
+inline GstBuffer *painted_frame(const GstVideoInfo &info, unsigned n)
+{
+	GstBuffer *buffer = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+	GstMapInfo map;
+	gst_buffer_map(buffer, &map, GST_MAP_WRITE);
+	for (gsize i = 0; i < map.size; i++)
+		map.data[i] = uint8_t(n * 37 + i * 5 + (i >> 10));
+	gst_buffer_unmap(buffer, &map);
+	return buffer;
+}
+
+// An appsrc producer pushes PER_SIZE frames at each of SIZES, setting new caps each
+// time; the consumer must get every frame, each with the caps it was made in.
+// SAME_POOL: the slots fit every size, so frame numbers (the pool's seq, as buffer
+// offsets) keep increasing; a recreated pool numbers its frames from 1 again.
+// SINK_OPTIONS are added to xmemsink's properties, CONSUMER_CAPS (if any) filter what
+// xmemsrc gives.
+inline void run_caps_changes(const std::string &pool, const std::vector<std::pair<int, int>> &sizes, unsigned per_size,
+			     bool same_pool = true, const std::string &sink_options = "",
+			     const std::string &consumer_caps = "")
+{
+	std::vector<GstVideoInfo> infos;
+	for (auto [w, h] : sizes)
+		infos.push_back(xmem::gsttest::video_info("video/x-raw,format=RGBA,width=" + std::to_string(w) +
+							  ",height=" + std::to_string(h) + ",framerate=30/1"));
+
+	Pipeline producer("appsrc name=src format=time ! xmemsink name=sink pool-name=" + pool +
+			  " wait-for-consumers=1 policy=block block-timeout=30000000000 " + sink_options);
+	ASSERT_TRUE(producer);
+	// The frames come in push order: the consumer checks frame k against the k-th one pushed.
+	std::vector<std::vector<uint8_t>> pushed;
+	for (size_t s = 0; s < sizes.size(); s++)
+		for (unsigned i = 0; i < per_size; i++) {
+			GstBuffer *b = painted_frame(infos[s], unsigned(s * per_size + i));
+			pushed.push_back(xmem::gsttest::visible_bytes(b, infos[s]));
+			gst_buffer_unref(b);
+		}
+	size_t next = 0;
+	Consumer consumer(
+		"xmemsrc name=src pool-name=" + pool + " is-live=false ! " +
+			(consumer_caps.empty() ? "" : consumer_caps + " ! ") + "appsink name=sink sync=false",
+		[&](guint64, const GstVideoInfo &) { return next < pushed.size() ? &pushed[next++] : nullptr; });
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	ASSERT_TRUE(consumer.start());
+
+	auto *appsrc = GST_APP_SRC(producer.by_name("src"));
+	for (size_t s = 0; s < sizes.size(); s++) {
+		GstCaps *caps = gst_video_info_to_caps(&infos[s]);
+		gst_app_src_set_caps(appsrc, caps);
+		gst_caps_unref(caps);
+		for (unsigned i = 0; i < per_size; i++) {
+			unsigned n = unsigned(s * per_size + i);
+			GstBuffer *b = painted_frame(infos[s], n);
+			GST_BUFFER_PTS(b) = n * GST_SECOND / 30;
+			GST_BUFFER_DURATION(b) = GST_SECOND / 30;
+			ASSERT_EQ(gst_app_src_push_buffer(appsrc, b), GST_FLOW_OK);
+		}
+	}
+	gst_app_src_end_of_stream(appsrc);
+
+	EXPECT_EQ(producer.wait_eos(60s), "") << "producer pipeline";
+	ASSERT_TRUE(consumer.join(60s)) << "the consumer saw no EOS; it has " << consumer.count() << " frames";
+	EXPECT_EQ(consumer.error(), "");
+	auto frames = consumer.frames();
+	EXPECT_EQ(frames.size(), pushed.size()) << "frames were lost across the caps changes";
+	for (size_t k = 0; k < frames.size() && k < pushed.size(); k++) {
+		SCOPED_TRACE("frame " + std::to_string(k));
+		auto [w, h] = sizes[k / per_size];
+		EXPECT_EQ(frames[k].width, w) << "the frame arrived with the wrong caps";
+		EXPECT_EQ(frames[k].height, h);
+		EXPECT_EQ(frames[k].size, frames[k].caps_size) << "the buffer does not match its caps' size";
+		EXPECT_TRUE(frames[k].matches) << "payload differs";
+	}
+	if (same_pool) {
+		EXPECT_TRUE(strictly_increasing(frames));
+	}
 }
 
 } // namespace xmem::gsttest

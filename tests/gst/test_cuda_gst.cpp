@@ -631,3 +631,13 @@ TEST_F(Nvcodec, SourceAloneMakesItsOwnContext)
 				  "fakesink");
 	EXPECT_EQ(consumer.wait(30s), 0) << consumer.output();
 }
+
+// Caps change twice within the device slots, then frames outgrow them (a new pool
+// under the same name): each frame arrives with the caps it was made in.
+TEST_F(CudaElements, CapsChangesInDevicePools)
+{
+	xmem::gsttest::run_caps_changes("devchange", { { 640, 480 }, { 320, 240 }, { 640, 480 } }, 4, true,
+					"memory=cuda", "video/x-raw");
+	xmem::gsttest::run_caps_changes("devgrow", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, false,
+					"memory=cuda", "video/x-raw");
+}
