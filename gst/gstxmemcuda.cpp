@@ -12,6 +12,13 @@
 #include <gst/cuda/gstcudaloader.h>
 #include <gst/cuda/gstcudamemory.h>
 #include <gst/cuda/gstcudautils.h>
+/* 1.24 wraps foreign device memory (gst_cuda_allocator_alloc_wrapped) and gives CUDA
+ * memory a stream. XMEM_CHECK_GST_CUDA_WRAP compiles that code against newer headers
+ * on an older GStreamer, for a compile check only. */
+#if GST_CHECK_VERSION(1, 24, 0) || defined(XMEM_CHECK_GST_CUDA_WRAP)
+#define XMEM_GST_CUDA_WRAP 1
+#include <gst/cuda/gstcudastream.h>
+#endif
 #endif
 
 GST_DEBUG_CATEGORY_STATIC(gst_xmem_cuda_debug);
@@ -146,6 +153,16 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 		return false;
 	}
 	GstCudaContext *ctx = cuda_context(context_);
+#ifdef XMEM_GST_CUDA_WRAP
+	/* A GstCudaStream, so the memory we wrap can say which stream it is ready on. */
+	GstCudaStream *owner = gst_cuda_stream_new(ctx);
+	if (!owner) {
+		*why = "gst_cuda_stream_new failed";
+		return false;
+	}
+	gst_stream_ = owner;
+	stream_ = gst_cuda_stream_get_handle(owner);
+#else
 	if (!gst_cuda_context_push(ctx)) {
 		*why = "cannot make GStreamer's CUDA context current (cuCtxPushCurrent failed)";
 		return false;
@@ -160,6 +177,7 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 		return false;
 	}
 	stream_ = stream;
+#endif
 	GST_INFO_OBJECT(element_, "CUDA context on device %d, stream %p", this->device(), stream_);
 	return true;
 }
@@ -176,13 +194,18 @@ gint GstXmemCuda::device() const
 void GstXmemCuda::reset()
 {
 	GstCudaContext *ctx = cuda_context(context_);
-	if (ctx && stream_) {
-		if (gst_cuda_context_push(ctx)) {
-			CuStreamSynchronize(CUstream(stream_));
-			CuStreamDestroy(CUstream(stream_));
-			gst_cuda_context_pop(nullptr);
-		}
+	if (ctx && stream_ && gst_cuda_context_push(ctx)) {
+		CuStreamSynchronize(CUstream(stream_));
+#ifndef XMEM_GST_CUDA_WRAP
+		CuStreamDestroy(CUstream(stream_));
+#endif
+		gst_cuda_context_pop(nullptr);
 	}
+#ifdef XMEM_GST_CUDA_WRAP
+	if (gst_stream_)
+		gst_cuda_stream_unref(GST_CUDA_STREAM(gst_stream_));
+	gst_stream_ = nullptr;
+#endif
 	stream_ = nullptr;
 	for (GstBuffer *b : held_)
 		gst_buffer_unref(b);
@@ -243,6 +266,68 @@ bool GstXmemCuda::memory_layout(GstMemory *mem, GstVideoInfo *info)
 	*info = GST_CUDA_MEMORY_CAST(mem)->info;
 	return true;
 }
+
+#ifdef XMEM_GST_CUDA_WRAP
+
+namespace {
+
+struct WrappedSlot {
+	xmem::BufferGuard frame;
+	GstCudaContext *context;
+};
+
+void release_wrapped(gpointer data)
+{
+	auto *w = static_cast<WrappedSlot *>(data);
+	/* GStreamer lets go of memory once the work reading it is queued, on whatever
+	 * stream of the context: all of it is done before the producer may rewrite it. */
+	if (auto r = xmem::cuda_synchronize_context(gst_cuda_context_get_handle(w->context)); !r)
+		GST_WARNING("%s", r.error().message.c_str());
+	gst_object_unref(w->context);
+	delete w;
+}
+
+} // namespace
+
+bool GstXmemCuda::can_wrap()
+{
+	return true;
+}
+
+GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&frame, const GstVideoInfo &layout)
+{
+	GstCudaContext *ctx = cuda_context(context_);
+	if (!ctx || !gst_stream_)
+		return nullptr;
+	CUdeviceptr address = CUdeviceptr(frame.device_ptr());
+	bool writable = frame.writable();
+	auto *w = new WrappedSlot{ std::move(frame), GST_CUDA_CONTEXT(gst_object_ref(ctx)) };
+	GstMemory *mem = gst_cuda_allocator_alloc_wrapped(nullptr, ctx, GST_CUDA_STREAM(gst_stream_), &layout, address,
+							  w, release_wrapped);
+	if (!mem) {
+		release_wrapped(w);
+		return nullptr;
+	}
+	/* Ready once our stream is: its users wait for it (gst_cuda_memory_sync). */
+	GST_MINI_OBJECT_FLAG_SET(mem, GST_CUDA_MEMORY_TRANSFER_NEED_SYNC);
+	if (!writable)
+		GST_MINI_OBJECT_FLAG_SET(mem, GST_MEMORY_FLAG_READONLY);
+	return mem;
+}
+
+#else
+
+bool GstXmemCuda::can_wrap()
+{
+	return false;
+}
+
+GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&, const GstVideoInfo &)
+{
+	return nullptr;
+}
+
+#endif /* XMEM_GST_CUDA_WRAP */
 
 GstBufferPool *GstXmemCuda::new_buffer_pool(GstCaps *caps, guint size)
 {
@@ -310,6 +395,16 @@ bool GstXmemCuda::memory_layout(GstMemory *, GstVideoInfo *)
 }
 
 GstBufferPool *GstXmemCuda::new_buffer_pool(GstCaps *, guint)
+{
+	return nullptr;
+}
+
+bool GstXmemCuda::can_wrap()
+{
+	return false;
+}
+
+GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&, const GstVideoInfo &)
 {
 	return nullptr;
 }

@@ -75,6 +75,14 @@ public:
 	static bool map_device(GstMemory *mem, GstMapInfo *info, GstMapFlags flags);
 	/* The layout of a CUDA memory's frame (its own strides and offsets). */
 	static bool memory_layout(GstMemory *mem, GstVideoInfo *info);
+	/* Whether this GStreamer wraps foreign device memory as CUDA memory (1.24 and
+	 * later): xmemsrc then hands out the slot itself instead of a copy. */
+	static bool can_wrap();
+	/* FRAME, a device slot, as CUDA memory laid out as LAYOUT, without a copy: on our
+	 * stream, which waited (on the GPU) for the producer's writes, so users of the
+	 * memory wait for it. The slot goes back when the memory is freed, once every
+	 * stream of the context is done. nullptr where it cannot be wrapped. */
+	GstMemory *wrap(xmem::BufferGuard &&frame, const GstVideoInfo &layout);
 	/* A buffer pool of CUDA memory on this context for CAPS (frames of SIZE bytes),
 	 * active; nullptr without a context. Transfer full. */
 	GstBufferPool *new_buffer_pool(GstCaps *caps, guint size);
@@ -90,5 +98,7 @@ private:
 	/* A GstCudaContext when built with GStreamer's CUDA library. */
 	GstObject *context_ = nullptr;
 	xmem::CudaStream stream_ = nullptr;
+	/* The GstCudaStream that owns stream_ (GStreamer 1.24 and later). */
+	gpointer gst_stream_ = nullptr;
 	std::deque<GstBuffer *> held_;
 };

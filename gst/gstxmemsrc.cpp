@@ -318,10 +318,10 @@ static bool negotiate_output(GstXmemSrc *self)
 	}
 	GST_INFO_OBJECT(self, "output caps %" GST_PTR_FORMAT, static_cast<gpointer>(chosen));
 	s->out_cuda = gst_xmem_caps_is_cuda(chosen);
-	if (s->out_cuda)
+	if (s->out_cuda && !GstXmemCuda::can_wrap())
 		s->out_pool = s->cuda->new_buffer_pool(chosen, guint(s->info.size));
 	gst_caps_unref(chosen);
-	if (s->out_cuda && !s->out_pool) {
+	if (s->out_cuda && !GstXmemCuda::can_wrap() && !s->out_pool) {
 		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("Cannot allocate CUDA memory."),
 				  ("no CUDA buffer pool for format \"%s\"", s->format.c_str()));
 		return false;
@@ -430,6 +430,37 @@ static GstXmemPlanes frame_planes(const xmem::BufferGuard &frame)
 	return planes;
 }
 
+/* GStreamer 1.24 and later: the device slot itself as CUDA memory, in the slot's own
+ * layout, ready once our stream (which waited for the producer's writes) is. */
+static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
+{
+	SrcState *s = self->state;
+	const xmem::FrameMeta m = frame.meta();
+	GstVideoInfo layout = s->info;
+	if (m.n_planes != GST_VIDEO_INFO_N_PLANES(&s->info)) {
+		*error = { xmem::Errc::invalid_argument, "the frame's planes do not match its caps" };
+		return nullptr;
+	}
+	gsize offset[GST_VIDEO_MAX_PLANES] = {};
+	gint stride[GST_VIDEO_MAX_PLANES] = {};
+	for (guint p = 0; p < m.n_planes; p++) {
+		layout.offset[p] = offset[p] = m.plane_offset[p];
+		layout.stride[p] = stride[p] = gint(m.plane_stride[p]);
+	}
+	layout.size = gsize(m.size ? m.size : frame.capacity());
+	GstMemory *mem = s->cuda->wrap(std::move(frame), layout);
+	if (!mem) {
+		*error = { xmem::Errc::system, "GStreamer could not wrap the device slot as CUDA memory" };
+		return nullptr;
+	}
+	GstBuffer *buf = gst_buffer_new();
+	gst_buffer_append_memory(buf, mem);
+	gst_buffer_add_video_meta_full(buf, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT(&s->info),
+				       GST_VIDEO_INFO_WIDTH(&s->info), GST_VIDEO_INFO_HEIGHT(&s->info), m.n_planes,
+				       offset, stride);
+	return buf;
+}
+
 /* A device frame as CUDA memory: one device-to-device copy on our stream, which
  * first waited (on the GPU) for the producer's writes. GStreamer 1.22's CUDA memory
  * carries no stream, so the copy is complete before the buffer goes downstream. */
@@ -512,8 +543,12 @@ static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::
 	SrcState *s = self->state;
 	xmem::FrameMeta m = frame.meta();
 	GstBuffer *buf;
-	bool copied = frame.storage() == xmem::Storage::cuda;
-	if (copied) {
+	bool own_layout = frame.storage() == xmem::Storage::cuda;
+	if (own_layout && s->out_cuda && GstXmemCuda::can_wrap()) {
+		if (!(buf = wrap_cuda_memory(self, std::move(frame), error)))
+			return nullptr;
+		s->zero_copy++;
+	} else if (own_layout) {
 		buf = s->out_cuda ? copy_to_cuda_memory(self, std::move(frame), error)
 				  : copy_to_system_memory(self, std::move(frame), error);
 		if (!buf)
@@ -527,8 +562,9 @@ static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::
 		s->zero_copy++;
 	}
 
-	/* A copy is in its own memory's layout (the caps' default, or the CUDA memory's). */
-	if (!copied && s->is_video && m.n_planes > 0 && m.n_planes == GST_VIDEO_INFO_N_PLANES(&s->info)) {
+	/* A device frame carries its own layout: the copy's memory's (the caps' default,
+	 * or the CUDA buffer pool's), or the wrapped slot's, set above. */
+	if (!own_layout && s->is_video && m.n_planes > 0 && m.n_planes == GST_VIDEO_INFO_N_PLANES(&s->info)) {
 		gsize offset[GST_VIDEO_MAX_PLANES] = {};
 		gint stride[GST_VIDEO_MAX_PLANES] = {};
 		for (guint p = 0; p < m.n_planes; p++) {

@@ -71,4 +71,9 @@ Result<void> cuda_synchronize(uint32_t, CudaStream)
 	return no_cuda("CUDA synchronize");
 }
 
+Result<void> cuda_synchronize_context(void *)
+{
+	return no_cuda("CUDA synchronize");
+}
+
 } // namespace xmem

@@ -172,4 +172,22 @@ Result<void> cuda_synchronize(uint32_t device, CudaStream stream)
 	return device_synchronize(device, stream);
 }
 
+Result<void> cuda_synchronize_context(void *context)
+{
+	if (!context)
+		return make_error(Errc::invalid_argument, "synchronize: no CUDA context");
+	auto d = cuda::driver();
+	if (!d)
+		return d.error();
+	CUcontext ctx = static_cast<CUcontext>(context);
+	if (CUresult r = (*d)->cuCtxPushCurrent(ctx); r != CUDA_SUCCESS)
+		return cuda_error("synchronize", "cuCtxPushCurrent", r);
+	CUresult r = (*d)->cuCtxSynchronize();
+	CUcontext popped;
+	(*d)->cuCtxPopCurrent(&popped);
+	if (r != CUDA_SUCCESS)
+		return cuda_error("synchronize", "cuCtxSynchronize", r);
+	return {};
+}
+
 } // namespace xmem

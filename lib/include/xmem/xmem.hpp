@@ -311,6 +311,8 @@ Result<std::string> cuda_check_device(uint32_t device);
 Result<bool> cuda_stream_done(uint32_t device, CudaStream stream);
 // Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE).
 Result<void> cuda_synchronize(uint32_t device, CudaStream stream = nullptr);
+// Waits on the CPU for every stream of CONTEXT (a CUcontext: one a framework made).
+Result<void> cuda_synchronize_context(void *context);
 
 // Where NAME's socket lives, or an error for a bad name.
 Result<std::string> socket_path(std::string_view name);
