@@ -14,12 +14,25 @@
  * before the first frame in the new format. A consumer that crashes gives its
  * frames back; going to NULL never waits for consumers.
  *
+ * With memory=auto (the default) the pool lives in CUDA device memory when
+ * upstream negotiates video/x-raw(memory:CUDAMemory) (nvh264dec, cudaupload, ...),
+ * and in system memory otherwise; memory=cuda and memory=system force it. CUDA
+ * input is copied once, device to device, on the sink's stream, which publishes
+ * the frame when the copy is done, without a CPU wait (GStreamer 1.22 cannot hand
+ * its decoders the pool's memory); system input into a device pool is uploaded
+ * once, CUDA input into a system pool downloaded once. The sink shares GStreamer's
+ * CUDA context with its neighbours. `stats` counts zero-copy, copied and
+ * device-copied frames.
+ *
  * ## Example launch lines
  * |[
  * gst-launch-1.0 videotestsrc is-live=true ! video/x-raw,format=NV12,width=1280,height=720 ! xmemsink pool-name=cam0
  * ]|
  * |[
  * gst-launch-1.0 filesrc location=movie.mp4 ! decodebin ! videoconvert ! xmemsink pool-name=movie wait-for-consumers=1
+ * ]|
+ * |[
+ * gst-launch-1.0 filesrc location=movie.mp4 ! parsebin ! nvh264dec ! xmemsink pool-name=gpu0
  * ]|
  * Then, in another terminal: `gst-launch-1.0 xmemsrc pool-name=cam0 ! videoconvert ! autovideosink`
  */

@@ -13,12 +13,23 @@
  * needed. When the producer goes away (or is killed), the source waits for a new
  * owner of the same name and continues, with new caps if the format changed.
  *
+ * From a CUDA device pool the source gives video/x-raw(memory:CUDAMemory) when
+ * downstream takes it (cudaconvert, cudadownload, nvh264enc, ...) and system
+ * memory otherwise (one download, e.g. for videoconvert). CUDA output is the slot
+ * itself on GStreamer 1.24 and later; on 1.22, one device-to-device copy into a
+ * GstCudaBufferPool buffer, after which the slot goes back at once. Either way the
+ * source's stream waits for the producer's writes on the GPU. `stats` counts
+ * frames received zero-copy and copied.
+ *
  * ## Example launch lines
  * |[
  * gst-launch-1.0 xmemsrc pool-name=cam0 ! videoconvert ! autovideosink
  * ]|
  * |[
  * gst-launch-1.0 xmemsrc pool-name=cam0 num-buffers=100 ! fakesink
+ * ]|
+ * |[
+ * gst-launch-1.0 xmemsrc pool-name=gpu0 ! 'video/x-raw(memory:CUDAMemory)' ! cudaconvert ! cudadownload ! autovideosink
  * ]|
  */
 #include "gstxmemsrc.h"
