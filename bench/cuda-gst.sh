@@ -15,7 +15,7 @@ build=${XMEM_BUILD_DIR:-build}
 frames=${1:-600}
 xmem_gst_env "$(realpath --relative-to="$PWD" "$build")"
 
-if ! gst-inspect-1.0 --exists cudaupload; then
+if ! gst-inspect-1.0 cudaupload >/dev/null 2>&1; then
 	echo "cuda-gst.sh: nvcodec's cudaupload is not available: this benchmark needs a GPU" >&2
 	exit 77
 fi

@@ -29,12 +29,12 @@ fi
 
 xmem_pipelines_setup
 
-if ! gst-inspect-1.0 --exists cudadownload; then
+if ! gst-inspect-1.0 cudadownload >/dev/null 2>&1; then
 	echo "cuda-consumer.sh: cudadownload is not available: it needs gstreamer1.0-plugins-bad and a CUDA driver (libcuda.so.1)" >&2
 	exit 77
 fi
 convert=()
-if gst-inspect-1.0 --exists cudaconvert; then
+if gst-inspect-1.0 cudaconvert >/dev/null 2>&1; then
 	convert=(cudaconvert ! 'video/x-raw(memory:CUDAMemory),format=RGBA' !)
 else
 	echo "cuda-consumer.sh: cudaconvert is not available (no NVRTC): frames go to cudadownload as they are" >&2

@@ -22,7 +22,7 @@ xmem_pipelines_setup
 
 # needs ELEMENT WHY: exits 77 (skipped) when ELEMENT is not registered.
 needs() {
-	if ! gst-inspect-1.0 --exists "$1"; then
+	if ! gst-inspect-1.0 "$1" >/dev/null 2>&1; then
 		echo "cuda-producer.sh: $1 is not available: $2" >&2
 		exit 77
 	fi

@@ -28,7 +28,7 @@ has_nvcuvid() {
 make_clip() {
 	local enc
 	for enc in nvh264enc x264enc openh264enc; do
-		if gst-inspect-1.0 --exists "$enc" 2>/dev/null; then
+		if gst-inspect-1.0 "$enc" >/dev/null 2>&1; then
 			gst-launch-1.0 -q videotestsrc num-buffers="$1" \
 				! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! "$enc" \
 				! h264parse ! video/x-h264,stream-format=byte-stream \
