@@ -1,0 +1,386 @@
+"""xmem - take frames from an xmem pool in Python without copying them.
+
+    import xmem, numpy
+    with xmem.open("cam0") as consumer:
+        for frame in consumer:                 # until end of stream
+            pixels = numpy.asarray(frame)      # the shared slot itself, read-only
+            print(frame.meta.seq, pixels.shape)
+
+A Frame holds one reference to a slot. The slot goes back to the pool when the frame
+and every array made from it are gone (frame.release() or ``with frame:`` drops the
+frame's own hold early; arrays keep theirs). Bound to libxmem's C API with ctypes: the
+same files work with every CPython from 3.9 on.
+"""
+
+import ctypes
+
+from . import _capi
+from ._capi import lib
+
+__all__ = [
+    "Error",
+    "Timeout",
+    "EndOfStream",
+    "Closed",
+    "Consumer",
+    "Producer",
+    "Frame",
+    "FrameMeta",
+    "open",
+    "create",
+]
+
+
+class Error(Exception):
+    """A libxmem call failed; the message names the pool and the cause."""
+
+    def __init__(self, message, status=_capi.ESYSTEM):
+        super().__init__(message)
+        self.status = status
+
+
+class Timeout(Error):
+    """Nothing arrived (or no slot was free) within the timeout."""
+
+
+class EndOfStream(Error):
+    """The producer ended the stream."""
+
+
+class Closed(Error):
+    """The pool's producer went away (closed or died), or this handle was closed."""
+
+
+def _raise(status, what):
+    message = _capi.last_error() or what
+    name = lib.xmem_status_name(status).decode()
+    kind = {_capi.ETIMEDOUT: Timeout, _capi.EEOS: EndOfStream, _capi.ECLOSED: Closed}.get(status, Error)
+    raise kind("%s (%s)" % (message, name), status)
+
+
+def _check(status, what):
+    if status != _capi.OK:
+        _raise(status, what)
+
+
+def _timeout_ns(timeout):
+    """None waits forever; seconds otherwise."""
+    if timeout is None:
+        return _capi.FOREVER
+    if timeout < 0:
+        raise ValueError("timeout must be None or >= 0 seconds")
+    return min(int(timeout * 1e9), _capi.FOREVER)
+
+
+def _name(name):
+    if not isinstance(name, str) or not name:
+        raise TypeError("a pool name is a non-empty str")
+    return name.encode()
+
+
+class FrameMeta:
+    """A frame's metadata, copied when it was received (times in nanoseconds)."""
+
+    __slots__ = (
+        "seq", "pts", "dts", "duration", "timestamp", "flags", "size", "index", "storage", "device",
+        "content_type", "producer", "producer_pid", "format", "n_planes", "plane_offsets", "plane_strides",
+        "shape", "strides", "width", "height",
+    )
+
+    def __init__(self, m, fmt):
+        none = lambda v: None if v == _capi.NONE else v  # noqa: E731
+        self.seq = m.seq
+        self.pts = none(m.pts)
+        self.dts = none(m.dts)
+        self.duration = none(m.duration)
+        self.timestamp = m.timestamp
+        self.flags = m.flags
+        self.size = m.size
+        self.index = m.index
+        self.storage = "cuda" if m.storage_type == _capi.STORAGE_CUDA else "system"
+        self.device = m.device_id
+        self.content_type = m.content_type.decode(errors="replace")
+        self.producer = m.producer.decode(errors="replace")
+        self.producer_pid = m.producer_pid
+        self.format = fmt
+        self.n_planes = m.n_planes
+        self.plane_offsets = tuple(m.plane_offset[i] for i in range(min(m.n_planes, _capi.MAX_PLANES)))
+        self.plane_strides = tuple(m.plane_stride[i] for i in range(min(m.n_planes, _capi.MAX_PLANES)))
+        ndim = min(m.ndim, _capi.MAX_DIMS)
+        self.shape = tuple(m.shape[i] for i in range(ndim))
+        self.strides = tuple(m.strides[i] for i in range(ndim))
+        self.height, self.width = (self.shape[0], self.shape[1]) if ndim >= 2 else (None, None)
+
+    def __repr__(self):
+        return "FrameMeta(seq=%d, pts=%s, size=%d, storage=%s, format=%r)" % (
+            self.seq, self.pts, self.size, self.storage, self.format)
+
+
+class _Hold:
+    """One xmem_buffer: released when the last Frame, array or view using it goes."""
+
+    __slots__ = ("buffer", "__weakref__")
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+    def __del__(self):
+        if self.buffer:
+            lib.xmem_buffer_release(self.buffer)
+            self.buffer = None
+
+
+_byte_types = {}
+
+
+def _bytes_at(address, size, hold):
+    """A ctypes byte array over ADDRESS that keeps HOLD alive."""
+    cls = _byte_types.get(size)
+    if cls is None:
+        cls = _byte_types[size] = type("XmemBytes%d" % size, (ctypes.c_ubyte * size,), {})
+    array = cls.from_address(address)
+    array.hold = hold
+    return array
+
+
+def _exported(frame, address):
+    frame._exported = True
+    return address
+
+
+class Frame:
+    """One frame of a pool: its metadata, and its bytes without a copy."""
+
+    def __init__(self, buffer, pool):
+        self._hold = _Hold(buffer)
+        self._pool = pool  # keeps the pool handle alive while frames are
+        # numpy keeps the object it read __array_interface__ from (this frame) as
+        # its array's base: once an array was made, the frame holds the slot until
+        # it is garbage, which is after every such array.
+        self._exported = False
+        self._released = False
+        meta = lib.xmem_buffer_meta(buffer).contents
+        fmt = lib.xmem_buffer_format(buffer)
+        self.meta = FrameMeta(meta, fmt.decode(errors="replace") if fmt else "")
+
+    def _buffer(self):
+        if self._released:
+            raise ValueError("frame %d was released" % self.meta.seq)
+        return self._hold.buffer
+
+    def writable(self):
+        """Whether this process is the frame's only holder (copy-on-write applies)."""
+        return bool(lib.xmem_buffer_is_writable(self._buffer()))
+
+    @property
+    def data(self):
+        """The payload as a read-only memoryview of the shared slot (system memory)."""
+        buffer = self._buffer()
+        if self.meta.storage != "system":
+            raise TypeError("frame %d is in CUDA device memory: use __cuda_array_interface__ or DLPack"
+                            % self.meta.seq)
+        size = self.meta.size
+        if size == 0:
+            return memoryview(b"")
+        view = memoryview(_bytes_at(lib.xmem_buffer_data(buffer), size, self._hold)).cast("B")
+        return view.toreadonly()
+
+    @property
+    def __array_interface__(self):
+        """numpy's view of the slot: the frame's shape and strides when it has them (a
+        packed image), its bytes otherwise; read-only."""
+        buffer = self._buffer()
+        if self.meta.storage != "system":
+            raise AttributeError("__array_interface__: frame %d is in CUDA device memory" % self.meta.seq)
+        shape, strides = self.meta.shape, self.meta.strides
+        if not shape or self.meta.n_planes > 1:
+            shape, strides = (self.meta.size,), None
+        return {
+            "version": 3,
+            "shape": shape,
+            "typestr": "|u1",
+            "data": (_exported(self, lib.xmem_buffer_data(buffer) or 0), True),
+            "strides": strides,
+        }
+
+    def release(self):
+        """Done with the frame: the slot goes back now, or, if arrays were made from
+        it, once they are gone too. The frame cannot be used after."""
+        self._released = True
+        if not self._exported:
+            self._hold = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __repr__(self):
+        return "<xmem.Frame seq=%d %s>" % (self.meta.seq, "released" if self._released else self.meta.storage)
+
+
+class _Pool:
+    """An xmem_pool handle, closed once its Consumer or Producer and frames are gone."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def close(self):
+        if self.handle:
+            lib.xmem_pool_close(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        self.close()
+
+
+class _Handle:
+    def _get(self):
+        if self._pool.handle is None:
+            raise Closed("pool '%s' is closed" % self.name, _capi.ECLOSED)
+        return self._pool.handle
+
+    @property
+    def format(self):
+        """The pool's format (GStreamer caps for video)."""
+        fmt = lib.xmem_pool_format(self._get())
+        return fmt.decode(errors="replace") if fmt else ""
+
+    def stats(self):
+        s = _capi.PoolStats()
+        _check(lib.xmem_pool_stats_get(self._get(), ctypes.byref(s)), "stats")
+        return {name: getattr(s, name) for name, _ in _capi.PoolStats._fields_}
+
+    @property
+    def storage(self):
+        return "cuda" if lib.xmem_pool_storage(self._get()) == _capi.STORAGE_CUDA else "system"
+
+    def close(self):
+        """Closes the handle; frames still held stay valid until they go."""
+        self._pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Consumer(_Handle):
+    """A consumer of a pool: receive() frames, or iterate until end of stream."""
+
+    def __init__(self, name, timeout=None, queue_size=4):
+        options = _capi.OpenOptions()
+        lib.xmem_open_options_init(ctypes.byref(options))
+        options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
+        options.queue_size = int(queue_size)
+        options.client = b"python"
+        handle = ctypes.c_void_p()
+        self.name = name
+        _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
+        self._pool = _Pool(handle)
+
+    def receive(self, timeout=None):
+        """The next frame; raises Timeout, EndOfStream or Closed."""
+        buffer = ctypes.c_void_p()
+        _check(lib.xmem_pool_receive(self._get(), _timeout_ns(timeout), ctypes.byref(buffer)), "receive")
+        return Frame(buffer, self._pool)
+
+    def fileno(self):
+        """Polls readable when receive() may return without waiting."""
+        return lib.xmem_pool_fd(self._get())
+
+    def __iter__(self):
+        while True:
+            try:
+                yield self.receive()
+            except EndOfStream:
+                return
+
+
+class Producer(_Handle):
+    """The owner of a pool: acquire() a slot, fill it, publish() it."""
+
+    def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0):
+        if policy not in _capi.POLICIES:
+            raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
+        if storage not in _capi.STORAGES:
+            raise ValueError("storage must be 'system' or 'cuda'")
+        config = _capi.PoolConfig()
+        lib.xmem_pool_config_init(ctypes.byref(config))
+        config.slot_count = int(slots)
+        config.slot_size = int(slot_size)
+        config.policy = _capi.POLICIES[policy]
+        config.format = format.encode()
+        config.producer = b"python"
+        config.storage = _capi.STORAGES[storage]
+        config.device = int(device)
+        handle = ctypes.c_void_p()
+        self.name = name
+        _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
+        self._pool = _Pool(handle)
+
+    def acquire(self, timeout=None):
+        """A free slot, writable: fill frame.buffer (a writable memoryview), then publish it."""
+        buffer = ctypes.c_void_p()
+        _check(lib.xmem_pool_acquire(self._get(), _timeout_ns(timeout), ctypes.byref(buffer)), "acquire")
+        return WritableFrame(buffer, self._pool)
+
+    def publish(self, frame, size=None, pts=None):
+        """Publishes an acquired frame (SIZE bytes of it; all by default)."""
+        if not isinstance(frame, WritableFrame):
+            raise TypeError("publish() takes a frame from acquire()")
+        buffer = frame._take()
+        meta = lib.xmem_buffer_meta_mut(buffer).contents
+        meta.size = lib.xmem_buffer_capacity(buffer) if size is None else int(size)
+        meta.pts = _capi.NONE if pts is None else int(pts)
+        _check(lib.xmem_pool_publish(self._get(), buffer), "publish")
+
+    def set_format(self, caps):
+        _check(lib.xmem_pool_set_format(self._get(), caps.encode()), "set_format")
+
+    def end_of_stream(self):
+        _check(lib.xmem_pool_end_of_stream(self._get()), "end_of_stream")
+
+
+class WritableFrame:
+    """A slot acquired for writing: ``buffer`` is a writable memoryview of it."""
+
+    def __init__(self, buffer, pool):
+        self._raw = buffer
+        self._pool = pool
+        self.capacity = lib.xmem_buffer_capacity(buffer)
+        self.storage = "cuda" if lib.xmem_buffer_storage(buffer) == _capi.STORAGE_CUDA else "system"
+
+    def _take(self):
+        if self._raw is None:
+            raise ValueError("this frame was already published or released")
+        raw, self._raw = self._raw, None
+        return raw
+
+    @property
+    def buffer(self):
+        if self._raw is None:
+            raise ValueError("this frame was already published or released")
+        if self.storage != "system":
+            raise TypeError("a device slot has no CPU buffer")
+        return memoryview(_bytes_at(lib.xmem_buffer_data_mut(self._raw), self.capacity, self)).cast("B")
+
+    def release(self):
+        """Gives the slot back unpublished."""
+        if self._raw is not None:
+            lib.xmem_buffer_release(self._take())
+
+    def __del__(self):
+        self.release()
+
+
+def open(name, timeout=None, queue_size=4):  # noqa: A001 - the issue's name
+    """Attaches to pool NAME, waiting up to TIMEOUT seconds for it (None: forever)."""
+    return Consumer(name, timeout=timeout, queue_size=queue_size)
+
+
+def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0):
+    """Creates pool NAME and becomes its producer."""
+    return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device)

@@ -1,0 +1,163 @@
+"""_capi.py - libxmem's C API (xmem.h) through ctypes: one build for every CPython.
+
+The library is found, in order: at XMEM_LIBRARY (a path), by the dynamic loader
+(an install, or LD_LIBRARY_PATH), then in a build tree beside this package
+(build/lib/libxmem.so.0 under the repository root).
+"""
+
+import ctypes
+import os
+
+MAX_DIMS = 8
+MAX_PLANES = 4
+FOREVER = (1 << 63) - 1
+NONE = (1 << 64) - 1
+
+OK = 0
+EINVAL, ENAME, ENOENT, EACCES, EBUSY, ENOTPOOL, EVERSION, EBADSEG = -1, -2, -3, -4, -5, -6, -7, -8
+ERANGE, ETIMEDOUT, ECLOSED, EEOS, EFULL, ENOTHELD, EREADONLY, EROLE = -9, -10, -11, -12, -13, -14, -15, -16
+ESYSTEM, ENOMEM = -17, -18
+
+STORAGE_SYSTEM, STORAGE_CUDA = 0, 1
+POLICIES = {"block": 0, "drop-oldest": 1, "drop-new": 2}
+STORAGES = {"system": STORAGE_SYSTEM, "cuda": STORAGE_CUDA}
+
+
+class FrameMeta(ctypes.Structure):
+    _fields_ = [
+        ("index", ctypes.c_uint32),
+        ("storage_type", ctypes.c_uint8),
+        ("device_id", ctypes.c_uint8),
+        ("dtype", ctypes.c_uint8),
+        ("ndim", ctypes.c_uint8),
+        ("shape", ctypes.c_uint64 * MAX_DIMS),
+        ("strides", ctypes.c_uint64 * MAX_DIMS),
+        ("size", ctypes.c_uint64),
+        ("timestamp", ctypes.c_uint64),
+        ("seq", ctypes.c_uint64),
+        ("pts", ctypes.c_uint64),
+        ("dts", ctypes.c_uint64),
+        ("duration", ctypes.c_uint64),
+        ("flags", ctypes.c_uint32),
+        ("producer_pid", ctypes.c_uint32),
+        ("format_seq", ctypes.c_uint64),
+        ("n_planes", ctypes.c_uint32),
+        ("plane_stride", ctypes.c_uint32 * MAX_PLANES),
+        ("reserved0", ctypes.c_uint32),
+        ("plane_offset", ctypes.c_uint64 * MAX_PLANES),
+        ("content_type", ctypes.c_char * 32),
+        ("producer", ctypes.c_char * 32),
+        ("reserved", ctypes.c_uint64 * 8),
+    ]
+
+
+class PoolConfig(ctypes.Structure):
+    _fields_ = [
+        ("slot_count", ctypes.c_uint32),
+        ("slot_size", ctypes.c_uint64),
+        ("max_consumers", ctypes.c_uint32),
+        ("policy", ctypes.c_int),
+        ("block_timeout_ns", ctypes.c_uint64),
+        ("mode", ctypes.c_uint32),
+        ("format", ctypes.c_char_p),
+        ("producer", ctypes.c_char_p),
+        ("storage", ctypes.c_uint32),
+        ("device", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 8),
+    ]
+
+
+class OpenOptions(ctypes.Structure):
+    _fields_ = [
+        ("timeout_ns", ctypes.c_int64),
+        ("queue_size", ctypes.c_uint32),
+        ("client", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint32 * 8),
+    ]
+
+
+class PoolStats(ctypes.Structure):
+    _fields_ = [
+        ("published", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
+        ("reaped", ctypes.c_uint64),
+        ("consumers", ctypes.c_uint32),
+        ("slots_total", ctypes.c_uint32),
+        ("slots_free", ctypes.c_uint32),
+        ("closed", ctypes.c_uint32),
+    ]
+
+
+def _candidates():
+    path = os.environ.get("XMEM_LIBRARY")
+    if path:
+        yield path
+        return
+    yield "libxmem.so.0"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    yield os.path.join(root, "build", "lib", "libxmem.so.0")
+
+
+def _load():
+    errors = []
+    for candidate in _candidates():
+        try:
+            return ctypes.CDLL(candidate)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError("xmem: cannot load libxmem (set XMEM_LIBRARY to its path): " + "; ".join(errors))
+
+
+lib = _load()
+
+_P = ctypes.c_void_p
+_SIGNATURES = {
+    "xmem_last_error": (ctypes.c_char_p, []),
+    "xmem_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "xmem_pool_config_init": (None, [ctypes.POINTER(PoolConfig)]),
+    "xmem_open_options_init": (None, [ctypes.POINTER(OpenOptions)]),
+    "xmem_pool_create": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(PoolConfig), ctypes.POINTER(_P)]),
+    "xmem_pool_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(OpenOptions), ctypes.POINTER(_P)]),
+    "xmem_pool_close": (None, [_P]),
+    "xmem_pool_acquire": (ctypes.c_int, [_P, ctypes.c_int64, ctypes.POINTER(_P)]),
+    "xmem_pool_publish": (ctypes.c_int, [_P, _P]),
+    "xmem_pool_set_format": (ctypes.c_int, [_P, ctypes.c_char_p]),
+    "xmem_pool_end_of_stream": (ctypes.c_int, [_P]),
+    "xmem_pool_receive": (ctypes.c_int, [_P, ctypes.c_int64, ctypes.POINTER(_P)]),
+    "xmem_pool_receive_on_stream": (ctypes.c_int, [_P, ctypes.c_int64, _P, ctypes.POINTER(_P)]),
+    "xmem_pool_fd": (ctypes.c_int, [_P]),
+    "xmem_pool_format": (ctypes.c_char_p, [_P]),
+    "xmem_pool_stats_get": (ctypes.c_int, [_P, ctypes.POINTER(PoolStats)]),
+    "xmem_pool_slot_size": (ctypes.c_uint64, [_P]),
+    "xmem_pool_slot_count": (ctypes.c_uint32, [_P]),
+    "xmem_pool_storage": (ctypes.c_uint32, [_P]),
+    "xmem_pool_device": (ctypes.c_uint32, [_P]),
+    "xmem_pool_pitch_alignment": (ctypes.c_uint32, [_P]),
+    "xmem_set_video_layout": (
+        ctypes.c_int,
+        [ctypes.POINTER(FrameMeta), ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32],
+    ),
+    "xmem_buffer_meta": (ctypes.POINTER(FrameMeta), [_P]),
+    "xmem_buffer_meta_mut": (ctypes.POINTER(FrameMeta), [_P]),
+    "xmem_buffer_data": (_P, [_P]),
+    "xmem_buffer_data_mut": (_P, [_P]),
+    "xmem_buffer_capacity": (ctypes.c_uint64, [_P]),
+    "xmem_buffer_format": (ctypes.c_char_p, [_P]),
+    "xmem_buffer_is_writable": (ctypes.c_int, [_P]),
+    "xmem_buffer_release": (None, [_P]),
+    "xmem_buffer_release_on_stream": (ctypes.c_int, [_P, _P]),
+    "xmem_buffer_storage": (ctypes.c_uint32, [_P]),
+    "xmem_buffer_device": (ctypes.c_uint32, [_P]),
+    "xmem_buffer_device_ptr": (ctypes.c_uint64, [_P]),
+    "xmem_buffer_copy_to_cpu": (ctypes.c_int, [_P, _P, ctypes.POINTER(_P)]),
+}
+
+for _name, (_restype, _argtypes) in _SIGNATURES.items():
+    _fn = getattr(lib, _name)
+    _fn.restype = _restype
+    _fn.argtypes = _argtypes
+
+
+def last_error():
+    message = lib.xmem_last_error()
+    return message.decode("utf-8", "replace") if message else ""
