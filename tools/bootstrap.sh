@@ -5,12 +5,12 @@
 # libgstreamer-plugins-bad1.0-dev brings GStreamer's CUDA library (memory:CUDAMemory
 # in the elements); gstreamer1.0-plugins-bad its nvcodec elements, which the suite
 # runs on the CUDA driver simulator; libffmpeg-nvenc-dev the NVIDIA Video Codec SDK
-# headers for examples/nvdec_producer.cpp; python3-numpy and python3-pytest the
-# Python module's tests.
+# headers for examples/nvdec_producer.cpp; python3-numpy, python3-pytest and
+# python3-torch (1.13, CPU) the Python module's tests.
 XMEM_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
 	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
-	libffmpeg-nvenc-dev python3-numpy python3-pytest)
+	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch)
 
 xmem_install_packages() {
 	local missing=()

@@ -2,6 +2,7 @@
 errors, iteration and polling, a gst-launch-1.0 producer in another process, and a
 Python consumer SIGKILLed while it holds arrays."""
 
+import ctypes
 import gc
 import os
 import select
@@ -195,7 +196,7 @@ def test_consumer_killed_holding_arrays_gives_every_slot_back():
     with xmem.create(pool, 4096, slots=6, policy="drop-oldest") as p:
         child = textwrap.dedent("""
             import sys, time, numpy, xmem
-            c = xmem.open(sys.argv[1], timeout=10, queue_size=2)
+            c = xmem.open(sys.argv[1], timeout=10, queue_size=4)
             held = [numpy.asarray(c.receive(timeout=10)) for _ in range(3)]
             print("holding", len(held), flush=True)
             time.sleep(60)
@@ -214,3 +215,161 @@ def test_consumer_killed_holding_arrays_gives_every_slot_back():
             assert p.stats()["reaped"] == 1
         finally:
             proc.kill()
+
+
+def publish_pattern(producer, fmt, width, height):
+    """Publishes one frame of FMT laid out by the library, every byte i % 251."""
+    w = producer.acquire(timeout=5)
+    meta = xmem.lib.xmem_buffer_meta_mut(w._raw)
+    assert xmem.lib.xmem_set_video_layout(meta, fmt.encode(), width, height, 1) == 0
+    size = meta.contents.size
+    w.buffer[:size] = bytes(i % 251 for i in range(size))
+    producer.publish(w, size=size)
+    return size
+
+
+@pytest.mark.parametrize("fmt,shapes", [
+    ("NV12", [(74, 100), (37, 50, 2)]),
+    ("I420", [(74, 100), (37, 50), (37, 50)]),
+    ("RGBA", [(74, 100, 4)]),
+])
+def test_planes_have_their_real_strides(fmt, shapes):
+    pool = name()
+    caps = "video/x-raw,format=%s,width=100,height=74" % fmt
+    with xmem.create(pool, 100 * 74 * 4, slots=2, format=caps) as p, xmem.open(pool, timeout=5) as c:
+        publish_pattern(p, fmt, 100, 74)
+        frame = c.receive(timeout=5)
+        planes = frame.planes()
+        assert [a.shape for a in planes] == shapes
+        slot = numpy.frombuffer(frame.data, numpy.uint8)
+        for a, offset, stride in zip(planes, frame.meta.plane_offsets, frame.meta.plane_strides):
+            assert not a.flags.writeable
+            assert a.ctypes.data == slot.ctypes.data + offset, "a plane is not in the slot"
+            assert a.strides[0] == stride
+            assert a[1].ravel()[0] == (offset + stride) % 251
+
+
+def test_dlpack_capsules_zero_copy_and_lifetime():
+    pool = name()
+    with xmem.create(pool, 4096, slots=2) as p, xmem.open(pool, timeout=5) as c:
+        p.publish(p.acquire(timeout=5), size=4096)
+        frame = c.receive(timeout=5)
+        assert frame.__dlpack_device__() == (1, 0)
+        array = numpy.from_dlpack(frame)
+        assert array.ctypes.data == slot_address(frame) and array.shape == (4096,)
+        assert not array.flags.writeable, "numpy wrote into a shared frame"
+        frame.release()
+        gc.collect()
+        assert p.stats()["slots_free"] == 1, "the slot went back under a DLPack array"
+        del array
+        gc.collect()
+        assert eventually(lambda: p.stats()["slots_free"] == 2)
+        assert xmem._dlpack.live_count() == 0
+
+        p.publish(p.acquire(timeout=5), size=16)
+        frame = c.receive(timeout=5)
+        legacy = frame.__dlpack__()
+        versioned = frame.__dlpack__(max_version=(1, 0))
+        assert "dltensor" in repr(legacy) and "dltensor_versioned" not in repr(legacy)
+        assert "dltensor_versioned" in repr(versioned)
+        with pytest.raises(BufferError, match="copy"):
+            frame.__dlpack__(copy=True)
+        with pytest.raises(BufferError):
+            frame.__dlpack__(dl_device=(2, 0))
+        frame.release()
+        del legacy, versioned  # never consumed: their deleters run with them
+        gc.collect()
+        assert xmem._dlpack.live_count() == 0
+        assert eventually(lambda: p.stats()["slots_free"] == 2)
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_torch_tensors_are_the_slot():
+    torch = pytest.importorskip("torch")
+    from torch.utils import dlpack as torch_dlpack
+
+    pool = name()
+    with xmem.create(pool, 64 * 48 * 4, slots=2, format="video/x-raw,format=RGBA,width=64,height=48") as p:
+        with xmem.open(pool, timeout=5) as c:
+            w = p.acquire(timeout=5)
+            w.buffer[:] = bytes(range(256)) * 48
+            p.publish(w)
+            frame = c.receive(timeout=5)
+            tensor = torch_dlpack.from_dlpack(frame)  # torch 1.13 takes the legacy capsule
+            assert tensor.data_ptr() == slot_address(frame)
+            assert tuple(tensor.shape) == (64 * 48 * 4,) and tensor.dtype == torch.uint8
+            assert tensor[4:8].tolist() == [4, 5, 6, 7]
+            cpu = torch.as_tensor(numpy.asarray(frame))  # torch warns: it has no read-only tensors
+            assert cpu.data_ptr() == slot_address(frame)
+            frame.release()
+            gc.collect()
+            assert p.stats()["slots_free"] == 1
+            del tensor, cpu, frame
+            gc.collect()
+            assert eventually(lambda: p.stats()["slots_free"] == 2)
+
+
+def test_asyncio_two_pools_timeout_and_end_of_stream():
+    import asyncio
+
+    a_name, b_name = name(), name()
+    with xmem.create(a_name, 64, slots=8) as a, xmem.create(b_name, 64, slots=8) as b:
+        ca, cb = xmem.open(a_name, timeout=5, queue_size=8), xmem.open(b_name, timeout=5, queue_size=8)
+
+        async def collect(consumer):
+            return [f.meta.seq async for f in consumer.frames()]
+
+        async def produce():
+            for i in range(4):
+                await asyncio.sleep(0.01)
+                for p in (a, b):
+                    p.publish(p.acquire(timeout=5), size=1)
+            a.end_of_stream()
+            b.end_of_stream()
+
+        async def main():
+            # Nothing published yet: a timeout, with the loop still responsive.
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(ca.frames().__anext__(), 0.05)
+            return await asyncio.gather(collect(ca), collect(cb), produce())
+
+        got_a, got_b, _ = asyncio.run(main())
+        assert got_a == [1, 2, 3, 4] and got_b == [1, 2, 3, 4]
+        ca.close()
+        cb.close()
+
+
+def test_device_frames_on_the_cuda_simulator():
+    if "cudasim" not in os.environ.get("XMEM_CUDA_DRIVER", ""):
+        pytest.skip("runs against tests/cudasim (XMEM_CUDA_DRIVER)")
+    pool = name()
+    with xmem.create(pool, 4096, slots=2, storage="cuda") as p, xmem.open(pool, timeout=5) as c:
+        assert p.storage == "cuda" and c.storage == "cuda"
+        w = p.acquire(timeout=5)
+        device = xmem.lib.xmem_buffer_device_ptr(w._raw)
+        source = bytes(i % 199 for i in range(4096))
+        host = ctypes.create_string_buffer(source, 4096)
+        assert xmem.lib.xmem_cuda_copy_2d(device, 4096, 1, ctypes.addressof(host), 4096, 0, 4096, 1, 0, None) == 0
+        p.publish(w, size=4096)
+        frame = c.receive(timeout=5)
+        assert frame.meta.storage == "cuda"
+        cai = frame.__cuda_array_interface__
+        assert cai["version"] == 3 and cai["shape"] == (4096,) and cai["data"][1] is True
+        assert frame.__dlpack_device__() == (2, 0)
+        capsule = frame.__dlpack__(stream=None)
+        assert "dltensor" in repr(capsule)
+        with pytest.raises(TypeError, match="CUDA"):
+            frame.data
+        with pytest.raises(AttributeError):
+            frame.__array_interface__
+        back = ctypes.create_string_buffer(4096)
+        assert xmem.lib.xmem_cuda_copy_2d(ctypes.addressof(back), 4096, 0, cai["data"][0], 4096, 1, 4096, 1, 0,
+                                          None) == 0
+        assert back.raw == source, "the device slot does not hold what the producer wrote"
+        del capsule, cai
+        frame.release()  # an interface was read: the slot goes with the frame object
+        gc.collect()
+        assert p.stats()["slots_free"] == 1
+        del frame
+        gc.collect()
+        assert eventually(lambda: p.stats()["slots_free"] == 2)

@@ -12,9 +12,11 @@ frame's own hold early; arrays keep theirs). Bound to libxmem's C API with ctype
 same files work with every CPython from 3.9 on.
 """
 
+import asyncio
 import ctypes
+import re
 
-from . import _capi
+from . import _capi, _dlpack
 from ._capi import lib
 
 __all__ = [
@@ -203,6 +205,82 @@ class Frame:
             "strides": strides,
         }
 
+    def _address(self):
+        buffer = self._buffer()
+        if self.meta.storage == "cuda":
+            return lib.xmem_buffer_device_ptr(buffer)
+        return lib.xmem_buffer_data(buffer) or 0
+
+    def _layout(self):
+        """Shape and byte strides: the frame's own when it has them (a packed image),
+        its bytes as one dimension otherwise."""
+        if self.meta.shape and self.meta.n_planes <= 1:
+            return self.meta.shape, self.meta.strides
+        return (self.meta.size,), None
+
+    @property
+    def __cuda_array_interface__(self):
+        """The device slot for CuPy, Numba or torch (version 3). Ready on any stream:
+        receive() waited for the producer's writes."""
+        if self.meta.storage != "cuda":
+            raise AttributeError("__cuda_array_interface__: frame %d is in system memory" % self.meta.seq)
+        shape, strides = self._layout()
+        return {
+            "version": 3,
+            "shape": shape,
+            "typestr": "|u1",
+            "data": (_exported(self, self._address()), True),
+            "strides": strides,
+            "stream": None,
+        }
+
+    def __dlpack_device__(self):
+        if self.meta.storage == "cuda":
+            return (_dlpack.CUDA, self.meta.device)
+        return (_dlpack.CPU, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of the slot: versioned (DLPack 1.0, read-only flag set for a
+        shared frame) when MAX_VERSION allows it, legacy otherwise. The capsule keeps
+        the slot until its consumer's deleter runs. No copy is ever made: copy=True and
+        another DL_DEVICE are refused. STREAM needs nothing: receive() waited for the
+        producer's writes."""
+        if copy:
+            raise BufferError("xmem frames are exported without copying (copy=True refused)")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("frame %d is on %s, not %s" % (self.meta.seq, self.__dlpack_device__(), dl_device))
+        address = self._address()
+        shape, strides = self._layout()
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        return _dlpack.capsule(address, self.meta.size, shape, strides, self.__dlpack_device__(), self._hold,
+                               versioned, read_only=not self.writable())
+
+    def planes(self):
+        """The video planes as read-only numpy arrays with their real strides: NV12 Y
+        (h, w) and UV (h/2, w/2, 2); I420/YV12 Y, U, V; packed RGB formats (h, w, c);
+        GRAY8 (h, w)."""
+        import numpy
+
+        if self.meta.storage != "system":
+            raise TypeError("planes(): frame %d is in CUDA device memory" % self.meta.seq)
+        fmt, width, height = _video_format(self.meta.format)
+        layout = _PLANES.get(fmt)
+        if layout is None:
+            raise ValueError("planes(): no plane layout for format %r" % fmt)
+        if self.meta.n_planes != len(layout):
+            raise ValueError("planes(): frame %d has %d planes, %s has %d"
+                             % (self.meta.seq, self.meta.n_planes, fmt, len(layout)))
+        whole = _bytes_at(self._address(), self.meta.size, self._hold)
+        arrays = []
+        for p, (sub_w, sub_h, channels) in enumerate(layout):
+            w, h = -(-width // sub_w), -(-height // sub_h)
+            shape = (h, w, channels) if channels > 1 else (h, w)
+            strides = (self.meta.plane_strides[p], channels, 1) if channels > 1 else (self.meta.plane_strides[p], 1)
+            a = numpy.ndarray(shape, numpy.uint8, buffer=whole, offset=self.meta.plane_offsets[p], strides=strides)
+            a.flags.writeable = False
+            arrays.append(a)
+        return arrays
+
     def release(self):
         """Done with the frame: the slot goes back now, or, if arrays were made from
         it, once they are gone too. The frame cannot be used after."""
@@ -218,6 +296,33 @@ class Frame:
 
     def __repr__(self):
         return "<xmem.Frame seq=%d %s>" % (self.meta.seq, "released" if self._released else self.meta.storage)
+
+
+# format: one (horizontal subsampling, vertical subsampling, channels) per plane.
+_PLANES = {
+    "NV12": [(1, 1, 1), (2, 2, 2)],
+    "NV21": [(1, 1, 1), (2, 2, 2)],
+    "I420": [(1, 1, 1), (2, 2, 1), (2, 2, 1)],
+    "YV12": [(1, 1, 1), (2, 2, 1), (2, 2, 1)],
+    "GRAY8": [(1, 1, 1)],
+    "RGB": [(1, 1, 3)],
+    "BGR": [(1, 1, 3)],
+    "RGBA": [(1, 1, 4)],
+    "BGRA": [(1, 1, 4)],
+    "RGBx": [(1, 1, 4)],
+    "BGRx": [(1, 1, 4)],
+}
+
+
+def _video_format(caps):
+    """(format, width, height) from GStreamer caps, typed or not."""
+    fields = {}
+    for key in ("format", "width", "height"):
+        m = re.search(r"\b%s=(?:\([a-z]+\))?\s*\"?([A-Za-z0-9_]+)" % key, caps)
+        if not m:
+            raise ValueError("planes(): no %s in format %r" % (key, caps))
+        fields[key] = m.group(1)
+    return fields["format"], int(fields["width"]), int(fields["height"])
 
 
 class _Pool:
@@ -297,6 +402,26 @@ class Consumer(_Handle):
                 yield self.receive()
             except EndOfStream:
                 return
+
+    async def frames(self):
+        """Frames for ``async for``, until end of stream: the event loop watches the
+        pool's fd (no thread, no busy wait). Raises Closed when the producer goes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                yield self.receive(timeout=0)
+                continue
+            except Timeout:
+                pass
+            except EndOfStream:
+                return
+            ready = loop.create_future()
+            fd = self.fileno()
+            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
 
 
 class Producer(_Handle):
