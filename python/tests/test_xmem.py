@@ -373,3 +373,43 @@ def test_device_frames_on_the_cuda_simulator():
         del frame
         gc.collect()
         assert eventually(lambda: p.stats()["slots_free"] == 2)
+
+
+def load_infer():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "infer.py")
+    spec = importlib.util.spec_from_file_location("infer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("color", ["0xff336699", "0xffe01010", "0xff10e080", "0xffffffff", "0xff000000"])
+def test_infer_example_converts_nv12_back_to_the_source_colour(color):
+    """examples/python/infer.py's NV12 to RGB, on views of the slot's own planes, gives
+    back the solid colour videotestsrc encoded (within BT.601 rounding)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils import dlpack as torch_dlpack
+
+    launch = gst_launch()
+    infer = load_infer()
+    value = int(color, 16)
+    expected = numpy.array([(value >> 16) & 255, (value >> 8) & 255, value & 255], float)
+    pool = name()
+    producer = subprocess.Popen([launch, "-q", "videotestsrc", "num-buffers=1", "pattern=solid-color",
+                                 "foreground-color=" + color, "!",
+                                 "video/x-raw,format=NV12,width=64,height=48,colorimetry=bt601", "!", "xmemsink",
+                                 "pool-name=" + pool, "wait-for-consumers=1"])
+    try:
+        with xmem.open(pool, timeout=30) as c:
+            with c.receive(timeout=30) as frame:
+                tensor = torch_dlpack.from_dlpack(frame)
+                y, uv = infer.planes(frame, tensor, 64, 48)
+                assert y.data_ptr() == slot_address(frame), "the planes are not views of the slot"
+                rgb = infer.nv12_to_rgb(y, uv).permute(1, 2, 0).numpy() * 255.0
+                del tensor, y, uv
+        assert producer.wait(timeout=30) == 0
+    finally:
+        producer.kill()
+    assert abs(rgb - expected).max() <= 3.0, (rgb[0, 0], expected)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/pipelines/run.sh CASE - runs the scripts of pipelines/ exactly as a user does, with
 # num-buffers and fakesink, each in its own process, and checks what every consumer got.
-#   CASE: producer-consumer, display, decode-file, fanout, demo, cuda or cuda-file
+#   CASE: producer-consumer, display, decode-file, fanout, demo, cuda, cuda-file or infer
 # The scripts' overrides (XMEM_NUM_BUFFERS, XMEM_SINK, ...) are listed in pipelines/common.sh;
 # meson sets XMEM_BUILD_DIR, XMEM_SKIP_SETUP and GST_PLUGIN_PATH.
 set -euo pipefail
@@ -237,6 +237,18 @@ case_cuda_file() {
 	expect_no_pools
 }
 
+# infer.sh for a few frames on the CPU: its producer and examples/python/infer.py.
+case_infer() {
+	"${XMEM_PYTHON:-/usr/bin/python3}" -c 'import torch' 2>/dev/null ||
+		{ echo "skipped: ${XMEM_PYTHON:-/usr/bin/python3} has no torch (python3-torch)"; exit 77; }
+	start infer env XMEM_POOL=infer "$pipelines/infer.sh" 20
+	finish infer 180
+	local log=$work/infer.log
+	grep -q '^infer: 20 frames of 640x360 on cpu, ' "$log" || { show_log infer; fail "no final line for 20 frames"; }
+	grep '^infer: ' "$log"
+	expect_no_pools
+}
+
 case ${1:-} in
 producer-consumer) case_producer_consumer ;;
 display) case_display ;;
@@ -245,8 +257,9 @@ fanout) case_fanout ;;
 demo) case_demo ;;
 cuda) case_cuda ;;
 cuda-file) case_cuda_file ;;
+infer) case_infer ;;
 *)
-	echo "usage: $0 producer-consumer|display|decode-file|fanout|demo|cuda|cuda-file" >&2
+	echo "usage: $0 producer-consumer|display|decode-file|fanout|demo|cuda|cuda-file|infer" >&2
 	exit 2
 	;;
 esac
