@@ -413,3 +413,45 @@ def test_infer_example_converts_nv12_back_to_the_source_colour(color):
     finally:
         producer.kill()
     assert abs(rgb - expected).max() <= 3.0, (rgb[0, 0], expected)
+
+
+def test_device_frames_received_on_a_stream_on_the_cuda_simulator():
+    """receive(stream=...): the stream waits for the producer's writes on the GPU (the
+    simulator runs streams late, on their own threads), the interface names it, work
+    queued on it sees the frame, and the slot is released on it."""
+    driver_path = os.environ.get("XMEM_CUDA_DRIVER", "")
+    if "cudasim" not in driver_path:
+        pytest.skip("runs against tests/cudasim (XMEM_CUDA_DRIVER)")
+    cuda = ctypes.CDLL(driver_path)
+    assert cuda.cuInit(0) == 0
+    ctx = ctypes.c_void_p()
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    assert cuda.cuCtxPushCurrent_v2(ctx) == 0
+    stream = ctypes.c_void_p()
+    assert cuda.cuStreamCreate(ctypes.byref(stream), 1) == 0
+    pool = name()
+    with xmem.create(pool, 4096, slots=2, storage="cuda") as p, xmem.open(pool, timeout=5) as c:
+        for n in range(1, 6):
+            w = p.acquire(timeout=5)
+            device = xmem.lib.xmem_buffer_device_ptr(w._raw)
+            source = bytes((i * n) % 251 for i in range(4096))
+            host = ctypes.create_string_buffer(source, 4096)
+            assert xmem.lib.xmem_cuda_copy_2d(device, 4096, 1, ctypes.addressof(host), 4096, 0, 4096, 1, 0,
+                                              None) == 0
+            p.publish(w, size=4096)
+            frame = c.receive(timeout=5, stream=stream.value)
+            assert frame.__cuda_array_interface__["stream"] == stream.value
+            back = ctypes.create_string_buffer(4096)
+            address = frame.__cuda_array_interface__["data"][0]
+            assert xmem.lib.xmem_cuda_copy_2d(ctypes.addressof(back), 4096, 0, address, 4096, 1, 4096, 1, 0,
+                                              stream) == 0
+            assert xmem.lib.xmem_cuda_synchronize(0, stream) == 0
+            assert back.raw == source, "frame %d: the stream did not see the producer's writes" % n
+            capsule = frame.__dlpack__(stream=None)  # another stream: waited for on the CPU
+            del capsule, frame
+            gc.collect()
+        assert xmem.lib.xmem_cuda_synchronize(0, stream) == 0
+        assert eventually(lambda: p.stats()["slots_free"] == 2)
+    with pytest.raises(TypeError, match="stream"):
+        c.receive(timeout=0, stream="default")
+    assert cuda.cuStreamDestroy_v2(stream) == 0

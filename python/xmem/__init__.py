@@ -119,16 +119,22 @@ class FrameMeta:
 
 
 class _Hold:
-    """One xmem_buffer: released when the last Frame, array or view using it goes."""
+    """One xmem_buffer: released when the last Frame, array or view using it goes. A
+    frame received on a stream is released on it: the producer's GPU waits for the
+    work queued there so far, and the CPU does not."""
 
-    __slots__ = ("buffer", "__weakref__")
+    __slots__ = ("buffer", "stream", "__weakref__")
 
-    def __init__(self, buffer):
+    def __init__(self, buffer, stream=None):
         self.buffer = buffer
+        self.stream = stream
 
     def __del__(self):
         if self.buffer:
-            lib.xmem_buffer_release(self.buffer)
+            if self.stream:
+                lib.xmem_buffer_release_on_stream(self.buffer, self.stream)
+            else:
+                lib.xmem_buffer_release(self.buffer)
             self.buffer = None
 
 
@@ -145,6 +151,19 @@ def _bytes_at(address, size, hold):
     return array
 
 
+def _stream_handle(stream):
+    """A CUstream from an int, a torch.cuda.Stream (.cuda_stream) or a CuPy stream (.ptr)."""
+    if stream is None:
+        return None
+    for attribute in ("cuda_stream", "ptr"):
+        if hasattr(stream, attribute):
+            stream = getattr(stream, attribute)
+            break
+    if not isinstance(stream, int) or stream < 0:
+        raise TypeError("stream must be a CUstream (int), a torch.cuda.Stream or a CuPy stream")
+    return stream or None
+
+
 def _exported(frame, address):
     frame._exported = True
     return address
@@ -153,8 +172,11 @@ def _exported(frame, address):
 class Frame:
     """One frame of a pool: its metadata, and its bytes without a copy."""
 
-    def __init__(self, buffer, pool):
-        self._hold = _Hold(buffer)
+    def __init__(self, buffer, pool, stream=None):
+        self._hold = _Hold(buffer, stream)
+        # The stream the frame is ready on (it waited for the producer's writes), or
+        # None: ready for any stream.
+        self._stream = stream
         self._pool = pool  # keeps the pool handle alive while frames are
         # numpy keeps the object it read __array_interface__ from (this frame) as
         # its array's base: once an array was made, the frame holds the slot until
@@ -231,7 +253,7 @@ class Frame:
             "typestr": "|u1",
             "data": (_exported(self, self._address()), True),
             "strides": strides,
-            "stream": None,
+            "stream": self._stream,
         }
 
     def __dlpack_device__(self):
@@ -243,13 +265,18 @@ class Frame:
         """A DLPack capsule of the slot: versioned (DLPack 1.0, read-only flag set for a
         shared frame) when MAX_VERSION allows it, legacy otherwise. The capsule keeps
         the slot until its consumer's deleter runs. No copy is ever made: copy=True and
-        another DL_DEVICE are refused. STREAM needs nothing: receive() waited for the
-        producer's writes."""
+        another DL_DEVICE are refused. STREAM is where the consumer will use it: a frame
+        received on another stream is waited for on the CPU first (one received without
+        a stream is ready for any)."""
         if copy:
             raise BufferError("xmem frames are exported without copying (copy=True refused)")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("frame %d is on %s, not %s" % (self.meta.seq, self.__dlpack_device__(), dl_device))
         address = self._address()
+        wanted = _stream_handle(stream) if isinstance(stream, int) and stream > 2 else None
+        if self._stream is not None and wanted != self._stream:
+            _check(_capi.lib.xmem_cuda_synchronize(self.meta.device, self._stream), "synchronize")
+            self._stream = None
         shape, strides = self._layout()
         versioned = max_version is not None and tuple(max_version)[0] >= 1
         return _dlpack.capsule(address, self.meta.size, shape, strides, self.__dlpack_device__(), self._hold,
@@ -386,11 +413,16 @@ class Consumer(_Handle):
         _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
         self._pool = _Pool(handle)
 
-    def receive(self, timeout=None):
-        """The next frame; raises Timeout, EndOfStream or Closed."""
+    def receive(self, timeout=None, stream=None):
+        """The next frame; raises Timeout, EndOfStream or Closed. For a device pool,
+        STREAM (a CUstream as an int, or a torch.cuda.Stream or CuPy stream) is made to
+        wait on the GPU for the producer's writes, and the CPU does not wait; without
+        one the CPU waits, and the frame is ready for any stream."""
         buffer = ctypes.c_void_p()
-        _check(lib.xmem_pool_receive(self._get(), _timeout_ns(timeout), ctypes.byref(buffer)), "receive")
-        return Frame(buffer, self._pool)
+        handle = _stream_handle(stream)
+        _check(lib.xmem_pool_receive_on_stream(self._get(), _timeout_ns(timeout), handle, ctypes.byref(buffer)),
+               "receive")
+        return Frame(buffer, self._pool, handle)
 
     def fileno(self):
         """Polls readable when receive() may return without waiting."""
