@@ -147,9 +147,15 @@ def test_bad_input_raises_with_the_cause():
         with pytest.raises(TypeError, match="acquire"):
             p.publish(object())
         w = p.acquire(timeout=5)
+        view = w.buffer
+        view[0] = 1
         p.publish(w)
         with pytest.raises(ValueError, match="already published"):
             p.publish(w)
+        with pytest.raises(ValueError, match="released"):
+            view[0] = 2  # the slot is the consumers' now
+        with pytest.raises(ValueError, match="already published"):
+            w.buffer
         with pytest.raises(xmem.Error, match="XMEM_EROLE"):
             xmem.Consumer.receive(p)
 

@@ -509,10 +509,19 @@ class WritableFrame:
         self._pool = pool
         self.capacity = lib.xmem_buffer_capacity(buffer)
         self.storage = "cuda" if lib.xmem_buffer_storage(buffer) == _capi.STORAGE_CUDA else "system"
+        self._views = []
 
     def _take(self):
         if self._raw is None:
             raise ValueError("this frame was already published or released")
+        # Views handed out stop working: the slot is the consumers' now. One that
+        # something else still exports from (a numpy array) cannot be revoked.
+        for view in self._views:
+            try:
+                view.release()
+            except BufferError:
+                pass
+        self._views = []
         raw, self._raw = self._raw, None
         return raw
 
@@ -522,7 +531,9 @@ class WritableFrame:
             raise ValueError("this frame was already published or released")
         if self.storage != "system":
             raise TypeError("a device slot has no CPU buffer")
-        return memoryview(_bytes_at(lib.xmem_buffer_data_mut(self._raw), self.capacity, self)).cast("B")
+        view = memoryview(_bytes_at(lib.xmem_buffer_data_mut(self._raw), self.capacity, self)).cast("B")
+        self._views.append(view)
+        return view
 
     def release(self):
         """Gives the slot back unpublished."""
