@@ -424,13 +424,13 @@ void GstXmemCuda::release_done(gsize limit)
 	auto done = xmem::cuda_stream_done(dev, stream_);
 	if (done && !*done && held_.size() <= limit)
 		return;
-	if (done && !*done) {
-		/* Upstream's pool is small: wait for our copies rather than starve it. */
+	if (!done)
+		GST_WARNING_OBJECT(element_, "%s", done.error().message.c_str());
+	/* Upstream's pool is small: wait for our copies rather than starve it (and when
+	 * the stream cannot be asked, wait anyway before giving its buffers back). */
+	if (!done || !*done) {
 		if (auto r = xmem::cuda_synchronize(dev, stream_); !r)
 			GST_WARNING_OBJECT(element_, "%s", r.error().message.c_str());
-	} else if (!done) {
-		GST_WARNING_OBJECT(element_, "%s", done.error().message.c_str());
-		xmem::cuda_synchronize(dev, stream_);
 	}
 	for (GstBuffer *b : held_)
 		gst_buffer_unref(b);

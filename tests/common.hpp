@@ -6,10 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,15 +38,16 @@ public:
 	RuntimeDir()
 	{
 		char tmpl[] = "/tmp/xmem-test-XXXXXX";
-		char *d = ::mkdtemp(tmpl);
-		EXPECT_NE(d, nullptr);
-		path_ = d ? d : "/tmp";
+		// Never a fallback: the destructor removes this directory and all it holds.
+		if (!::mkdtemp(tmpl))
+			throw std::runtime_error(std::string("mkdtemp /tmp/xmem-test-XXXXXX: ") + std::strerror(errno));
+		path_ = tmpl;
 		::setenv("XDG_RUNTIME_DIR", path_.c_str(), 1);
 	}
 	~RuntimeDir()
 	{
-		std::string cmd = "rm -rf '" + path_ + "'";
-		[[maybe_unused]] int r = std::system(cmd.c_str());
+		std::error_code ignored;
+		std::filesystem::remove_all(path_, ignored);
 	}
 	const std::string &path() const { return path_; }
 	std::string pool_dir() const { return path_ + "/xmem"; }

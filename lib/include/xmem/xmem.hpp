@@ -46,7 +46,7 @@ struct Error {
 
 // A value or an Error; the core never throws across its API.
 template<typename T>
-class Result
+class [[nodiscard]] Result
 {
 public:
 	Result(T value) : v_(std::move(value)) {}
@@ -66,7 +66,7 @@ private:
 };
 
 template<>
-class Result<void>
+class [[nodiscard]] Result<void>
 {
 public:
 	Result() = default;
