@@ -461,3 +461,113 @@ def test_device_frames_received_on_a_stream_on_the_cuda_simulator():
     with pytest.raises(TypeError, match="stream"):
         c.receive(timeout=0, stream="default")
     assert cuda.cuStreamDestroy_v2(stream) == 0
+
+
+def sim_streams(n):
+    """N streams on the simulator's primary context (the driver libxmem loaded)."""
+    cuda = ctypes.CDLL(os.environ["XMEM_CUDA_DRIVER"])
+    assert cuda.cuInit(0) == 0
+    ctx = ctypes.c_void_p()
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    assert cuda.cuCtxPushCurrent_v2(ctx) == 0
+    streams = []
+    for _ in range(n):
+        s = ctypes.c_void_p()
+        assert cuda.cuStreamCreate(ctypes.byref(s), 1) == 0
+        streams.append(s.value)
+    return cuda, streams
+
+
+def test_producer_and_consumer_on_streams_on_the_cuda_simulator():
+    """A Python producer writing each device frame on its stream and publishing on it
+    (no CPU wait), a consumer receiving and reading on its own: every frame arrives
+    whole, through two slots reused under late streams (the simulator runs each stream
+    on its own thread after random delays)."""
+    if "cudasim" not in os.environ.get("XMEM_CUDA_DRIVER", ""):
+        pytest.skip("runs against tests/cudasim (XMEM_CUDA_DRIVER)")
+    cuda, (ps, cs) = sim_streams(2)
+    pool = name()
+    size = 8192
+    sources = []  # host bytes of queued copies stay alive until the end
+    with xmem.create(pool, size, slots=2, storage="cuda", policy="block") as p, \
+            xmem.open(pool, timeout=5, queue_size=2) as c:
+        for n in range(1, 21):
+            w = p.acquire(timeout=5, stream=ps)
+            cai = w.__cuda_array_interface__
+            assert cai["data"][1] is False, "an acquired slot is writable"
+            sources.append(ctypes.create_string_buffer(bytes((i + n) % 256 for i in range(size)), size))
+            assert xmem.lib.xmem_cuda_copy_2d(cai["data"][0], size, 1, ctypes.addressof(sources[-1]), size, 0, size,
+                                              1, 0, ps) == 0
+            p.publish(w, size=size, stream=ps)
+            with pytest.raises(ValueError, match="already published"):
+                w.__cuda_array_interface__
+            frame = c.receive(timeout=5, stream=cs)
+            back = ctypes.create_string_buffer(size)
+            address = frame.__cuda_array_interface__["data"][0]
+            assert xmem.lib.xmem_cuda_copy_2d(ctypes.addressof(back), size, 0, address, size, 1, size, 1, 0, cs) == 0
+            assert xmem.lib.xmem_cuda_synchronize(0, cs) == 0
+            assert back.raw == sources[-1].raw, "frame %d: read before the producer's stream wrote it" % n
+            del frame
+            gc.collect()
+        assert xmem.lib.xmem_cuda_synchronize(0, ps) == 0
+        assert xmem.lib.xmem_cuda_synchronize(0, cs) == 0
+    for s in (ps, cs):
+        assert cuda.cuStreamDestroy_v2(ctypes.c_void_p(s)) == 0
+
+
+def cuda_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here")
+    return torch
+
+
+def test_torch_cuda_tensors_are_the_slot_and_wait_for_the_producer():
+    """On a GPU: the producer fills the slot with a torch kernel after a slow one, on its
+    stream, and publishes without waiting; the consumer's tensor is the slot itself and
+    its stream sees every value."""
+    torch = cuda_torch()
+    from torch.utils import dlpack as torch_dlpack
+
+    pool = name()
+    size = 1 << 20
+    with xmem.create(pool, size, slots=2, storage="cuda", policy="block") as p, \
+            xmem.open(pool, timeout=5, queue_size=2) as c:
+        ps, cs = torch.cuda.Stream(), torch.cuda.Stream()
+        for n in range(1, 21):
+            w = p.acquire(timeout=5, stream=ps)
+            with torch.cuda.stream(ps):
+                slot = torch_dlpack.from_dlpack(w)
+                torch.cuda._sleep(2000000)  # the write comes late: publish must not run ahead of it
+                slot.fill_(n)
+            del slot
+            p.publish(w, size=size, stream=ps)
+            frame = c.receive(timeout=5, stream=cs)
+            with torch.cuda.stream(cs):
+                tensor = torch_dlpack.from_dlpack(frame)
+                assert tensor.data_ptr() == frame.__cuda_array_interface__["data"][0]
+                total = int(tensor.to(torch.int64).sum())
+            assert total == n * size, "frame %d: the consumer read before the producer's write" % n
+            del tensor, frame
+            gc.collect()
+
+
+def test_cupy_reads_device_frames():
+    cupy = pytest.importorskip("cupy")
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        pytest.skip("CuPy has no CUDA device here")
+    pool = name()
+    with xmem.create(pool, 4096, slots=2, storage="cuda") as p, xmem.open(pool, timeout=5) as c:
+        w = p.acquire(timeout=5)
+        slot = cupy.asarray(w)  # __cuda_array_interface__, writable
+        slot[:] = 7
+        cupy.cuda.runtime.deviceSynchronize()
+        del slot
+        p.publish(w, size=4096)
+        frame = c.receive(timeout=5)
+        array = cupy.asarray(frame)
+        assert array.data.ptr == frame.__cuda_array_interface__["data"][0]
+        assert int(array.sum()) == 7 * 4096
+        assert int(cupy.from_dlpack(frame).sum()) == 7 * 4096

@@ -478,21 +478,30 @@ class Producer(_Handle):
         _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
         self._pool = _Pool(handle)
 
-    def acquire(self, timeout=None):
-        """A free slot, writable: fill frame.buffer (a writable memoryview), then publish it."""
+    def acquire(self, timeout=None, stream=None):
+        """A free slot, writable: fill frame.buffer (system memory) or write the device
+        slot through frame.__cuda_array_interface__ / DLPack, then publish it. For a
+        device pool, STREAM (as for Consumer.receive) waits on the GPU until every
+        consumer's reads of the slot's last frame are done: write on it, or after it."""
         buffer = ctypes.c_void_p()
-        _check(lib.xmem_pool_acquire(self._get(), _timeout_ns(timeout), ctypes.byref(buffer)), "acquire")
+        handle = _stream_handle(stream)
+        _check(lib.xmem_pool_acquire_on_stream(self._get(), _timeout_ns(timeout), handle, ctypes.byref(buffer)),
+               "acquire")
         return WritableFrame(buffer, self._pool)
 
-    def publish(self, frame, size=None, pts=None):
-        """Publishes an acquired frame (SIZE bytes of it; all by default)."""
+    def publish(self, frame, size=None, pts=None, stream=None):
+        """Publishes an acquired frame (SIZE bytes of it; all by default). For a device
+        pool the frame is ready once the work queued on STREAM so far is done: consumers'
+        streams wait for it on the GPU, and nobody waits on the CPU (without a stream,
+        the CPU waits for this process's work on the device first)."""
         if not isinstance(frame, WritableFrame):
             raise TypeError("publish() takes a frame from acquire()")
+        handle = _stream_handle(stream)
         buffer = frame._take()
         meta = lib.xmem_buffer_meta_mut(buffer).contents
         meta.size = lib.xmem_buffer_capacity(buffer) if size is None else int(size)
         meta.pts = _capi.NONE if pts is None else int(pts)
-        _check(lib.xmem_pool_publish(self._get(), buffer), "publish")
+        _check(lib.xmem_pool_publish_on_stream(self._get(), buffer, handle), "publish")
 
     def set_format(self, caps):
         _check(lib.xmem_pool_set_format(self._get(), caps.encode()), "set_format")
@@ -534,6 +543,42 @@ class WritableFrame:
         view = memoryview(_bytes_at(lib.xmem_buffer_data_mut(self._raw), self.capacity, self)).cast("B")
         self._views.append(view)
         return view
+
+    @property
+    def __cuda_array_interface__(self):
+        """The device slot, writable, for CuPy, Numba or torch (version 3)."""
+        if self._raw is None:
+            raise ValueError("this frame was already published or released")
+        if self.storage != "cuda":
+            raise AttributeError("__cuda_array_interface__: this slot is in system memory")
+        address = lib.xmem_buffer_device_ptr(self._raw)
+        return {"version": 3, "shape": (self.capacity,), "typestr": "|u1", "data": (address, False),
+                "strides": None, "stream": None}
+
+    def __dlpack_device__(self):
+        if self.storage == "cuda":
+            return (_dlpack.CUDA, lib.xmem_buffer_device(self._raw) if self._raw else 0)
+        return (_dlpack.CPU, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """The slot, writable, as a DLPack capsule: for writing a frame with a framework
+        (a tensor's copy_() on a stream). Publish only once that work is queued, and
+        pass its stream to publish()."""
+        if self._raw is None:
+            raise ValueError("this frame was already published or released")
+        if copy:
+            raise BufferError("xmem slots are exported without copying (copy=True refused)")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("this slot is on %s, not %s" % (self.__dlpack_device__(), dl_device))
+        if self.storage == "cuda":
+            address = lib.xmem_buffer_device_ptr(self._raw)
+        else:
+            address = lib.xmem_buffer_data_mut(self._raw) or 0
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        # The capsule keeps this object; publishing it while a tensor still writes
+        # is the caller's ordering to get right (the stream passed to publish()).
+        return _dlpack.capsule(address, self.capacity, (self.capacity,), None, self.__dlpack_device__(), self,
+                               versioned, read_only=False)
 
     def release(self):
         """Gives the slot back unpublished."""
