@@ -938,8 +938,8 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 	g_object_class_install_property(
 		gobject, PROP_BLOCK_TIMEOUT,
 		g_param_spec_uint64("block-timeout", "Block timeout",
-				    "With policy=block: how long (ns) to wait for a consumer before dropping its "
-				    "oldest frame",
+				    "With policy=block: how long (ns) one frame waits for full consumers, in all, "
+				    "before each still full loses its oldest frame",
 				    0, G_MAXUINT64, DEFAULT_BLOCK_TIMEOUT, flags));
 	g_object_class_install_property(gobject, PROP_WAIT_FOR_CONSUMERS,
 					g_param_spec_uint("wait-for-consumers", "Wait for consumers",

@@ -224,14 +224,16 @@ void Publisher::push(uint32_t c, uint64_t entry)
 
 // Publish's policy step, publish_lock held: the consumers that get the new frame,
 // with their holder bits in MASKS. A full queue drops its oldest frame, or this one
-// for that consumer (drop-new), or waits up to the block timeout (block).
+// for that consumer (drop-new), or waits (block): the block timeout bounds the whole
+// publish, so consumers stuck together cost one timeout, not one each.
 uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 {
 	uint32_t ntargets = 0;
+	// One block timeout for the whole publish, however many consumers are stuck.
+	uint64_t deadline = 0;
 	for (uint32_t c : active) {
 		ConsumerRecord *rec = seg.consumer(c);
 		const uint32_t queue_size = consumer_queue_size[c];
-		uint64_t deadline = 0;
 		bool take = rec->detached.load(std::memory_order_seq_cst) == 0;
 		while (take) {
 			uint64_t h = rec->head.load(std::memory_order_acquire);

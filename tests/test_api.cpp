@@ -808,6 +808,31 @@ TEST(Policy, BlockTimeoutDropsTheOldest)
 	EXPECT_EQ(owner->stats().dropped, 1u);
 }
 
+// Four consumers that never read: one publish waits one block timeout in all, not
+// one per consumer, then drops each one's oldest frame.
+TEST(Policy, BlockTimeoutBoundsTheWholePublish)
+{
+	RuntimeDir dir;
+	PoolConfig c = config(8, Policy::block);
+	c.block_timeout = 400ms;
+	auto owner = create("block-all", c);
+	ASSERT_TRUE(owner);
+	std::vector<std::shared_ptr<BufferPool>> consumers;
+	for (int i = 0; i < 4; i++) {
+		consumers.push_back(open("block-all", 1));
+		ASSERT_TRUE(consumers.back());
+	}
+	publish(*owner, 1);
+	auto t0 = std::chrono::steady_clock::now();
+	publish(*owner, 2);
+	EXPECT_GE(since(t0), 390) << "publish did not wait for the block timeout";
+	// One timeout each would be 1600 ms at least.
+	EXPECT_LT(since(t0), 1200) << "each stuck consumer cost its own block timeout";
+	for (auto &consumer : consumers)
+		receive(*consumer, 2);
+	EXPECT_EQ(owner->stats().dropped, 4u);
+}
+
 // acquire()
 
 TEST(Acquire, TimesOutWhenConsumersHoldEverySlot)
