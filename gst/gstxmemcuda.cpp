@@ -184,11 +184,13 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 
 gint GstXmemCuda::device() const
 {
-	if (!context_)
-		return -1;
-	guint id = 0;
-	g_object_get(context_, "cuda-device-id", &id, nullptr);
-	return gint(id);
+	/* Asked per frame (release_done): read once, the context does not change. */
+	if (device_ < 0 && context_) {
+		guint id = 0;
+		g_object_get(context_, "cuda-device-id", &id, nullptr);
+		device_ = gint(id);
+	}
+	return device_;
 }
 
 void GstXmemCuda::reset()
@@ -213,6 +215,7 @@ void GstXmemCuda::reset()
 	GST_OBJECT_LOCK(element_);
 	GstObject *old = context_;
 	context_ = nullptr;
+	device_ = -1;
 	GST_OBJECT_UNLOCK(element_);
 	if (old)
 		gst_object_unref(old);

@@ -100,5 +100,7 @@ private:
 	xmem::CudaStream stream_ = nullptr;
 	/* The GstCudaStream that owns stream_ (GStreamer 1.24 and later). */
 	gpointer gst_stream_ = nullptr;
+	/* context_'s device, read on first use. */
+	mutable gint device_ = -1;
 	std::deque<GstBuffer *> held_;
 };

@@ -38,3 +38,21 @@ xmem_launch() {
 	echo "+ gst-launch-1.0 -e ${extra[*]:+${extra[*]} }$*" >&2
 	exec gst-launch-1.0 -e "${extra[@]}" "$@"
 }
+
+# xmem_choose_sink SCRIPT DISPLAY DISPLAY_SINK...: sets the array `sink` to XMEM_SINK's
+# words, fakesink without DISPLAY, DISPLAY_SINK when there is a display, or fakesink
+# with a message (naming SCRIPT) when there is none.
+xmem_choose_sink() {
+	local script=$1 display=$2
+	shift 2
+	if [ -n "${XMEM_SINK:-}" ]; then
+		read -ra sink <<<"$XMEM_SINK"
+	elif [ -z "$display" ]; then
+		sink=(fakesink)
+	elif [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
+		sink=("$@")
+	else
+		echo "$script: no display (\$DISPLAY and \$WAYLAND_DISPLAY are unset): frames go to fakesink" >&2
+		sink=(fakesink)
+	fi
+}

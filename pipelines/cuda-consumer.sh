@@ -16,16 +16,7 @@ if [ "${1:-}" = "--display" ]; then
 fi
 pool=${1:-gpu0}
 
-if [ -n "${XMEM_SINK:-}" ]; then
-	read -ra sink <<<"$XMEM_SINK"
-elif [ -z "$display" ]; then
-	sink=(fakesink)
-elif [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
-	sink=(videoconvert ! autovideosink)
-else
-	echo "cuda-consumer.sh: no display (\$DISPLAY and \$WAYLAND_DISPLAY are unset): frames go to fakesink" >&2
-	sink=(fakesink)
-fi
+xmem_choose_sink cuda-consumer.sh "$display" videoconvert ! autovideosink
 
 xmem_pipelines_setup
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +30,31 @@
 extern char **environ;
 
 namespace xmem::test {
+
+// Whether this run is against the CUDA driver simulator (XMEM_CUDA_DRIVER names it).
+inline bool on_cuda_simulator()
+{
+	const char *d = std::getenv("XMEM_CUDA_DRIVER");
+	return d && std::string(d).find("cudasim") != std::string::npos;
+}
+
+// For a CUDA test program that also runs against the real driver: without a usable
+// GPU there, the whole program exits 77 (skipped). Register it with
+// ::testing::AddGlobalTestEnvironment(new xmem::test::RealGpuOrSkip).
+class RealGpuOrSkip : public ::testing::Environment
+{
+public:
+	void SetUp() override
+	{
+		if (on_cuda_simulator())
+			return;
+		if (auto device = xmem::cuda_check_device(0); !device) {
+			std::printf("skipped: no usable GPU: %s\n", device.error().message.c_str());
+			std::fflush(stdout);
+			std::_Exit(77);
+		}
+	}
+};
 
 // Every test gets its own XDG_RUNTIME_DIR, so pools never collide across tests
 // run in parallel, and the test can assert the directory is empty afterwards.

@@ -425,16 +425,10 @@ def test_device_frames_received_on_a_stream_on_the_cuda_simulator():
     """receive(stream=...): the stream waits for the producer's writes on the GPU (the
     simulator runs streams late, on their own threads), the interface names it, work
     queued on it sees the frame, and the slot is released on it."""
-    driver_path = os.environ.get("XMEM_CUDA_DRIVER", "")
-    if "cudasim" not in driver_path:
+    if "cudasim" not in os.environ.get("XMEM_CUDA_DRIVER", ""):
         pytest.skip("runs against tests/cudasim (XMEM_CUDA_DRIVER)")
-    cuda = ctypes.CDLL(driver_path)
-    assert cuda.cuInit(0) == 0
-    ctx = ctypes.c_void_p()
-    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-    assert cuda.cuCtxPushCurrent_v2(ctx) == 0
-    stream = ctypes.c_void_p()
-    assert cuda.cuStreamCreate(ctypes.byref(stream), 1) == 0
+    cuda, (handle,) = sim_streams(1)
+    stream = ctypes.c_void_p(handle)
     pool = name()
     with xmem.create(pool, 4096, slots=2, storage="cuda") as p, xmem.open(pool, timeout=5) as c:
         for n in range(1, 6):
@@ -452,6 +446,7 @@ def test_device_frames_received_on_a_stream_on_the_cuda_simulator():
             assert xmem.lib.xmem_cuda_copy_2d(ctypes.addressof(back), 4096, 0, address, 4096, 1, 4096, 1, 0,
                                               stream) == 0
             assert xmem.lib.xmem_cuda_synchronize(0, stream) == 0
+            assert xmem.lib.xmem_cuda_stream_done(0, stream) == 1, "work left on a synchronized stream"
             assert back.raw == source, "frame %d: the stream did not see the producer's writes" % n
             capsule = frame.__dlpack__(stream=None)  # another stream: waited for on the CPU
             del capsule, frame

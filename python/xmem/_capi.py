@@ -151,6 +151,7 @@ _SIGNATURES = {
     "xmem_buffer_device_ptr": (ctypes.c_uint64, [_P]),
     "xmem_buffer_copy_to_cpu": (ctypes.c_int, [_P, _P, ctypes.POINTER(_P)]),
     "xmem_cuda_synchronize": (ctypes.c_int, [ctypes.c_uint32, _P]),
+    "xmem_cuda_stream_done": (ctypes.c_int, [ctypes.c_uint32, _P]),
     "xmem_cuda_copy_2d": (
         ctypes.c_int,
         [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,

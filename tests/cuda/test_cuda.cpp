@@ -18,35 +18,14 @@
 using namespace std::chrono_literals;
 using xmem::Errc;
 using xmem::test::eventually;
+using xmem::test::on_cuda_simulator;
 using xmem::test::Process;
 using xmem::test::RuntimeDir;
 
 namespace {
 
-bool on_simulator()
-{
-	const char *d = std::getenv("XMEM_CUDA_DRIVER");
-	return d && std::string(d).find("cudasim") != std::string::npos;
-}
-
 // Against the real driver without a usable GPU, the whole program is skipped.
-class RealGpuOrSkip : public ::testing::Environment
-{
-public:
-	void SetUp() override
-	{
-		if (on_simulator())
-			return;
-		auto device = xmem::cuda::check_device(0, "cuda-gpu");
-		if (!device) {
-			std::printf("skipped: no usable GPU: %s\n", device.error().message.c_str());
-			std::fflush(stdout);
-			std::_Exit(77);
-		}
-	}
-};
-
-const auto *const gpu_or_skip = ::testing::AddGlobalTestEnvironment(new RealGpuOrSkip);
+const auto *const gpu_or_skip = ::testing::AddGlobalTestEnvironment(new xmem::test::RealGpuOrSkip);
 
 std::string cuda_peer()
 {
@@ -78,7 +57,7 @@ xmem::PoolConfig cuda_config(uint64_t size = 64 * 1024, uint32_t slots = 4)
 TEST(CudaPool, DeviceSlotsAreNotCpuMemory)
 {
 	RuntimeDir dir;
-	if (!on_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
 		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
 	auto pool = xmem::BufferPool::create("dev", cuda_config());
 	ASSERT_TRUE(pool.ok()) << xmem::test::why(pool);
@@ -197,6 +176,9 @@ TEST(CudaPool, StreamsOfAnotherContextAndPlaneCopies)
 			ASSERT_EQ(0, std::memcmp(&back[y * width], &image[y * 128], width))
 				<< "frame " << n << " row " << y;
 	}
+	// Every stream of the caller's own context, from outside it.
+	EXPECT_TRUE(xmem::cuda_synchronize_context(own).ok());
+	EXPECT_EQ(xmem::cuda_synchronize_context(nullptr).code(), Errc::invalid_argument);
 	owner->reset();
 	consumer->reset();
 	d->cuStreamDestroy(in);
@@ -356,7 +338,7 @@ class CudaOrdering : public ::testing::TestWithParam<OrderingCase>
 TEST_P(CudaOrdering, EveryByteOfEveryFrameAcrossProcesses)
 {
 	const OrderingCase &c = GetParam();
-	if (!on_simulator() && c.mode_env.find("CUDASIM") != std::string::npos)
+	if (!on_cuda_simulator() && c.mode_env.find("CUDASIM") != std::string::npos)
 		GTEST_SKIP() << "a device without stream memory operations is the simulator's";
 	RuntimeDir dir;
 	auto env_with = [&](const char *delay) {
@@ -404,7 +386,7 @@ TEST(CudaPool, SlotFdsBeyondOneMessage)
 {
 	RuntimeDir dir;
 	std::vector<std::string> env{ "XMEM_CUDASIM_GRANULARITY=65536", "XMEM_CUDASIM_DELAY_US=0" };
-	if (!on_simulator())
+	if (!on_cuda_simulator())
 		env.clear();
 	Process producer = peer(env, { "produce", "many", "--frames", "600", "--slots", "300", "--size", "8192",
 				       "--wait-consumers", "1", "--linger-ms", "200" });
@@ -570,7 +552,7 @@ struct ErrorCase {
 
 TEST(CudaErrors, EveryCauseIsNamed)
 {
-	if (!on_simulator())
+	if (!on_cuda_simulator())
 		GTEST_SKIP() << "the failures are the simulator's (XMEM_CUDASIM_FAIL)";
 	RuntimeDir dir;
 	const std::vector<ErrorCase> cases = {

@@ -19,6 +19,7 @@ using xmem::gsttest::GstTest;
 using xmem::gsttest::Pipeline;
 using xmem::gsttest::stat_u64;
 using xmem::test::eventually;
+using xmem::test::on_cuda_simulator;
 using xmem::test::Process;
 
 namespace {
@@ -33,29 +34,8 @@ std::string stat_string(GstElement *element, const char *field)
 	return out;
 }
 
-bool on_simulator()
-{
-	const char *d = std::getenv("XMEM_CUDA_DRIVER");
-	return d && std::string(d).find("cudasim") != std::string::npos;
-}
-
 // Against the real driver without a usable GPU, the whole program is skipped.
-class RealGpuOrSkip : public ::testing::Environment
-{
-public:
-	void SetUp() override
-	{
-		if (on_simulator())
-			return;
-		if (auto device = xmem::cuda_check_device(0); !device) {
-			std::printf("skipped: no usable GPU: %s\n", device.error().message.c_str());
-			std::fflush(stdout);
-			std::_Exit(77);
-		}
-	}
-};
-
-const auto *const gpu_or_skip = ::testing::AddGlobalTestEnvironment(new RealGpuOrSkip);
+const auto *const gpu_or_skip = ::testing::AddGlobalTestEnvironment(new xmem::test::RealGpuOrSkip);
 
 // Whether this plugin was built with GStreamer's CUDA library (set by meson).
 bool built_with_gst_cuda()
@@ -393,7 +373,7 @@ TEST_F(CudaElements, MemoryCudaWithoutDeviceFailsToStart)
 	};
 	for (const auto &c : cases) {
 		SCOPED_TRACE(c.env[0]);
-		if (!on_simulator() && c.env[0].find("XMEM_CUDASIM") == 0)
+		if (!on_cuda_simulator() && c.env[0].find("XMEM_CUDASIM") == 0)
 			continue; // the simulator's settings
 		Process p =
 			launch(std::string("videotestsrc num-buffers=5 ! video/x-raw,format=NV12,width=64,height=48 ! "
