@@ -47,12 +47,12 @@ std::shared_ptr<const std::string> PoolImpl::format_of(const SlotRecord &slot)
 {
 	uint64_t seq = slot.meta.format_seq;
 	std::lock_guard lock(format_lock);
-	auto current = std::atomic_load(&format);
+	auto current = format.load();
 	if (seq == format_seq || role == Role::owner)
 		return current;
 	auto f = std::make_shared<const std::string>(slot.format, strnlen(slot.format, sizeof(slot.format)));
 	if (seq > format_seq) {
-		std::atomic_store(&format, f);
+		format.store(f);
 		format_seq = seq;
 	}
 	return f;
@@ -75,7 +75,7 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	g.device_ = arena->device_address(offset);
 	g.capacity_ = seg.slot_size;
 	g.writable_ = writable;
-	g.format_ = role == Role::owner ? std::atomic_load(&format) : format_of(seg.slots[index]);
+	g.format_ = role == Role::owner ? format.load() : format_of(seg.slots[index]);
 	return g;
 }
 
@@ -94,8 +94,13 @@ void PoolImpl::clear_holder_bit(uint32_t index, uint32_t bit)
 	SlotRecord &slot = seg.slots[index];
 	// Only the sole holder can have a slot EXCLUSIVE (get_mut in place): as it lets
 	// go, the frame is published again, so get() works on it as before.
-	uint32_t exclusive = kSlotExclusive;
-	slot.state.compare_exchange_strong(exclusive, kSlotPublished, std::memory_order_seq_cst);
+	// Only the process that took it EXCLUSIVE gives it back: another holder's release
+	// must not undo it between that process's CAS and its sole_holder check.
+	if (index < exclusive.size() && exclusive[index]) {
+		exclusive[index] = 0;
+		uint32_t was = kSlotExclusive;
+		slot.state.compare_exchange_strong(was, kSlotPublished, std::memory_order_seq_cst);
+	}
 	slot.holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 	// An owner's unpublished slot goes straight back to free. Other bits on a
 	// WRITING slot can only be get() probes, which back off on seeing it.
@@ -232,15 +237,19 @@ bool PoolImpl::take_exclusive(uint32_t index)
 		return false;
 	uint32_t expected = kSlotPublished;
 	if (!slot.state.compare_exchange_strong(expected, kSlotExclusive, std::memory_order_seq_cst))
-		return expected == kSlotExclusive && sole_holder(slot, holder_bit);
-	if (sole_holder(slot, holder_bit))
+		return exclusive[index] != 0; // someone else's EXCLUSIVE is not ours
+	if (sole_holder(slot, holder_bit)) {
+		exclusive[index] = 1;
 		return true;
+	}
 	slot.state.store(kSlotPublished, std::memory_order_seq_cst);
 	return false;
 }
 
 Result<void> PoolImpl::add_ref(uint32_t index)
 {
+	if (role == Role::inspector)
+		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
 	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
@@ -255,6 +264,8 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 
 Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads)
 {
+	if (role == Role::inspector)
+		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
 	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
@@ -274,6 +285,8 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads)
 
 Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 {
+	if (role == Role::inspector)
+		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
 	if (index >= seg.slot_count)
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
@@ -588,7 +601,7 @@ uint32_t BufferPool::ref_count(uint32_t index) const
 
 std::string BufferPool::format() const
 {
-	auto f = std::atomic_load(&impl_->format);
+	auto f = impl_->format.load();
 	return f ? *f : std::string();
 }
 

@@ -45,11 +45,17 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// never held while waiting (a futex wake of the owner may happen under it).
 	mutable std::mutex refs_lock;
 	std::vector<uint32_t> local_refs;
+	// Slots this process took EXCLUSIVE (take_exclusive), under refs_lock: only it
+	// moves them back to PUBLISHED. Sized with local_refs.
+	std::vector<uint8_t> exclusive;
 
-	// Format: the owner's current one, or the newest a consumer has seen.
+	// Format: the owner's current one, or the newest a consumer has seen. `format`
+	// is read without a lock (BufferPool::format(), the owner's publish); it is
+	// written under format_lock (consumers) or publish_lock (the owner), which also
+	// guard format_seq.
 	mutable std::mutex format_lock;
 	uint64_t format_seq = 0;
-	std::shared_ptr<const std::string> format;
+	std::atomic<std::shared_ptr<const std::string>> format;
 
 	// The role's own state, one of them. Declared last: destroyed first, so the
 	// owner's I/O thread is joined before the segment and arena go.

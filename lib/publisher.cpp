@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 #include <thread>
 
 #include <fcntl.h>
@@ -45,7 +46,7 @@ Result<void> Publisher::set_format(std::string_view f)
 	if (f.find('\0') != std::string_view::npos)
 		return make_error(Errc::invalid_argument, pool_.where() + ": format contains a NUL byte");
 	std::lock_guard lock(publish_lock);
-	std::atomic_store(&pool_.format, std::make_shared<const std::string>(f));
+	pool_.format.store(std::make_shared<const std::string>(f));
 	pool_.format_seq++;
 	seg.header->format_lock.fetch_add(1, std::memory_order_acq_rel); // odd: being written
 	copy_string(seg.header->format, sizeof(seg.header->format), f);
@@ -97,11 +98,11 @@ static bool wait_for_progress(ControlHeader *header, Done done, uint64_t deadlin
 
 Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 {
-	if (shut.load())
+	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 	uint64_t deadline = deadline_after(timeout_ns);
 	for (;;) {
-		if (shut.load())
+		if (shut.load(std::memory_order_acquire))
 			return make_error(Errc::closed, pool_.where() + " is closed");
 		uint32_t start = acquire_cursor.load(std::memory_order_relaxed);
 		for (uint32_t n = 0; n < seg.slot_count; n++) {
@@ -139,7 +140,7 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		bool any = wait_for_progress(
 			seg.header,
 			[&] {
-				if (shut.load())
+				if (shut.load(std::memory_order_acquire))
 					return true;
 				for (uint32_t i = 0; i < seg.slot_count; i++)
 					if (slot_is_free(seg.slots[i]))
@@ -258,14 +259,15 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 				bool moved = wait_for_progress(
 					seg.header,
 					[&] {
-						return shut.load() ||
+						return shut.load(std::memory_order_acquire) ||
 						       rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
 						       rec->tail.load(std::memory_order_relaxed) -
 								       rec->head.load(std::memory_order_seq_cst) <
 							       queue_size;
 					},
 					deadline);
-				if (shut.load() || rec->state.load(std::memory_order_seq_cst) != kConsumerActive) {
+				if (shut.load(std::memory_order_acquire) ||
+				    rec->state.load(std::memory_order_seq_cst) != kConsumerActive) {
 					take = false;
 					break;
 				}
@@ -305,7 +307,7 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	if (g.meta_.ndim > XMEM_MAX_DIMS)
 		return make_error(Errc::invalid_argument, pool_.where() + ": ndim " + std::to_string(g.meta_.ndim) +
 								  " > " + std::to_string(XMEM_MAX_DIMS));
-	if (shut.load())
+	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 
 	std::unique_lock lock(publish_lock);
@@ -323,7 +325,7 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	m.format_seq = pool_.format_seq;
 	m.content_type[sizeof(m.content_type) - 1] = '\0';
 	if (slot.format_seq != pool_.format_seq) {
-		auto f = std::atomic_load(&pool_.format);
+		auto f = pool_.format.load();
 		copy_string(slot.format, sizeof(slot.format), *f);
 		slot.format_seq = pool_.format_seq;
 	}
@@ -395,7 +397,7 @@ Result<void> Publisher::end_of_stream()
 
 void Publisher::shutdown()
 {
-	if (shut.exchange(true))
+	if (shut.exchange(true, std::memory_order_acq_rel))
 		return;
 	// Wake this process's threads waiting in acquire() or a block-policy publish()
 	// first: the latter holds publish_lock, which we take below.
@@ -562,7 +564,7 @@ void Publisher::handle_hello(int fd)
 	{
 		std::lock_guard lock(publish_lock);
 		w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), pool_.arena->size(),
-					   pool_.format_seq, *std::atomic_load(&pool_.format));
+					   pool_.format_seq, *pool_.format.load());
 	}
 	if (hello->role == protocol::PeerRole::inspector) {
 		if (!msg->fds.empty())
@@ -599,7 +601,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cre
 	queue = std::clamp<uint32_t>(queue, 1, seg.slot_count);
 
 	std::lock_guard lock(publish_lock);
-	if (shut.load())
+	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 	uint32_t index = UINT32_MAX;
 	for (uint32_t i = 0; i < seg.max_consumers && index == UINT32_MAX; i++)
@@ -679,7 +681,7 @@ namespace {
 // for the CPU fallback (to compare the two, or to work around a driver).
 bool gpu_ordering_wanted(uint32_t device)
 {
-	const char *env = std::getenv("XMEM_CUDA_SYNC");
+	const char *env = std::getenv("XMEM_CUDA_SYNC"); // NOLINT(concurrency-mt-unsafe): see system.hpp
 	if (env && std::string_view(env) == "cpu")
 		return false;
 	return device_has_stream_mem_ops(device);
@@ -777,12 +779,14 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 			return sync.error();
 		impl->sync = std::move(sync.value());
 		if (!fallback.empty())
-			std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
-				     impl->where().c_str(), fallback.c_str());
+			// A notice only: a failed write to stderr changes nothing.
+			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
+					   impl->where().c_str(), fallback.c_str());
 		// No consumer has seen the segment yet: record what this owner really does.
 		impl->seg.set_sync_mode(impl->sync->mode());
 	}
 	impl->local_refs.assign(impl->seg.slot_count, 0);
+	impl->exclusive.assign(impl->seg.slot_count, 0);
 
 	auto started = impl->publisher->start(config);
 	if (!started)
@@ -801,7 +805,7 @@ Result<void> Publisher::start(const PoolConfig &config)
 	consumer_queue_size.assign(seg.max_consumers, 0);
 	consumer_conn.resize(seg.max_consumers);
 	consumer_event.resize(seg.max_consumers);
-	pool_.format = std::make_shared<const std::string>();
+	pool_.format.store(std::make_shared<const std::string>());
 	auto fmt = set_format(config.format);
 	if (!fmt)
 		return fmt.error();
@@ -819,7 +823,11 @@ Result<void> Publisher::start(const PoolConfig &config)
 	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, io_stop.get(), &ev) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
 	// The thread touches only this Publisher, which shutdown() outlives by joining it.
-	io_thread = std::thread([this] { io_loop(); });
+	try {
+		io_thread = std::thread([this] { io_loop(); });
+	} catch (const std::system_error &e) {
+		return make_error(Errc::system, pool_.where() + ": cannot start the I/O thread: " + e.what());
+	}
 	return {};
 }
 

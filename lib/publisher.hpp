@@ -58,11 +58,14 @@ private:
 	std::thread io_thread;
 	UniqueFd io_epoll;
 	UniqueFd io_stop;
+	// Set once by shutdown() (release), read by acquire's and publish's waits
+	// (acquire): they stop waiting. Nothing else is published through it.
 	std::atomic<bool> shut{ false };
 	// Guards the consumer set (active, connections, eventfds) against publish and
-	// the drop/EOS paths. Held during a block-policy wait, which is bounded by
-	// block_timeout and cut short when the awaited consumer dies. Taken before
-	// the pool's refs_lock.
+	// the drop/EOS paths, and the owner's writes of the pool's format. Held during a
+	// block-policy wait, which is bounded by block_timeout and cut short when the
+	// awaited consumer dies. Lock order: publish_lock, then the pool's refs_lock,
+	// then its format_lock.
 	std::mutex publish_lock;
 	std::vector<uint32_t> active;
 	std::vector<UniqueFd> consumer_conn;
@@ -72,6 +75,8 @@ private:
 		uint64_t deadline_ns;
 	};
 	std::map<int, Pending> pending; // I/O thread only
+	// Where acquire() starts looking for a free slot: a hint, any value is correct,
+	// so relaxed.
 	std::atomic<uint32_t> acquire_cursor{ 0 };
 	// Configuration as the owner created it; the shared header copy is for peers.
 	Policy config_policy = Policy::drop_oldest;

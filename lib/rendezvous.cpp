@@ -41,7 +41,7 @@ sockaddr_un make_address(const std::string &path)
 // owns or that is a symlink (it may be under a shared /tmp).
 Result<void> ensure_directory(const std::string &dir, uint32_t mode)
 {
-	const char *runtime = std::getenv("XDG_RUNTIME_DIR");
+	const char *runtime = std::getenv("XDG_RUNTIME_DIR"); // NOLINT(concurrency-mt-unsafe): see system.hpp
 	if (runtime && *runtime && ::mkdir(runtime, 0700) < 0 && errno != EEXIST)
 		return errno_error("cannot create " + std::string(runtime));
 	if (::mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST)
@@ -83,7 +83,7 @@ pid_t owner_pid(const std::string &path)
 
 std::string default_directory()
 {
-	const char *runtime = std::getenv("XDG_RUNTIME_DIR");
+	const char *runtime = std::getenv("XDG_RUNTIME_DIR"); // NOLINT(concurrency-mt-unsafe): see system.hpp
 	if (runtime && *runtime)
 		return std::string(runtime) + "/xmem";
 	return "/tmp/xmem-" + std::to_string(::geteuid());

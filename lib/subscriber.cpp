@@ -53,7 +53,7 @@ Result<void> Subscriber::watch_owner()
 				;
 			if (fds[1].revents)
 				return;
-			owner_gone_.store(true);
+			owner_gone_.store(true, std::memory_order_release);
 			pool_.sync->release_dead_owner();
 		});
 	} catch (const std::system_error &e) {
@@ -126,7 +126,7 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	if (!inspect && welcome->consumer_index >= k.max_consumers)
 		return make_error(Errc::not_a_pool, pool_.where() + ": consumer index " +
 							    std::to_string(welcome->consumer_index) + " out of range");
-	pool_.format = std::make_shared<const std::string>(welcome->format);
+	pool_.format.store(std::make_shared<const std::string>(welcome->format));
 	pool_.format_seq = welcome->format_seq;
 	sock = std::move(conn);
 	if (inspect) {
@@ -152,8 +152,9 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 			return sync.error();
 		pool_.sync = std::move(sync.value());
 		if (!fallback.empty())
-			std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
-				     pool_.where().c_str(), fallback.c_str());
+			// A notice only: a failed write to stderr changes nothing.
+			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
+					   pool_.where().c_str(), fallback.c_str());
 	}
 	return start_consumer(welcome->consumer_index, std::move(ev));
 }
@@ -165,8 +166,9 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 	self = seg.consumer(consumer_index);
 	self->sync_mode = pool_.sync ? pool_.sync->mode() : layout::kSyncNone;
 	pool_.local_refs.assign(seg.slot_count, 0);
+	pool_.exclusive.assign(seg.slot_count, 0);
 	event = std::move(ev);
-	armed_once = true; // the owner arms new consumers (see Publisher::admit)
+	armed_once.store(true, std::memory_order_relaxed); // the owner arms new consumers (see Publisher::admit)
 
 	epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 	if (!epoll.valid())
@@ -249,8 +251,16 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 			}
 			return g;
 		}
-		if (owner_gone_.load() || seg.header->state.load(std::memory_order_acquire) == kPoolClosed)
+		if (owner_gone_.load(std::memory_order_acquire) ||
+		    seg.header->state.load(std::memory_order_acquire) == kPoolClosed)
 			return make_error(Errc::closed, pool_.where() + ": the owner closed the pool");
+		// Only this handle detaches its record, and only the reaper retires it: either
+		// seen here means another process wrote it, and the owner queues nothing more
+		// to this consumer. An error (the application reattaches), not silence forever.
+		if (self->detached.load(std::memory_order_seq_cst) != 0 ||
+		    self->state.load(std::memory_order_seq_cst) != kConsumerActive)
+			return segment_error(pool_.where(), "this consumer's record was overwritten (detached or "
+							    "not active): no frame will be queued to it");
 		// Arm, then look again: the owner stores tail, then reads armed.
 		self->armed.store(1, std::memory_order_seq_cst);
 		armed_once.store(true, std::memory_order_relaxed);
@@ -269,7 +279,8 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 		if (r < 0 && errno != EINTR)
 			return errno_error(pool_.where() + ": poll");
 		if (r > 0 && fds[0].revents) {
-			owner_gone_.store(true); // the owner never writes after Welcome: hang-up
+			owner_gone_.store(true,
+					  std::memory_order_release); // the owner never writes after Welcome: hang-up
 			if (pool_.sync)
 				pool_.sync->release_dead_owner();
 			continue;

@@ -45,11 +45,16 @@ private:
 	UniqueFd event;
 	UniqueFd epoll; // event + sock, the pollable fd handed to applications
 	// Eventfd bookkeeping of receive(): armed since the last drain; a drain found
-	// the owner between clearing `armed` and writing the eventfd.
+	// the owner between clearing `armed` and writing the eventfd. Accessed under
+	// receive_lock only (attach excepted, before any receive), which orders them:
+	// relaxed.
 	std::atomic<bool> armed_once{ false };
 	std::atomic<bool> drain_pending{ false };
+	// The owner hung up: set (release) by the owner watch or a receive that saw the
+	// hang-up, read (acquire) by receive, which then reports Closed.
 	std::atomic<bool> owner_gone_{ false };
-	// One receiver at a time; taken before the pool's refs_lock.
+	// One receiver at a time. Lock order: receive_lock, then the pool's refs_lock,
+	// then its format_lock.
 	std::mutex receive_lock;
 	std::thread owner_watch;
 	UniqueFd watch_stop;

@@ -88,7 +88,20 @@ inline Error make_error(Errc code, std::string message)
 	return Error{ code, std::move(message) };
 }
 
-// "WHAT: strerror(errno)" as Errc::system, or a more precise code for common errnos.
+// The text of errno value ERR. strerror() may share one buffer between threads;
+// the GNU strerror_r() writes into ours or returns a static string.
+inline std::string error_text(int err)
+{
+	char buffer[128];
+	return ::strerror_r(err, buffer, sizeof(buffer));
+}
+
+// getenv() is flagged by clang-tidy (concurrency-mt-unsafe) because a concurrent setenv()
+// may free what it returns. xmem reads its few variables (XDG_RUNTIME_DIR, XMEM_CUDA_*) and
+// never changes the environment; an application that calls setenv() while other threads
+// run has that race with every library, as POSIX says. Hence the NOLINTs on those calls.
+
+// "WHAT: <errno's text>" as Errc::system, or a more precise code for common errnos.
 inline Error errno_error(std::string what, int err = errno)
 {
 	Errc code = Errc::system;
@@ -96,7 +109,9 @@ inline Error errno_error(std::string what, int err = errno)
 		code = Errc::permission_denied;
 	else if (err == ENOMEM)
 		code = Errc::no_memory;
-	return make_error(code, what + ": " + std::strerror(err));
+	what += ": ";
+	what += error_text(err);
+	return make_error(code, std::move(what));
 }
 
 // Errc::bad_segment for something wrong in a control segment another process wrote.

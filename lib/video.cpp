@@ -75,7 +75,14 @@ Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint
 		uint64_t rows = (uint64_t{ height } + shape.y_divisor - 1) / shape.y_divisor;
 		meta.plane_offset[p] = offset;
 		meta.plane_stride[p] = uint32_t(pitch);
-		offset = align(offset + pitch * rows);
+		// Sizes near 2^64 must fail, not wrap to a small payload that "fits" a slot.
+		uint64_t bytes = 0;
+		if (__builtin_mul_overflow(pitch, rows, &bytes) || __builtin_add_overflow(offset, bytes, &offset) ||
+		    offset > UINT64_MAX - alignment)
+			return make_error(Errc::out_of_range,
+					  "video layout: a " + std::to_string(width) + "x" + std::to_string(height) +
+						  " " + std::string(format) + " frame is larger than 2^64 bytes");
+		offset = align(offset);
 	}
 	meta.size = offset;
 	return offset;

@@ -19,6 +19,7 @@ namespace {
 // frame, and checking the device and retaining its context each time costs driver calls.
 Result<std::shared_ptr<PrimaryContext>> primary(uint32_t device, const std::string &where)
 {
+	// Guards the map; a leaf lock (nothing else is taken under it).
 	static std::mutex lock;
 	// Never destroyed: releasing at exit would race the driver's own teardown.
 	static auto *contexts = new std::map<uint32_t, std::shared_ptr<PrimaryContext>>;

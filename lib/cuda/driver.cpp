@@ -23,12 +23,13 @@ struct Loaded {
 Loaded load()
 {
 	Loaded l;
-	const char *env = std::getenv("XMEM_CUDA_DRIVER");
+	const char *env = std::getenv("XMEM_CUDA_DRIVER"); // NOLINT(concurrency-mt-unsafe): see system.hpp
 	std::string path = env && *env ? env : "libcuda.so.1";
 	// Never closed: the driver's threads and handlers live as long as the process.
 	void *lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
-		const char *why = ::dlerror();
+		// glibc keeps dlerror()'s message per thread.
+		const char *why = ::dlerror(); // NOLINT(concurrency-mt-unsafe)
 		l.error = make_error(Errc::not_found, "no CUDA driver: cannot load " + path + " (" +
 							      (why ? why : "unknown error") + ")");
 		return l;

@@ -56,7 +56,8 @@ struct Driver {
 	X(cuMemcpyDtoHAsync)                                                                                           \
 	X(cuMemcpyDtoDAsync)                                                                                           \
 	X(cuMemsetD32Async)
-#define XMEM_CUDA_MEMBER(name) decltype(&::name) name = nullptr;
+// NAME is an identifier in a declarator: parentheses would not compile.
+#define XMEM_CUDA_MEMBER(name) decltype(&::name) name = nullptr; // NOLINT(bugprone-macro-parentheses)
 	XMEM_CUDA_CALLS(XMEM_CUDA_MEMBER)
 #undef XMEM_CUDA_MEMBER
 

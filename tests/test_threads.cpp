@@ -1,0 +1,258 @@
+// test_threads.cpp - one process, many threads on the same handles: what a BufferPool
+// promises by "thread-safe". Written for ThreadSanitizer (.ci/run builds the suite
+// with it), which sees races only where threads of one process meet: two owner
+// threads publishing, receivers sharing a consumer handle, references cloned and
+// dropped on other threads, the format changing while stats and format are read, and
+// consumers attaching and leaving while the owner's I/O thread admits and reaps them.
+#include "common.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using xmem::BufferGuard;
+using xmem::BufferPool;
+using xmem::Errc;
+using xmem::OpenOptions;
+using xmem::Policy;
+using xmem::PoolConfig;
+using xmem::test::RuntimeDir;
+using xmem::test::why;
+
+constexpr uint64_t kFrames = 400;
+constexpr uint64_t kSize = 1024;
+
+std::byte pattern(uint64_t tag, uint64_t i)
+{
+	return std::byte((tag * 31 + i * 3) & 0xff);
+}
+
+bool intact(const BufferGuard &g)
+{
+	auto bytes = g.data();
+	if (bytes.size() != kSize)
+		return false;
+	for (uint64_t i = 0; i < bytes.size(); i++)
+		if (bytes[i] != pattern(g.meta().pts, i))
+			return false;
+	return true;
+}
+
+// Frames handed from a receiver thread to a releaser thread.
+class Handoff
+{
+public:
+	void put(BufferGuard g)
+	{
+		std::lock_guard lock(lock_);
+		frames_.push_back(std::move(g));
+		ready_.notify_one();
+	}
+	// The next frame, or an invalid guard once closed and empty.
+	BufferGuard take()
+	{
+		std::unique_lock lock(lock_);
+		ready_.wait(lock, [this] { return closed_ || !frames_.empty(); });
+		if (frames_.empty())
+			return {};
+		BufferGuard g = std::move(frames_.front());
+		frames_.pop_front();
+		return g;
+	}
+	void close()
+	{
+		std::lock_guard lock(lock_);
+		closed_ = true;
+		ready_.notify_all();
+	}
+
+private:
+	std::mutex lock_;
+	std::condition_variable ready_;
+	std::deque<BufferGuard> frames_;
+	bool closed_ = false;
+};
+
+// One consumer handle shared by three receiver threads; each frame and a clone of it go
+// to two releaser threads, which clone and drop them concurrently: every frame
+// arrives exactly once, intact.
+struct SharedConsumer {
+	std::shared_ptr<BufferPool> pool;
+	std::mutex lock;
+	std::set<uint64_t> seen; // pts of the frames received, under lock
+	std::vector<std::string> errors; // under lock
+	std::atomic<uint64_t> received{ 0 };
+	Handoff handoff;
+
+	void error(std::string what)
+	{
+		std::lock_guard guard(lock);
+		errors.push_back(std::move(what));
+	}
+
+	void receive_loop(const std::atomic<bool> &stop)
+	{
+		while (!stop.load(std::memory_order_acquire) && received.load() < kFrames) {
+			auto g = pool->receive(20ms);
+			if (!g) {
+				if (g.code() != Errc::timed_out && g.code() != Errc::end_of_stream)
+					error("receive: " + why(g));
+				if (g.code() == Errc::end_of_stream)
+					return;
+				continue;
+			}
+			if (!intact(*g))
+				error("frame " + std::to_string(g->meta().pts) + " corrupt");
+			{
+				std::lock_guard guard(lock);
+				if (!seen.insert(g->meta().pts).second)
+					error("frame " + std::to_string(g->meta().pts) + " received twice");
+			}
+			(void)g->format(); // a shared_ptr another thread may be replacing
+			received.fetch_add(1);
+			// Two references to one slot, dropped by two releaser threads at once.
+			auto clone = g->clone_ref();
+			if (!clone) {
+				error("clone_ref: " + why(clone));
+				continue;
+			}
+			handoff.put(std::move(*g));
+			handoff.put(std::move(*clone));
+		}
+	}
+
+	void release_loop()
+	{
+		for (BufferGuard g = handoff.take(); g.valid(); g = handoff.take()) {
+			auto clone = g.clone_ref();
+			if (!clone) {
+				error("clone_ref: " + why(clone));
+				continue;
+			}
+			// Two references here, and the owner's or the other consumer's maybe:
+			// never writable in place.
+			if (clone->try_make_writable())
+				error("a frame with two references became writable");
+			g.reset();
+			if (!intact(*clone))
+				error("frame corrupt after its first reference was dropped");
+			clone->reset();
+		}
+	}
+};
+
+TEST(Threads, ManyThreadsOnTheSameHandles)
+{
+	RuntimeDir dir;
+	PoolConfig c;
+	c.slot_count = 8;
+	c.slot_size = kSize;
+	c.policy = Policy::block;
+	c.block_timeout = 10s; // lossless: the test counts every frame
+	auto owner_r = BufferPool::create("threads", c);
+	ASSERT_TRUE(owner_r) << why(owner_r);
+	std::shared_ptr<BufferPool> owner = owner_r.value();
+
+	SharedConsumer consumers[2];
+	for (auto &sc : consumers) {
+		OpenOptions o;
+		o.queue_size = 4;
+		o.client = "threads";
+		auto r = BufferPool::open("threads", o);
+		ASSERT_TRUE(r) << why(r);
+		sc.pool = r.value();
+	}
+
+	std::atomic<bool> stop{ false };
+	std::atomic<uint64_t> next_tag{ 0 };
+	std::atomic<uint64_t> publish_errors{ 0 };
+	std::vector<std::thread> threads;
+
+	// Two publishing threads on the owner; one of them changes the format now and then.
+	for (int t = 0; t < 2; t++)
+		threads.emplace_back([&, t] {
+			for (;;) {
+				uint64_t tag = next_tag.fetch_add(1);
+				if (tag >= kFrames)
+					return;
+				if (t == 0 && tag % 50 == 0 &&
+				    !owner->set_format("video/x-raw,format=GRAY8,width=" + std::to_string(tag + 1) +
+						       ",height=1"))
+					publish_errors++;
+				auto g = owner->acquire(10s);
+				if (!g) {
+					publish_errors++;
+					continue;
+				}
+				auto bytes = g->data_mut().value();
+				for (uint64_t i = 0; i < kSize; i++)
+					bytes[i] = pattern(tag, i);
+				g->meta_mut().value()->size = kSize;
+				g->meta_mut().value()->pts = tag;
+				if (!owner->publish(std::move(*g)))
+					publish_errors++;
+			}
+		});
+	// Three receivers and two releasers per consumer handle.
+	for (auto &sc : consumers) {
+		for (int t = 0; t < 3; t++)
+			threads.emplace_back([&] { sc.receive_loop(stop); });
+		for (int t = 0; t < 2; t++)
+			threads.emplace_back([&] { sc.release_loop(); });
+	}
+	// Readers of what every handle shares: stats, the format, the pollable fd.
+	threads.emplace_back([&] {
+		while (!stop.load(std::memory_order_acquire)) {
+			for (auto *p : { owner.get(), consumers[0].pool.get(), consumers[1].pool.get() }) {
+				(void)p->stats();
+				(void)p->format();
+			}
+			std::this_thread::sleep_for(1ms);
+		}
+	});
+	// Consumers that come and go while the others run: the I/O thread admits and
+	// reaps them concurrently with publishing.
+	threads.emplace_back([&] {
+		while (!stop.load(std::memory_order_acquire)) {
+			OpenOptions o;
+			o.client = "passer-by";
+			auto r = BufferPool::open("threads", o);
+			if (r) {
+				auto g = r.value()->receive(5ms);
+				std::this_thread::sleep_for(2ms);
+			}
+		}
+	});
+
+	auto deadline = std::chrono::steady_clock::now() + 120s;
+	while ((consumers[0].received.load() < kFrames || consumers[1].received.load() < kFrames) &&
+	       std::chrono::steady_clock::now() < deadline)
+		std::this_thread::sleep_for(10ms);
+	stop.store(true, std::memory_order_release);
+	for (auto &sc : consumers)
+		sc.handoff.close();
+	for (auto &t : threads)
+		t.join();
+
+	EXPECT_EQ(publish_errors.load(), 0u);
+	for (auto &sc : consumers) {
+		EXPECT_EQ(sc.seen.size(), kFrames);
+		EXPECT_TRUE(sc.errors.empty()) << sc.errors.size() << " errors, the first: " << sc.errors.front();
+	}
+	// Everything let go: no slot held by any holder but the owner's frame in flight.
+	consumers[0].pool.reset();
+	consumers[1].pool.reset();
+	EXPECT_TRUE(xmem::test::eventually([&] { return owner->stats().consumers == 0; }, 10s))
+		<< owner->stats().consumers << " consumers still attached";
+	EXPECT_TRUE(xmem::test::eventually([&] { return owner->stats().slots_free == c.slot_count; }, 10s))
+		<< owner->stats().slots_free << " of " << c.slot_count << " slots free";
+}
+
+} // namespace
