@@ -3,6 +3,8 @@
 #include "gstxmemcuda.h"
 
 #include <algorithm>
+#include <exception>
+#include <utility>
 
 #ifdef XMEM_HAVE_GST_CUDA
 #define GST_USE_UNSTABLE_API
@@ -115,6 +117,14 @@ GstXmemCuda::~GstXmemCuda()
 	reset();
 }
 
+GstObject *GstXmemCuda::context_ref() const
+{
+	GST_OBJECT_LOCK(element_);
+	GstObject *ctx = context_ ? static_cast<GstObject *>(gst_object_ref(context_)) : nullptr;
+	GST_OBJECT_UNLOCK(element_);
+	return ctx;
+}
+
 #ifdef XMEM_HAVE_GST_CUDA
 
 bool gst_xmem_have_gst_cuda()
@@ -130,9 +140,10 @@ static GstCudaContext *cuda_context(GstObject *object)
 bool GstXmemCuda::ensure(gint device, std::string *why)
 {
 	init_debug();
-	if (context_ && stream_ && (device < 0 || this->device() == device))
+	g_autoptr(GstObject) have = context_ref();
+	if (have && stream_ && (device < 0 || this->device() == device))
 		return true;
-	if (context_ && device >= 0 && this->device() != device) {
+	if (have && device >= 0 && this->device() != device) {
 		*why = "the shared CUDA context is on device " + std::to_string(this->device()) + ", not " +
 		       std::to_string(device);
 		return false;
@@ -144,15 +155,34 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 		return false;
 	}
 	gst_cuda_memory_init_once(); /* the CUDA allocator, for our buffer pool */
-	/* The member itself: a neighbour's context arrives through set_context() while
-	 * this runs, and the call sees it there. */
-	auto **slot = reinterpret_cast<GstCudaContext **>(&context_);
-	if (!gst_cuda_ensure_element_context(element_, device, slot)) {
-		*why = "GStreamer's CUDA library has no context for CUDA device " + std::to_string(device) +
-		       " (no driver, no GPU, or libcuda.so.1 failed to load)";
-		return false;
+	if (!have) {
+		/* The call fills a local, not context_, which other threads read under the
+		 * lock: a neighbour's context arrives through set_context() on this thread
+		 * while it runs, which fills the local too (ensuring_), so the call sees it
+		 * and shares it instead of making a context of its own. */
+		GstCudaContext *found = nullptr;
+		GST_OBJECT_LOCK(element_);
+		ensuring_ = reinterpret_cast<GstObject **>(&found);
+		ensuring_thread_ = g_thread_self();
+		GST_OBJECT_UNLOCK(element_);
+		bool ok = gst_cuda_ensure_element_context(element_, device, &found);
+		GST_OBJECT_LOCK(element_);
+		ensuring_ = nullptr;
+		ensuring_thread_ = nullptr;
+		/* Another thread's set_context() may have come first: that one stays. */
+		if (ok && found && !context_)
+			context_ = GST_OBJECT(gst_object_ref(found));
+		GST_OBJECT_UNLOCK(element_);
+		if (found)
+			gst_object_unref(found);
+		if (!ok) {
+			*why = "GStreamer's CUDA library has no context for CUDA device " + std::to_string(device) +
+			       " (no driver, no GPU, or libcuda.so.1 failed to load)";
+			return false;
+		}
+		have = context_ref();
 	}
-	GstCudaContext *ctx = cuda_context(context_);
+	GstCudaContext *ctx = cuda_context(have);
 #ifdef XMEM_GST_CUDA_WRAP
 	/* A GstCudaStream, so the memory we wrap can say which stream it is ready on. */
 	GstCudaStream *owner = gst_cuda_stream_new(ctx);
@@ -185,17 +215,21 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 gint GstXmemCuda::device() const
 {
 	/* Asked per frame (release_done): read once, the context does not change. */
-	if (device_ < 0 && context_) {
+	if (device_ < 0) {
+		g_autoptr(GstObject) ctx = context_ref();
 		guint id = 0;
-		g_object_get(context_, "cuda-device-id", &id, nullptr);
-		device_ = gint(id);
+		if (ctx) {
+			g_object_get(ctx, "cuda-device-id", &id, nullptr);
+			device_ = gint(id);
+		}
 	}
 	return device_;
 }
 
 void GstXmemCuda::reset()
 {
-	GstCudaContext *ctx = cuda_context(context_);
+	g_autoptr(GstObject) have = context_ref();
+	GstCudaContext *ctx = cuda_context(have);
 	if (ctx && stream_ && gst_cuda_context_push(ctx)) {
 		CuStreamSynchronize(CUstream(stream_));
 #ifndef XMEM_GST_CUDA_WRAP
@@ -224,32 +258,32 @@ void GstXmemCuda::reset()
 void GstXmemCuda::set_context(GstContext *context)
 {
 	init_debug();
+	GThread *self = g_thread_self();
 	GST_OBJECT_LOCK(element_);
 	bool have = context_ != nullptr;
+	bool answers_ensure = ensuring_ && ensuring_thread_ == self && !*ensuring_;
 	GST_OBJECT_UNLOCK(element_);
-	if (have)
+	if (have && !answers_ensure)
 		return; /* keep the one our stream lives on */
 	GstCudaContext *ctx = nullptr;
-	if (gst_cuda_handle_set_context(element_, context, -1, &ctx) && ctx) {
-		GST_OBJECT_LOCK(element_);
-		if (!context_)
-			context_ = GST_OBJECT(ctx);
-		else
-			gst_object_unref(ctx);
-		GST_OBJECT_UNLOCK(element_);
-	}
+	if (!gst_cuda_handle_set_context(element_, context, -1, &ctx) || !ctx)
+		return;
+	GST_OBJECT_LOCK(element_);
+	/* The neighbour's answer to our ensure(), on its thread: its local sees it. */
+	if (ensuring_ && ensuring_thread_ == self && !*ensuring_)
+		*ensuring_ = GST_OBJECT(gst_object_ref(ctx));
+	GstObject *unused = GST_OBJECT(ctx);
+	if (!context_)
+		context_ = std::exchange(unused, nullptr);
+	GST_OBJECT_UNLOCK(element_);
+	if (unused)
+		gst_object_unref(unused);
 }
 
 bool GstXmemCuda::handle_context_query(GstQuery *query)
 {
-	GST_OBJECT_LOCK(element_);
-	GstObject *ctx = context_ ? static_cast<GstObject *>(gst_object_ref(context_)) : nullptr;
-	GST_OBJECT_UNLOCK(element_);
-	if (!ctx)
-		return false;
-	bool answered = gst_cuda_handle_context_query(element_, query, cuda_context(ctx));
-	gst_object_unref(ctx);
-	return answered;
+	g_autoptr(GstObject) ctx = context_ref();
+	return ctx && gst_cuda_handle_context_query(element_, query, cuda_context(ctx));
 }
 
 bool GstXmemCuda::is_cuda_memory(GstMemory *mem)
@@ -283,9 +317,14 @@ void release_wrapped(gpointer data)
 {
 	auto *w = static_cast<WrappedSlot *>(data);
 	/* GStreamer lets go of memory once the work reading it is queued, on whatever
-	 * stream of the context: all of it is done before the producer may rewrite it. */
-	if (auto r = xmem::cuda_synchronize_context(gst_cuda_context_get_handle(w->context)); !r)
-		GST_WARNING("%s", r.error().message.c_str());
+	 * stream of the context: all of it is done before the producer may rewrite it.
+	 * Called from GStreamer's C code: nothing may throw out of here. */
+	try {
+		if (auto r = xmem::cuda_synchronize_context(gst_cuda_context_get_handle(w->context)); !r)
+			GST_WARNING("%s", r.error().message.c_str());
+	} catch (const std::exception &e) {
+		GST_ERROR("%s", e.what());
+	}
 	gst_object_unref(w->context);
 	delete w;
 }
@@ -299,7 +338,8 @@ bool GstXmemCuda::can_wrap()
 
 GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&frame, const GstVideoInfo &layout)
 {
-	GstCudaContext *ctx = cuda_context(context_);
+	g_autoptr(GstObject) have = context_ref();
+	GstCudaContext *ctx = cuda_context(have);
 	if (!ctx || !gst_stream_)
 		return nullptr;
 	CUdeviceptr address = CUdeviceptr(frame.device_ptr());
@@ -334,18 +374,17 @@ GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&, const GstVideoInfo &)
 
 GstBufferPool *GstXmemCuda::new_buffer_pool(GstCaps *caps, guint size)
 {
-	GstCudaContext *ctx = cuda_context(context_);
+	g_autoptr(GstObject) have = context_ref();
+	GstCudaContext *ctx = cuda_context(have);
 	if (!ctx)
 		return nullptr;
-	GstBufferPool *pool = gst_cuda_buffer_pool_new(ctx);
+	g_autoptr(GstBufferPool) pool = gst_cuda_buffer_pool_new(ctx);
 	GstStructure *config = gst_buffer_pool_get_config(pool);
 	gst_buffer_pool_config_set_params(config, caps, size, 2, 0);
 	gst_buffer_pool_config_add_option(config, GST_BUFFER_POOL_OPTION_VIDEO_META);
-	if (!gst_buffer_pool_set_config(pool, config) || !gst_buffer_pool_set_active(pool, TRUE)) {
-		gst_object_unref(pool);
+	if (!gst_buffer_pool_set_config(pool, config) || !gst_buffer_pool_set_active(pool, TRUE))
 		return nullptr;
-	}
-	return pool;
+	return std::exchange(pool, nullptr);
 }
 
 #else /* !XMEM_HAVE_GST_CUDA */

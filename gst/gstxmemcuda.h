@@ -44,8 +44,11 @@ bool gst_xmem_caps_is_cuda(const GstCaps *caps);
 bool gst_xmem_have_gst_cuda();
 
 /* One element's link to GStreamer's CUDA: the context it shares with its
- * neighbours, a stream on it, and the device. Streaming thread, except
- * handle_context_query() and set_context(), which take the object lock. */
+ * neighbours, a stream on it, and the device. Streaming thread (and stop, once it
+ * has ended), except handle_context_query() and set_context(), which any thread
+ * may call. The element's object lock guards context_ and ensuring_; it is taken
+ * after the element's own lock, and nothing is called with it held but GObject
+ * reference counting. */
 class GstXmemCuda
 {
 public:
@@ -94,13 +97,23 @@ public:
 	void release_done(gsize limit);
 
 private:
+	/* context_, referenced, read under the object lock; nullptr without one. */
+	GstObject *context_ref() const;
+
 	GstElement *element_;
-	/* A GstCudaContext when built with GStreamer's CUDA library. */
+	/* A GstCudaContext when built with GStreamer's CUDA library. Set once (from
+	 * null) by ensure() or set_context(), cleared by reset(); object lock. */
 	GstObject *context_ = nullptr;
+	/* While ensure() asks the neighbours for their context: where that call looks
+	 * for an answer (its own local), and the thread it runs on; object lock. */
+	GstObject **ensuring_ = nullptr;
+	GThread *ensuring_thread_ = nullptr;
 	xmem::CudaStream stream_ = nullptr;
-	/* The GstCudaStream that owns stream_ (GStreamer 1.24 and later). */
-	gpointer gst_stream_ = nullptr;
-	/* context_'s device, read on first use. */
+	/* The GstCudaStream that owns stream_ (GStreamer 1.24 and later; unused,
+	 * and so marked for clang's -Wunused-private-field, before). */
+	[[maybe_unused]] gpointer gst_stream_ = nullptr;
+	/* context_'s device, read on first use; streaming thread. */
 	mutable gint device_ = -1;
+	/* Streaming thread only. */
 	std::deque<GstBuffer *> held_;
 };

@@ -2,7 +2,10 @@
  * in place), and the buffer pool that lets upstream decode straight into slots. */
 #include "gstxmemmemory.h"
 
+#include "gstxmemnothrow.h"
+
 #include <cstring>
+#include <utility>
 
 GST_DEBUG_CATEGORY_STATIC(gst_xmem_memory_debug);
 #define GST_CAT_DEFAULT gst_xmem_memory_debug
@@ -69,19 +72,20 @@ static GstMemory *xmem_mem_copy(GstMemory *mem, gssize offset, gssize size)
 {
 	if (size < 0)
 		size = gssize(mem->size) - offset;
-	GstMemory *copy = gst_allocator_alloc(nullptr, gsize(size), nullptr);
+	g_autoptr(GstMemory) copy = gst_allocator_alloc(nullptr, gsize(size), nullptr);
 	if (!copy)
 		return nullptr;
 	GstMapInfo src, dst;
-	if (!gst_memory_map(mem, &src, GST_MAP_READ)) {
-		gst_memory_unref(copy);
+	if (!gst_memory_map(mem, &src, GST_MAP_READ))
+		return nullptr;
+	if (!gst_memory_map(copy, &dst, GST_MAP_WRITE)) {
+		gst_memory_unmap(mem, &src);
 		return nullptr;
 	}
-	gst_memory_map(copy, &dst, GST_MAP_WRITE);
 	std::memcpy(dst.data, src.data + offset, gsize(size));
 	gst_memory_unmap(copy, &dst);
 	gst_memory_unmap(mem, &src);
-	return copy;
+	return std::exchange(copy, nullptr);
 }
 
 static GstMemory *xmem_mem_share(GstMemory *mem, gssize offset, gssize size)
@@ -113,7 +117,8 @@ static void gst_xmem_allocator_init(GstXmemAllocator *self)
 {
 	GstAllocator *alloc = GST_ALLOCATOR(self);
 	alloc->mem_type = GST_XMEM_MEMORY_TYPE;
-	alloc->mem_map = xmem_mem_map;
+	/* Runs C++ code: no exception may unwind into GStreamer (gstxmemnothrow.h). */
+	alloc->mem_map = GST_XMEM_NO_THROW(xmem_mem_map);
 	alloc->mem_unmap = xmem_mem_unmap;
 	alloc->mem_copy = xmem_mem_copy;
 	alloc->mem_share = xmem_mem_share;
@@ -134,13 +139,15 @@ GstAllocator *gst_xmem_allocator_get()
 
 GstMemory *gst_xmem_memory_wrap(xmem::BufferGuard &&guard, gsize size, bool copy_on_write)
 {
-	auto *m = static_cast<XmemMemory *>(g_malloc0(sizeof(XmemMemory)));
 	gsize maxsize = gsize(guard.capacity());
 	size = std::min(size, maxsize);
 	int flags = 0;
 	if (!guard.writable() && !copy_on_write)
 		flags |= int(GST_MEMORY_FLAG_READONLY) | int(GST_MINI_OBJECT_FLAG_LOCK_READONLY);
-	m->guard = new xmem::BufferGuard(std::move(guard));
+	/* The guard first: it may throw (out of memory), g_malloc0() does not return. */
+	auto *owned = new xmem::BufferGuard(std::move(guard));
+	auto *m = static_cast<XmemMemory *>(g_malloc0(sizeof(XmemMemory)));
+	m->guard = owned;
 	gst_memory_init(&m->mem, GstMemoryFlags(flags), gst_xmem_allocator_get(), nullptr, maxsize, 0, 0, size);
 	return &m->mem;
 }
@@ -252,9 +259,10 @@ static void gst_xmem_buffer_pool_class_init(GstXmemBufferPoolClass *klass)
 	GstBufferPoolClass *pool = GST_BUFFER_POOL_CLASS(klass);
 	gobject->finalize = gst_xmem_buffer_pool_finalize;
 	pool->get_options = gst_xmem_buffer_pool_get_options;
-	pool->set_config = gst_xmem_buffer_pool_set_config;
+	/* Those that run C++ code: no exception may unwind into GStreamer. */
+	pool->set_config = GST_XMEM_NO_THROW(gst_xmem_buffer_pool_set_config);
 	pool->start = gst_xmem_buffer_pool_start;
-	pool->acquire_buffer = gst_xmem_buffer_pool_acquire_buffer;
+	pool->acquire_buffer = GST_XMEM_NO_THROW(gst_xmem_buffer_pool_acquire_buffer);
 	pool->release_buffer = gst_xmem_buffer_pool_release_buffer;
 }
 
@@ -264,8 +272,10 @@ static void gst_xmem_buffer_pool_init(GstXmemBufferPool *)
 
 GstBufferPool *gst_xmem_buffer_pool_new(std::shared_ptr<xmem::BufferPool> core)
 {
+	/* The C++ part first: it may throw (out of memory), leaving nothing to free. */
+	auto *owned = new std::shared_ptr<xmem::BufferPool>(std::move(core));
 	auto *self = GST_XMEM_BUFFER_POOL(g_object_new(GST_TYPE_XMEM_BUFFER_POOL, nullptr));
 	gst_object_ref_sink(self);
-	self->core = new std::shared_ptr<xmem::BufferPool>(std::move(core));
+	self->core = owned;
 	return GST_BUFFER_POOL(self);
 }

@@ -14,6 +14,12 @@
  * before the first frame in the new format. A consumer that crashes gives its
  * frames back; going to NULL never waits for consumers.
  *
+ * wait-for-consumers=N holds the first frame until N consumers are attached. An EOS
+ * sent to the pipeline (Ctrl-C in `gst-launch-1.0 -e`) goes to the sources, whose
+ * thread is the one held: set wait-timeout, after which the sink posts a warning and
+ * publishes without them, and the EOS follows. An EOS sent to the sink itself, a
+ * flush or a state change to READY ends the wait at once; PAUSED holds it.
+ *
  * With memory=auto (the default) the pool lives in CUDA device memory when
  * upstream negotiates video/x-raw(memory:CUDAMemory) (nvh264dec, cudaupload, ...),
  * and in system memory otherwise; memory=cuda and memory=system force it. CUDA
@@ -40,6 +46,7 @@
 
 #include "gstxmemcuda.h"
 #include "gstxmemmemory.h"
+#include "gstxmemnothrow.h"
 
 #include <xmem/xmem.hpp>
 
@@ -49,6 +56,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 GST_DEBUG_CATEGORY_STATIC(gst_xmem_sink_debug);
 #define GST_CAT_DEFAULT gst_xmem_sink_debug
@@ -58,10 +66,13 @@ GST_DEBUG_CATEGORY_STATIC(gst_xmem_sink_debug);
 #define DEFAULT_POLICY XMEM_POLICY_DROP_OLDEST
 #define DEFAULT_BLOCK_TIMEOUT (GST_SECOND)
 #define DEFAULT_WAIT_FOR_CONSUMERS 0
+/* Forever: wait-for-consumers promises that no frame goes to nobody, and a consumer
+ * started by hand may come minutes later. */
+#define DEFAULT_WAIT_TIMEOUT 0
 #define DEFAULT_MAX_CONSUMERS 64
 #define DEFAULT_PERMS 0600
 #define DEFAULT_MEMORY GST_XMEM_MEMORY_AUTO
-#define DEFAULT_CUDA_DEVICE_ID -1
+#define DEFAULT_CUDA_DEVICE_ID (-1)
 /* Upstream buffers kept for device copies still in flight before the sink waits. */
 #define MAX_HELD_INPUT 4
 /* Device slots are sized for rows and planes on this alignment; the layout then uses
@@ -75,6 +86,7 @@ enum {
 	PROP_POLICY,
 	PROP_BLOCK_TIMEOUT,
 	PROP_WAIT_FOR_CONSUMERS,
+	PROP_WAIT_TIMEOUT,
 	PROP_MAX_CONSUMERS,
 	PROP_PERMS,
 	PROP_MEMORY,
@@ -84,15 +96,24 @@ enum {
 
 namespace {
 
+/* Locks, in the order they are taken: the sink pad's stream lock and basesink's
+ * preroll lock (both held around set_caps, render and event), then `lock` below,
+ * then the element's object lock (GstXmemCuda's context) and the core's own locks.
+ * None is held while posting a message (a bus sync handler may call back into the
+ * element), while waiting for consumers or a slot, or while calling another
+ * element. */
 struct SinkState {
-	/* Guards every field below. Lock order: before the core's locks; never held
-	 * while waiting for consumers or a slot. */
+	/* Guards the properties (set_property, get_property: any thread) and `pool`,
+	 * `caps_string`, `waited`, `rejoin` (also read by stats, stop and the allocation query).
+	 * The fields between them (info ... slot_info) are written under it by set_caps
+	 * and read without it by the streaming thread, their only writer. */
 	std::mutex lock;
 	std::string pool_name = DEFAULT_POOL_NAME;
 	guint buffers = DEFAULT_BUFFERS;
 	xmem_policy policy = DEFAULT_POLICY;
 	guint64 block_timeout = DEFAULT_BLOCK_TIMEOUT;
 	guint wait_for_consumers = DEFAULT_WAIT_FOR_CONSUMERS;
+	guint64 wait_timeout = DEFAULT_WAIT_TIMEOUT;
 	guint max_consumers = DEFAULT_MAX_CONSUMERS;
 	guint perms = DEFAULT_PERMS;
 	GstXmemMemoryKind memory = DEFAULT_MEMORY;
@@ -124,6 +145,8 @@ struct SinkState {
 
 	/* Set by unlock() to cut waits short; streaming thread reads it. */
 	std::atomic<bool> unlocked{ false };
+	/* Set by an EOS sent to the element: the wait for consumers ends in EOS. */
+	std::atomic<bool> eos_requested{ false };
 };
 
 } // namespace
@@ -244,10 +267,18 @@ static gboolean gst_xmem_sink_start(GstBaseSink *sink)
 {
 	auto *self = GST_XMEM_SINK(sink);
 	SinkState *s = self->state;
-	std::lock_guard lock(s->lock);
-	if (s->memory == GST_XMEM_MEMORY_CUDA) {
+	GstXmemMemoryKind memory;
+	gint cuda_device;
+	std::string pool_name;
+	{
+		std::lock_guard lock(s->lock);
+		memory = s->memory;
+		cuda_device = s->cuda_device;
+		pool_name = s->pool_name;
+	}
+	if (memory == GST_XMEM_MEMORY_CUDA) {
 		/* Fail now, naming the cause, rather than at the first caps. */
-		auto name = xmem::cuda_check_device(guint(std::max(s->cuda_device, 0)));
+		auto name = xmem::cuda_check_device(guint(std::max(cuda_device, 0)));
 		if (!name) {
 			GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("memory=cuda: no usable CUDA device."),
 					  ("%s", name.error().message.c_str()));
@@ -255,15 +286,17 @@ static gboolean gst_xmem_sink_start(GstBaseSink *sink)
 		}
 		GST_INFO_OBJECT(self, "memory=cuda on %s", name->c_str());
 	}
-	auto path = xmem::socket_path(s->pool_name);
+	auto path = xmem::socket_path(pool_name);
 	if (!path) {
 		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name."),
 				  ("%s", path.error().message.c_str()));
 		return FALSE;
 	}
+	std::lock_guard lock(s->lock);
 	s->waited = false;
 	s->rejoin = 0;
 	s->unlocked = false;
+	s->eos_requested = false;
 	return TRUE;
 }
 
@@ -303,17 +336,17 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		return FALSE;
 	}
 	{
-		std::lock_guard lock(s->lock);
+		/* Errors are posted with the lock released (see SinkState). */
+		std::unique_lock lock(s->lock);
 		/* The pool's format has no memory feature: where frames live is the pool's
 		 * storage, and consumers choose their own memory. */
-		GstCaps *plain = gst_xmem_caps_without_features(caps);
-		gchar *str = gst_caps_to_string(plain);
-		gst_caps_unref(plain);
+		g_autoptr(GstCaps) plain = gst_xmem_caps_without_features(caps);
+		g_autofree gchar *str = gst_caps_to_string(plain);
 		s->caps_string = str;
-		g_free(str);
-		if (s->caps_string.size() >= XMEM_FORMAT_MAX) {
+		if (gsize length = s->caps_string.size(); length >= XMEM_FORMAT_MAX) {
+			lock.unlock();
 			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Caps too long for an xmem pool."),
-					  ("%zu bytes, at most %d", s->caps_string.size(), XMEM_FORMAT_MAX - 1));
+					  ("%zu bytes, at most %d", length, XMEM_FORMAT_MAX - 1));
 			return FALSE;
 		}
 		s->is_video = gst_video_info_from_caps(&s->info, caps);
@@ -324,17 +357,19 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 								  : std::max(wanted_device, 0));
 		s->slot_info = s->info;
 		if (device_pool && !s->is_video) {
+			lock.unlock();
 			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("CUDA pools take raw video only."),
-					  ("caps %s are not raw video", s->caps_string.c_str()));
+					  ("caps %" GST_PTR_FORMAT " are not raw video", static_cast<gpointer>(caps)));
 			return FALSE;
 		}
 		if (device_pool) {
 			GstVideoInfo bound;
 			if (!gst_xmem_aligned_info(s->info, DEVICE_SIZE_ALIGNMENT, &bound)) {
+				GstVideoFormat format = GST_VIDEO_INFO_FORMAT(&s->info);
+				lock.unlock();
 				GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Cannot lay out the frames in device memory."),
 						  ("format %s cannot be aligned to %d bytes",
-						   gst_video_format_to_string(GST_VIDEO_INFO_FORMAT(&s->info)),
-						   DEVICE_SIZE_ALIGNMENT));
+						   gst_video_format_to_string(format), DEVICE_SIZE_ALIGNMENT));
 				return FALSE;
 			}
 			size = bound.size;
@@ -349,11 +384,13 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 	if (!pool)
 		return FALSE;
 	if (pool->storage() == xmem::Storage::cuda) {
-		std::lock_guard lock(s->lock);
+		std::unique_lock lock(s->lock);
 		if (!gst_xmem_aligned_info(s->info, pool->pitch_alignment(), &s->slot_info) ||
 		    s->slot_info.size > pool->slot_size()) {
+			guint device = s->device;
+			lock.unlock();
 			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Cannot lay out the frames in device memory."),
-					  ("pitch alignment %u of CUDA device %u", pool->pitch_alignment(), s->device));
+					  ("pitch alignment %u of CUDA device %u", pool->pitch_alignment(), device));
 			return FALSE;
 		}
 	}
@@ -404,35 +441,54 @@ static gboolean gst_xmem_sink_propose_allocation(GstBaseSink *sink, GstQuery *qu
 	if (!core || core->slot_size() < info.size || core->storage() != xmem::Storage::system)
 		return TRUE;
 
-	GstBufferPool *pool = gst_xmem_buffer_pool_new(core);
+	g_autoptr(GstBufferPool) pool = gst_xmem_buffer_pool_new(core);
 	GstStructure *config = gst_buffer_pool_get_config(pool);
 	gst_buffer_pool_config_set_params(config, caps, guint(info.size), 0, 0);
 	gst_buffer_pool_config_add_option(config, GST_BUFFER_POOL_OPTION_VIDEO_META);
-	if (!gst_buffer_pool_set_config(pool, config)) {
-		gst_object_unref(pool);
+	if (!gst_buffer_pool_set_config(pool, config))
 		return TRUE;
-	}
 	gst_query_add_allocation_pool(query, pool, guint(info.size), 0, 0);
 	gst_query_add_allocation_meta(query, GST_VIDEO_META_API_TYPE, nullptr);
-	gst_object_unref(pool);
 	return TRUE;
 }
 
-/* Waits until wait-for-consumers are attached; false when unlocked (flushing). */
-/* Waits until WANTED consumers are attached, or until DEADLINE (monotonic µs);
- * false when unlocked (flushing). */
-static bool wait_for_consumers(GstXmemSink *self, xmem::BufferPool &pool, guint wanted, gint64 deadline)
+enum class WaitEnd {
+	attached, /* the consumers are there */
+	timed_out, /* the deadline passed first */
+	flushing, /* flushing, or going to READY */
+	eos, /* an EOS was sent to the element */
+};
+
+/* Waits until WANTED consumers are attached, or until DEADLINE (monotonic µs). In
+ * render(), with the preroll lock held: going to PAUSED unlocks it, and the wait
+ * goes on once PLAYING again (gst_base_sink_wait_preroll). */
+static WaitEnd wait_for_consumers(GstXmemSink *self, xmem::BufferPool &pool, guint wanted, gint64 deadline)
 {
 	SinkState *s = self->state;
 	if (wanted)
 		GST_INFO_OBJECT(self, "waiting for %u consumer(s) of pool '%s'", wanted, pool.name().c_str());
 	/* A startup wait only: polling every few ms costs nothing per frame. */
-	while (pool.stats().consumers < wanted && g_get_monotonic_time() < deadline) {
-		if (s->unlocked.load())
-			return false;
+	for (;;) {
+		if (pool.stats().consumers >= wanted)
+			return WaitEnd::attached;
+		if (s->eos_requested.load())
+			return WaitEnd::eos;
+		if (s->unlocked.load() && gst_base_sink_wait_preroll(GST_BASE_SINK(self)) != GST_FLOW_OK)
+			return WaitEnd::flushing;
+		if (g_get_monotonic_time() >= deadline)
+			return WaitEnd::timed_out;
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
 	}
-	return true;
+}
+
+/* The monotonic time (µs) TIMEOUT ns from now; G_MAXINT64 for 0 (forever). */
+static gint64 deadline_after(guint64 timeout)
+{
+	gint64 now = g_get_monotonic_time();
+	guint64 us = timeout / 1000;
+	if (timeout == 0 || us >= guint64(G_MAXINT64 - now))
+		return G_MAXINT64;
+	return now + gint64(us);
 }
 
 /* A writable slot, waiting while consumers hold every one; empty when unlocked. */
@@ -460,7 +516,7 @@ static bool copy_into(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &s
 	if (!gst_video_frame_map(&in, &s->info, buffer, GST_MAP_READ))
 		return false;
 	/* Map the slot through a temporary buffer, then take the slot back. */
-	GstBuffer *tmp = gst_buffer_new();
+	g_autoptr(GstBuffer) tmp = gst_buffer_new();
 	GstMemory *mem = gst_xmem_memory_wrap(std::move(slot), s->info.size);
 	gst_buffer_append_memory(tmp, mem);
 	bool ok = gst_video_frame_map(&out, &s->info, tmp, GST_MAP_WRITE);
@@ -469,7 +525,6 @@ static bool copy_into(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &s
 		gst_video_frame_unmap(&out);
 	}
 	slot = std::move(*gst_xmem_memory_guard(mem));
-	gst_buffer_unref(tmp);
 	gst_video_frame_unmap(&in);
 	size = s->info.size;
 	return ok;
@@ -493,11 +548,9 @@ static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::FrameMeta &m, 
 	GstClockTime pts = GST_BUFFER_PTS(buffer);
 	if (GST_CLOCK_TIME_IS_VALID(pts)) {
 		GstClockTime running = gst_segment_to_running_time(&sink->segment, GST_FORMAT_TIME, pts);
-		GstClock *clock = gst_element_get_clock(GST_ELEMENT(self));
+		g_autoptr(GstClock) clock = gst_element_get_clock(GST_ELEMENT(self));
 		if (clock && GST_CLOCK_TIME_IS_VALID(running))
 			m.timestamp = gst_element_get_base_time(GST_ELEMENT(self)) + running;
-		if (clock)
-			gst_object_unref(clock);
 	}
 	std::strncpy(m.content_type, s->is_video ? "video/x-raw" : "application/octet-stream",
 		     sizeof(m.content_type) - 1);
@@ -679,20 +732,35 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 			return GST_FLOW_ERROR;
 	}
 	guint wanted, rejoin;
+	guint64 timeout;
 	bool first;
 	{
 		std::lock_guard lock(s->lock);
 		wanted = s->wait_for_consumers;
+		timeout = s->wait_timeout;
 		rejoin = s->rejoin;
 		first = !s->waited;
 	}
 	if (first) {
-		if (!wait_for_consumers(self, *pool, wanted, G_MAXINT64))
-			return GST_FLOW_FLUSHING;
+		WaitEnd end = wait_for_consumers(self, *pool, wanted, deadline_after(timeout));
+		if (end == WaitEnd::timed_out) {
+			/* Publishing is what the pipeline is for: nobody asked for an error, and
+			 * an EOS stuck behind this frame (gst-launch-1.0 -e) can pass now. */
+			GST_ELEMENT_WARNING(self, RESOURCE, NOT_FOUND,
+					    ("No consumer attached within %.3g s: publishing without waiting longer.",
+					     double(timeout) / GST_SECOND),
+					    ("pool '%s': %u of the %u consumer(s) wait-for-consumers asks for",
+					     pool->name().c_str(), pool->stats().consumers, wanted));
+		}
 		/* Reattaching consumers get two seconds: one may have gone for good. */
-		if (rejoin > wanted &&
-		    !wait_for_consumers(self, *pool, rejoin, g_get_monotonic_time() + 2 * G_TIME_SPAN_SECOND))
+		if (end != WaitEnd::flushing && end != WaitEnd::eos && rejoin > wanted)
+			end = wait_for_consumers(self, *pool, rejoin, deadline_after(2 * GST_SECOND));
+		if (end == WaitEnd::flushing)
 			return GST_FLOW_FLUSHING;
+		if (end == WaitEnd::eos) {
+			GST_INFO_OBJECT(self, "EOS while waiting for consumers: the frame is not published");
+			return GST_FLOW_EOS;
+		}
 		std::lock_guard lock(s->lock);
 		s->waited = true;
 		s->rejoin = 0;
@@ -761,6 +829,18 @@ static gboolean gst_xmem_sink_event(GstBaseSink *sink, GstEvent *event)
 		}
 	}
 	return GST_BASE_SINK_CLASS(parent_class)->event(sink, event);
+}
+
+/* An EOS sent to the element (not the pad) ends a wait for consumers: render()
+ * returns EOS, and upstream sends its EOS down. An EOS sent to the pipeline goes
+ * to its sources, whose thread is the one waiting here: wait-timeout frees it. */
+static gboolean gst_xmem_sink_send_event(GstElement *element, GstEvent *event)
+{
+	if (GST_EVENT_TYPE(event) == GST_EVENT_EOS) {
+		GST_INFO_OBJECT(element, "EOS sent to the element");
+		GST_XMEM_SINK(element)->state->eos_requested = true;
+	}
+	return GST_ELEMENT_CLASS(parent_class)->send_event(element, event);
 }
 
 static gboolean gst_xmem_sink_unlock(GstBaseSink *sink)
@@ -832,6 +912,9 @@ static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GVa
 	case PROP_WAIT_FOR_CONSUMERS:
 		s->wait_for_consumers = g_value_get_uint(value);
 		break;
+	case PROP_WAIT_TIMEOUT:
+		s->wait_timeout = g_value_get_uint64(value);
+		break;
 	case PROP_MAX_CONSUMERS:
 		s->max_consumers = g_value_get_uint(value);
 		break;
@@ -875,6 +958,9 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 	case PROP_WAIT_FOR_CONSUMERS:
 		g_value_set_uint(value, s->wait_for_consumers);
 		break;
+	case PROP_WAIT_TIMEOUT:
+		g_value_set_uint64(value, s->wait_timeout);
+		break;
 	case PROP_MAX_CONSUMERS:
 		g_value_set_uint(value, s->max_consumers);
 		break;
@@ -903,8 +989,13 @@ static void gst_xmem_sink_finalize(GObject *object)
 
 static void gst_xmem_sink_init(GstXmemSink *self)
 {
-	self->state = new SinkState();
-	self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
+	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
+	try {
+		self->state = new SinkState();
+		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
+	} catch (const std::exception &e) {
+		g_error("xmemsink: %s", e.what());
+	}
 	/* The last sample would pin a slot for as long as the sink lives: with few
 	 * slots, upstream could starve, and no frame would ever be writable in place
 	 * for a sole consumer. */
@@ -917,8 +1008,10 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 	GstElementClass *element = GST_ELEMENT_CLASS(klass);
 	GstBaseSinkClass *basesink = GST_BASE_SINK_CLASS(klass);
 
-	gobject->set_property = gst_xmem_sink_set_property;
-	gobject->get_property = gst_xmem_sink_get_property;
+	/* Each callback that runs C++ code goes through GST_XMEM_NO_THROW: no exception
+	 * may unwind into GStreamer (gstxmemnothrow.h). */
+	gobject->set_property = GST_XMEM_NO_THROW(gst_xmem_sink_set_property);
+	gobject->get_property = GST_XMEM_NO_THROW(gst_xmem_sink_get_property);
 	gobject->finalize = gst_xmem_sink_finalize;
 
 	auto flags = GParamFlags(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
@@ -943,8 +1036,17 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 				    0, G_MAXUINT64, DEFAULT_BLOCK_TIMEOUT, flags));
 	g_object_class_install_property(gobject, PROP_WAIT_FOR_CONSUMERS,
 					g_param_spec_uint("wait-for-consumers", "Wait for consumers",
-							  "Hold the first frame until this many consumers are attached",
+							  "Hold the first frame until this many consumers are attached "
+							  "(see wait-timeout)",
 							  0, XMEM_MAX_CONSUMERS, DEFAULT_WAIT_FOR_CONSUMERS, flags));
+	g_object_class_install_property(
+		gobject, PROP_WAIT_TIMEOUT,
+		g_param_spec_uint64("wait-timeout", "Wait timeout",
+				    "With wait-for-consumers: how long (ns) the first frame waits for them "
+				    "(0 = forever); then the sink posts a warning and publishes without them. "
+				    "The waiting frame holds back an EOS sent to the pipeline (gst-launch-1.0 -e), "
+				    "so set this to let Ctrl-C end cleanly",
+				    0, G_MAXUINT64, DEFAULT_WAIT_TIMEOUT, flags));
 	g_object_class_install_property(gobject, PROP_MAX_CONSUMERS,
 					g_param_spec_uint("max-consumers", "Max consumers",
 							  "Most consumers attached at once", 1, XMEM_MAX_CONSUMERS,
@@ -982,15 +1084,16 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 		"xmemsink pool-name=cam0",
 		"xmem developers");
 
-	basesink->start = GST_DEBUG_FUNCPTR(gst_xmem_sink_start);
-	basesink->stop = GST_DEBUG_FUNCPTR(gst_xmem_sink_stop);
-	basesink->set_caps = GST_DEBUG_FUNCPTR(gst_xmem_sink_set_caps);
-	basesink->get_caps = GST_DEBUG_FUNCPTR(gst_xmem_sink_get_caps);
-	basesink->query = GST_DEBUG_FUNCPTR(gst_xmem_sink_query);
-	element->set_context = GST_DEBUG_FUNCPTR(gst_xmem_sink_set_context);
-	basesink->propose_allocation = GST_DEBUG_FUNCPTR(gst_xmem_sink_propose_allocation);
-	basesink->render = GST_DEBUG_FUNCPTR(gst_xmem_sink_render);
-	basesink->event = GST_DEBUG_FUNCPTR(gst_xmem_sink_event);
+	basesink->start = GST_XMEM_NO_THROW(gst_xmem_sink_start);
+	basesink->stop = GST_XMEM_NO_THROW(gst_xmem_sink_stop);
+	basesink->set_caps = GST_XMEM_NO_THROW(gst_xmem_sink_set_caps);
+	basesink->get_caps = GST_XMEM_NO_THROW(gst_xmem_sink_get_caps);
+	basesink->query = GST_XMEM_NO_THROW(gst_xmem_sink_query);
+	element->set_context = GST_XMEM_NO_THROW(gst_xmem_sink_set_context);
+	element->send_event = GST_DEBUG_FUNCPTR(gst_xmem_sink_send_event);
+	basesink->propose_allocation = GST_XMEM_NO_THROW(gst_xmem_sink_propose_allocation);
+	basesink->render = GST_XMEM_NO_THROW(gst_xmem_sink_render);
+	basesink->event = GST_XMEM_NO_THROW(gst_xmem_sink_event);
 	basesink->unlock = GST_DEBUG_FUNCPTR(gst_xmem_sink_unlock);
 	basesink->unlock_stop = GST_DEBUG_FUNCPTR(gst_xmem_sink_unlock_stop);
 

@@ -36,6 +36,7 @@
 
 #include "gstxmemcuda.h"
 #include "gstxmemmemory.h"
+#include "gstxmemnothrow.h"
 
 #include <xmem/xmem.hpp>
 
@@ -43,8 +44,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -71,8 +74,57 @@ enum {
 
 namespace {
 
+/* The eventfd that unlock() writes to cut a wait short, and the waits poll. */
+class WakeFd
+{
+public:
+	WakeFd() = default;
+	~WakeFd() { reset(); }
+	WakeFd(const WakeFd &) = delete;
+	WakeFd &operator=(const WakeFd &) = delete;
+
+	/* Opens a fresh eventfd (closing any previous one); false with errno set. */
+	bool open()
+	{
+		reset();
+		fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		return fd_ >= 0;
+	}
+	void reset()
+	{
+		if (fd_ >= 0)
+			::close(std::exchange(fd_, -1));
+	}
+	/* -1 when closed: poll() then ignores it. */
+	int get() const { return fd_; }
+	/* Makes the fd readable, until drain(). */
+	void signal() const
+	{
+		uint64_t one = 1;
+		if (fd_ >= 0) [[maybe_unused]]
+			ssize_t n = ::write(fd_, &one, sizeof(one));
+	}
+	void drain() const
+	{
+		uint64_t count;
+		if (fd_ >= 0) [[maybe_unused]]
+			ssize_t n = ::read(fd_, &count, sizeof(count));
+	}
+
+private:
+	int fd_ = -1;
+};
+
+/* Locks, in the order they are taken: the src pad's stream lock (held around
+ * create and negotiate, in the streaming thread), basesrc's live lock, then `lock`
+ * below, then the element's object lock (GstXmemCuda's context) and the core's own
+ * locks. None is held while posting a message (a bus sync handler may call back
+ * into the element), while waiting for the pool or a frame, or while calling
+ * another element (caps queries and negotiation run without `lock`). */
 struct SrcState {
-	/* Guards the properties and `caps`. Never held while waiting for frames. */
+	/* Guards the properties and `caps`: set_property and get_property (any thread),
+	 * the caps and latency queries (any thread), start/stop and the streaming
+	 * thread. */
 	std::mutex lock;
 	std::string pool_name = DEFAULT_POOL_NAME;
 	bool is_live = DEFAULT_IS_LIVE;
@@ -102,8 +154,9 @@ struct SrcState {
 	guint64 gaps = 0;
 	guint64 reconnects = 0;
 
-	/* unlock() writes it to cut any wait short. */
-	int wake = -1;
+	/* Opened in start() and closed in stop() (state changes); unlock() and
+	 * unlock_stop() (any thread, between the two) signal and drain it. */
+	WakeFd wake;
 	std::atomic<bool> flushing{ false };
 };
 
@@ -128,7 +181,7 @@ static GstStaticPadTemplate src_template =
 /* Sleeps up to MS milliseconds (-1: forever) unless unlocked; false when unlocked. */
 static bool nap(SrcState *s, int ms, int extra_fd = -1)
 {
-	pollfd fds[2] = { { s->wake, POLLIN, 0 }, { extra_fd, POLLIN, 0 } };
+	pollfd fds[2] = { { s->wake.get(), POLLIN, 0 }, { extra_fd, POLLIN, 0 } };
 	::poll(fds, extra_fd >= 0 ? 2 : 1, ms);
 	return !s->flushing.load();
 }
@@ -171,11 +224,13 @@ static GstFlowReturn attach(GstXmemSrc *self)
 	SrcState *s = self->state;
 	std::string name;
 	guint64 timeout;
+	bool reconnect;
 	xmem::OpenOptions options;
 	{
 		std::lock_guard lock(s->lock);
 		name = s->pool_name;
 		timeout = s->timeout;
+		reconnect = s->reconnect;
 		options.queue_size = s->queue_size;
 	}
 	/* "program:element", so xmem-inspect tells gst-launch consumers apart. */
@@ -196,9 +251,11 @@ static GstFlowReturn attach(GstXmemSrc *self)
 			return GST_FLOW_OK;
 		}
 		/* A dead owner's socket or none: a new owner may come. While reconnecting,
-		 * an owner dying under the handshake looks like a peer that hangs up. */
+		 * an owner dying under the handshake looks like a peer that hangs up, and one
+		 * stopped (SIGSTOP, a debugger) like a server that does not answer: with
+		 * reconnect=true that is worth waiting for too, from the first attach on. */
 		bool transient = pool.code() == xmem::Errc::not_found || pool.code() == xmem::Errc::closed ||
-				 (s->reconnects > 0 && pool.code() == xmem::Errc::not_a_pool);
+				 ((reconnect || s->reconnects > 0) && pool.code() == xmem::Errc::not_a_pool);
 		if (!transient) {
 			post_error(self, pool.error());
 			return GST_FLOW_ERROR;
@@ -244,30 +301,20 @@ static GstCaps *offer_for(GstXmemSrc *self, GstCaps *caps, bool video)
 static GstCaps *choose_caps(GstXmemSrc *self, GstCaps *offer)
 {
 	SrcState *s = self->state;
-	GstCaps *peer = gst_pad_peer_query_caps(GST_BASE_SRC_PAD(self), offer);
-	GstCaps *chosen = nullptr;
-	for (guint i = 0; peer && !chosen && i < gst_caps_get_size(peer); i++) {
+	g_autoptr(GstCaps) peer = gst_pad_peer_query_caps(GST_BASE_SRC_PAD(self), offer);
+	for (guint i = 0; peer && i < gst_caps_get_size(peer); i++) {
 		/* Downstream's order of preference, in our caps' own words. */
-		GstCaps *theirs = gst_caps_copy_nth(peer, i);
-		GstCaps *ours = gst_caps_intersect_full(offer, theirs, GST_CAPS_INTERSECT_FIRST);
-		gst_caps_unref(theirs);
-		if (gst_caps_is_empty(ours)) {
-			gst_caps_unref(ours);
+		g_autoptr(GstCaps) theirs = gst_caps_copy_nth(peer, i);
+		g_autoptr(GstCaps) ours = gst_caps_intersect_full(offer, theirs, GST_CAPS_INTERSECT_FIRST);
+		if (gst_caps_is_empty(ours))
 			continue;
-		}
-		GstCaps *one = gst_caps_fixate(gst_caps_copy_nth(ours, 0));
-		gst_caps_unref(ours);
+		g_autoptr(GstCaps) one = gst_caps_fixate(gst_caps_copy_nth(ours, 0));
 		std::string why;
-		if (!gst_xmem_caps_is_cuda(one) || s->cuda->ensure(gint(s->device), &why)) {
-			chosen = one;
-		} else {
-			GST_WARNING_OBJECT(self, "no CUDA memory output: %s", why.c_str());
-			gst_caps_unref(one);
-		}
+		if (!gst_xmem_caps_is_cuda(one) || s->cuda->ensure(gint(s->device), &why))
+			return std::exchange(one, nullptr);
+		GST_WARNING_OBJECT(self, "no CUDA memory output: %s", why.c_str());
 	}
-	if (peer)
-		gst_caps_unref(peer);
-	return chosen;
+	return nullptr;
 }
 
 static bool negotiate_output(GstXmemSrc *self);
@@ -281,25 +328,21 @@ static bool apply_format(GstXmemSrc *self, const std::string &format)
 	guint device = s->pool ? s->pool->device() : 0;
 	if (format == s->format && s->caps && storage == s->storage && device == s->device)
 		return true;
-	GstCaps *caps = format.empty() ? nullptr : gst_caps_from_string(format.c_str());
+	g_autoptr(GstCaps) caps = format.empty() ? nullptr : gst_caps_from_string(format.c_str());
 	if (!caps || !gst_caps_is_fixed(caps)) {
 		GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("The producer's caps are unusable."),
-				  ("pool '%s' publishes format \"%s\"", s->pool_name.c_str(), format.c_str()));
-		if (caps)
-			gst_caps_unref(caps);
+				  ("pool '%s' publishes format \"%s\"", s->pool->name().c_str(), format.c_str()));
 		return false;
 	}
 	GST_INFO_OBJECT(self, "producer caps %" GST_PTR_FORMAT, static_cast<gpointer>(caps));
 	s->is_video = gst_video_info_from_caps(&s->info, caps);
 	s->storage = storage;
 	s->device = device;
-	GstCaps *offer = offer_for(self, caps, s->is_video);
-	gst_caps_unref(caps);
+	g_autoptr(GstCaps) offer = offer_for(self, caps, s->is_video);
 	{
 		std::lock_guard lock(s->lock);
 		gst_caps_replace(&s->caps, offer);
 	}
-	gst_caps_unref(offer);
 	s->format = format;
 	return negotiate_output(self);
 }
@@ -309,7 +352,7 @@ static bool apply_format(GstXmemSrc *self, const std::string &format)
 static bool negotiate_output(GstXmemSrc *self)
 {
 	SrcState *s = self->state;
-	GstCaps *offer;
+	g_autoptr(GstCaps) offer = nullptr;
 	{
 		std::lock_guard lock(s->lock);
 		offer = s->caps ? gst_caps_ref(s->caps) : nullptr;
@@ -318,20 +361,16 @@ static bool negotiate_output(GstXmemSrc *self)
 		return true;
 	drop_out_pool(s);
 	s->out_cuda = false;
-	GstCaps *chosen = choose_caps(self, offer);
-	gst_caps_unref(offer);
+	g_autoptr(GstCaps) chosen = choose_caps(self, offer);
 	if (!chosen || !gst_base_src_set_caps(GST_BASE_SRC(self), chosen)) {
 		GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("Downstream refused the producer's caps."),
 				  ("format \"%s\"", s->format.c_str()));
-		if (chosen)
-			gst_caps_unref(chosen);
 		return false;
 	}
 	GST_INFO_OBJECT(self, "output caps %" GST_PTR_FORMAT, static_cast<gpointer>(chosen));
 	s->out_cuda = gst_xmem_caps_is_cuda(chosen);
 	if (s->out_cuda && !GstXmemCuda::can_wrap())
 		s->out_pool = s->cuda->new_buffer_pool(chosen, guint(s->info.size));
-	gst_caps_unref(chosen);
 	if (s->out_cuda && !GstXmemCuda::can_wrap() && !s->out_pool) {
 		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("Cannot allocate CUDA memory."),
 				  ("no CUDA buffer pool for format \"%s\"", s->format.c_str()));
@@ -355,8 +394,7 @@ static gboolean gst_xmem_src_start(GstBaseSrc *src)
 		post_error(self, path.error());
 		return FALSE;
 	}
-	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->wake < 0) {
+	if (!s->wake.open()) {
 		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("eventfd failed."), ("%s", g_strerror(errno)));
 		return FALSE;
 	}
@@ -373,9 +411,7 @@ static gboolean gst_xmem_src_stop(GstBaseSrc *src)
 	drop_out_pool(s);
 	s->cuda->reset();
 	s->pool.reset();
-	if (s->wake >= 0)
-		::close(s->wake);
-	s->wake = -1;
+	s->wake.reset();
 	std::lock_guard lock(s->lock);
 	gst_caps_replace(&s->caps, nullptr);
 	return TRUE;
@@ -385,9 +421,7 @@ static gboolean gst_xmem_src_unlock(GstBaseSrc *src)
 {
 	SrcState *s = GST_XMEM_SRC(src)->state;
 	s->flushing = true;
-	uint64_t one = 1;
-	if (s->wake >= 0) [[maybe_unused]]
-		ssize_t n = ::write(s->wake, &one, sizeof(one));
+	s->wake.signal();
 	return TRUE;
 }
 
@@ -395,9 +429,7 @@ static gboolean gst_xmem_src_unlock_stop(GstBaseSrc *src)
 {
 	SrcState *s = GST_XMEM_SRC(src)->state;
 	s->flushing = false;
-	uint64_t count;
-	if (s->wake >= 0) [[maybe_unused]]
-		ssize_t n = ::read(s->wake, &count, sizeof(count));
+	s->wake.drain();
 	return TRUE;
 }
 
@@ -419,9 +451,9 @@ static GstCaps *gst_xmem_src_get_caps(GstBaseSrc *src, GstCaps *filter)
 		caps = s->caps ? gst_caps_ref(s->caps) : gst_caps_new_any();
 	}
 	if (filter) {
-		GstCaps *tmp = gst_caps_intersect_full(filter, caps, GST_CAPS_INTERSECT_FIRST);
-		gst_caps_unref(caps);
-		caps = tmp;
+		GstCaps *all = caps;
+		caps = gst_caps_intersect_full(filter, all, GST_CAPS_INTERSECT_FIRST);
+		gst_caps_unref(all);
 	}
 	return caps;
 }
@@ -478,7 +510,7 @@ static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, 
 static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
 {
 	SrcState *s = self->state;
-	GstBuffer *buf = nullptr;
+	g_autoptr(GstBuffer) buf = nullptr;
 	if (gst_buffer_pool_acquire_buffer(s->out_pool, &buf, nullptr) != GST_FLOW_OK) {
 		*error = { xmem::Errc::no_memory, "no buffer from the CUDA buffer pool" };
 		return nullptr;
@@ -487,7 +519,6 @@ static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&fram
 	GstVideoInfo layout;
 	GstMapInfo map;
 	if (!GstXmemCuda::memory_layout(mem, &layout) || !GstXmemCuda::map_device(mem, &map, GST_MAP_WRITE)) {
-		gst_buffer_unref(buf);
 		*error = { xmem::Errc::invalid_argument, "cannot map the CUDA buffer for writing" };
 		return nullptr;
 	}
@@ -508,12 +539,11 @@ static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&fram
 	gst_memory_unmap(mem, &map);
 	for (auto *step : { &r, &released, &synced }) {
 		if (!*step) {
-			gst_buffer_unref(buf);
 			*error = step->error();
 			return nullptr;
 		}
 	}
-	return buf;
+	return std::exchange(buf, nullptr);
 }
 
 /* A device frame in system memory: one download, in the caps' default layout. */
@@ -522,9 +552,12 @@ static GstBuffer *copy_to_system_memory(GstXmemSrc *self, xmem::BufferGuard &&fr
 	SrcState *s = self->state;
 	const xmem::FrameMeta &m = frame.meta();
 	gsize size = s->is_video ? s->info.size : m.size;
-	GstBuffer *buf = gst_buffer_new_allocate(nullptr, size, nullptr);
+	g_autoptr(GstBuffer) buf = gst_buffer_new_allocate(nullptr, size, nullptr);
 	GstMapInfo map;
-	gst_buffer_map(buf, &map, GST_MAP_WRITE);
+	if (!buf || !gst_buffer_map(buf, &map, GST_MAP_WRITE)) {
+		*error = { xmem::Errc::no_memory, "cannot allocate a frame of " + std::to_string(size) + " bytes" };
+		return nullptr;
+	}
 	guint64 host = guint64(uintptr_t(map.data));
 	xmem::Result<void> r;
 	if (s->is_video) {
@@ -542,11 +575,10 @@ static GstBuffer *copy_to_system_memory(GstXmemSrc *self, xmem::BufferGuard &&fr
 	}
 	gst_buffer_unmap(buf, &map);
 	if (!r) {
-		gst_buffer_unref(buf);
 		*error = r.error();
 		return nullptr;
 	}
-	return buf;
+	return std::exchange(buf, nullptr);
 }
 
 static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
@@ -606,13 +638,11 @@ static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::
 	if (live) {
 		/* The producer published the frame's clock time on the monotonic system
 		 * clock; in our pipeline that is base time + running time. */
-		GstClock *clock = gst_element_get_clock(GST_ELEMENT(self));
+		g_autoptr(GstClock) clock = gst_element_get_clock(GST_ELEMENT(self));
 		GstClockTime base = gst_element_get_base_time(GST_ELEMENT(self));
 		GstClockTime pts = GST_CLOCK_TIME_NONE;
 		if (clock && m.timestamp != 0)
 			pts = m.timestamp > base ? m.timestamp - base : 0;
-		if (clock)
-			gst_object_unref(clock);
 		GST_BUFFER_PTS(buf) = pts;
 		GST_BUFFER_DTS(buf) = GST_CLOCK_TIME_NONE;
 	} else {
@@ -811,8 +841,13 @@ static void gst_xmem_src_finalize(GObject *object)
 
 static void gst_xmem_src_init(GstXmemSrc *self)
 {
-	self->state = new SrcState();
-	self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
+	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
+	try {
+		self->state = new SrcState();
+		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
+	} catch (const std::exception &e) {
+		g_error("xmemsrc: %s", e.what());
+	}
 	gst_base_src_set_live(GST_BASE_SRC(self), DEFAULT_IS_LIVE);
 	gst_base_src_set_format(GST_BASE_SRC(self), GST_FORMAT_TIME);
 }
@@ -824,8 +859,10 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 	GstBaseSrcClass *basesrc = GST_BASE_SRC_CLASS(klass);
 	GstPushSrcClass *pushsrc = GST_PUSH_SRC_CLASS(klass);
 
-	gobject->set_property = gst_xmem_src_set_property;
-	gobject->get_property = gst_xmem_src_get_property;
+	/* Each callback that runs C++ code goes through GST_XMEM_NO_THROW: no exception
+	 * may unwind into GStreamer (gstxmemnothrow.h). */
+	gobject->set_property = GST_XMEM_NO_THROW(gst_xmem_src_set_property);
+	gobject->get_property = GST_XMEM_NO_THROW(gst_xmem_src_get_property);
 	gobject->finalize = gst_xmem_src_finalize;
 
 	auto flags = GParamFlags(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
@@ -872,13 +909,13 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 		"Example: gst-launch-1.0 xmemsrc pool-name=cam0 ! videoconvert ! autovideosink",
 		"xmem developers");
 
-	basesrc->start = GST_DEBUG_FUNCPTR(gst_xmem_src_start);
-	basesrc->stop = GST_DEBUG_FUNCPTR(gst_xmem_src_stop);
+	basesrc->start = GST_XMEM_NO_THROW(gst_xmem_src_start);
+	basesrc->stop = GST_XMEM_NO_THROW(gst_xmem_src_stop);
 	basesrc->unlock = GST_DEBUG_FUNCPTR(gst_xmem_src_unlock);
 	basesrc->unlock_stop = GST_DEBUG_FUNCPTR(gst_xmem_src_unlock_stop);
-	basesrc->negotiate = GST_DEBUG_FUNCPTR(gst_xmem_src_negotiate);
-	basesrc->get_caps = GST_DEBUG_FUNCPTR(gst_xmem_src_get_caps);
-	basesrc->query = GST_DEBUG_FUNCPTR(gst_xmem_src_query);
-	element->set_context = GST_DEBUG_FUNCPTR(gst_xmem_src_set_context);
-	pushsrc->create = GST_DEBUG_FUNCPTR(gst_xmem_src_create);
+	basesrc->negotiate = GST_XMEM_NO_THROW(gst_xmem_src_negotiate);
+	basesrc->get_caps = GST_XMEM_NO_THROW(gst_xmem_src_get_caps);
+	basesrc->query = GST_XMEM_NO_THROW(gst_xmem_src_query);
+	element->set_context = GST_XMEM_NO_THROW(gst_xmem_src_set_context);
+	pushsrc->create = GST_XMEM_NO_THROW(gst_xmem_src_create);
 }

@@ -336,7 +336,8 @@ TEST_F(CudaElements, ProducerRestartsSwitchingMemory)
 	};
 	const std::pair<int, const char *> rounds[] = { { 64, "cuda" }, { 96, "system" }, { 128, "cuda" } };
 	guint64 copied = 0, zero_copy = 0;
-	for (auto [width, memory] : rounds) {
+	for (auto [round_width, memory] : rounds) {
+		int width = round_width; // clang 14 cannot capture a structured binding
 		SCOPED_TRACE(std::string(memory) + " " + std::to_string(width));
 		Process producer = launch(producer_line(width, memory));
 		EXPECT_TRUE(eventually([&] { return count_width(width) >= 5; }, 30s))
@@ -526,8 +527,22 @@ TEST_F(Nvcodec, SinkSharesUpstreamsContext)
 {
 	Pipeline producer("videotestsrc num-buffers=5 ! video/x-raw,format=NV12,width=64,height=48 ! "
 			  "cudaupload name=up ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=ctx");
+	// A context of the sink's own, announced to the pipeline, would be dropped as soon
+	// as cudaupload's arrives: the sink must adopt cudaupload's without making one.
+	std::atomic<int> sink_contexts{ 0 };
+	GstBus *bus = gst_element_get_bus(producer.get());
+	gst_bus_set_sync_handler(
+		bus,
+		[](GstBus *, GstMessage *msg, gpointer data) {
+			if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_HAVE_CONTEXT &&
+			    g_strcmp0(GST_OBJECT_NAME(GST_MESSAGE_SRC(msg)), "sink") == 0)
+				(*static_cast<std::atomic<int> *>(data))++;
+			return GST_BUS_PASS;
+		},
+		&sink_contexts, nullptr);
 	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
 	EXPECT_EQ(producer.wait_eos(30s), "");
+	EXPECT_EQ(sink_contexts.load(), 0) << "xmemsink made a CUDA context of its own besides cudaupload's";
 	GstPad *sink_pad = gst_element_get_static_pad(producer.by_name("sink"), "sink");
 	GstPad *up_pad = gst_element_get_static_pad(producer.by_name("up"), "src");
 	GObject *ours = cuda_context_of(sink_pad);
@@ -537,6 +552,10 @@ TEST_F(Nvcodec, SinkSharesUpstreamsContext)
 	EXPECT_EQ(ours, theirs) << "xmemsink uses another context than cudaupload";
 	gst_object_unref(sink_pad);
 	gst_object_unref(up_pad);
+	// Contexts are queried while the elements still hold them (before NULL); the
+	// handler's counter goes out of scope before the pipeline.
+	gst_bus_set_sync_handler(bus, nullptr, nullptr, nullptr);
+	gst_object_unref(bus);
 }
 
 // Three consumers of CUDA memory, one of them its own gst-launch-1.0 process, all

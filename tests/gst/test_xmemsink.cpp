@@ -1,10 +1,18 @@
 // test_xmemsink.cpp - xmemsink in a GstHarness, with the core library as the consumer:
-// the proposed pool, zero copy vs. copy, metadata, stats, EOS, and start-up errors.
+// the proposed pool, zero copy vs. copy, metadata, stats, EOS, start-up errors, and
+// the wait for consumers (wait-timeout, EOS, pause, Ctrl-C in gst-launch-1.0 -e).
 #include "gst_common.hpp"
 
 #include <gst/check/gstharness.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdarg>
+#include <fstream>
+#include <iterator>
+
+#include <dlfcn.h>
+#include <pthread.h>
 
 using namespace std::chrono_literals;
 using xmem::gsttest::GstTest;
@@ -12,6 +20,25 @@ using xmem::gsttest::Pipeline;
 using xmem::gsttest::same_caps;
 using xmem::gsttest::stat_u64;
 using xmem::test::eventually;
+using xmem::test::Process;
+
+namespace {
+
+// While set, every thread start in this process fails (EAGAIN): what std::thread
+// turns into std::system_error. Nothing else provokes it here (RLIMIT_NPROC does not
+// bind root), so the executable's pthread_create below stands in front of libc's.
+std::atomic<bool> fail_thread_start{ false };
+
+} // namespace
+
+extern "C" int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg) noexcept
+{
+	using Real = int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+	static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
+	if (fail_thread_start.load())
+		return EAGAIN;
+	return real(thread, attr, start, arg);
+}
 
 namespace {
 
@@ -439,4 +466,166 @@ TEST_F(XmemSink, LastSampleHoldsNoSlot)
 	ASSERT_NE(p.play(), GST_STATE_CHANGE_FAILURE);
 	EXPECT_EQ(p.wait_eos(10s), "") << "a one-slot pool stalls: the last sample holds its slot";
 	EXPECT_EQ(stat_u64(p.by_name("sink"), "free-slots"), 1u);
+}
+
+// wait-timeout: with no consumer, the first frame waits that long; then the sink
+// warns and publishes without them, so the stream goes on and ends.
+TEST_F(XmemSink, WaitTimeoutWarnsAndPublishesWithoutConsumers)
+{
+	Pipeline p("videotestsrc num-buffers=3 ! video/x-raw,format=I420,width=64,height=48 ! "
+		   "xmemsink name=sink pool-name=alone wait-for-consumers=1 wait-timeout=300000000");
+	ASSERT_TRUE(p);
+	guint64 timeout = 0;
+	g_object_get(p.by_name("sink"), "wait-timeout", &timeout, nullptr);
+	EXPECT_EQ(timeout, 300000000u);
+	auto t0 = std::chrono::steady_clock::now();
+	ASSERT_NE(p.play(), GST_STATE_CHANGE_FAILURE);
+	GstMessage *msg = p.pop(GstMessageType(GST_MESSAGE_WARNING | GST_MESSAGE_ERROR | GST_MESSAGE_EOS), 30s);
+	ASSERT_NE(msg, nullptr) << "the sink still waits after wait-timeout";
+	EXPECT_EQ(GST_MESSAGE_TYPE(msg), GST_MESSAGE_WARNING) << GST_MESSAGE_TYPE_NAME(msg);
+	if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_WARNING) {
+		GError *error = nullptr;
+		gchar *debug = nullptr;
+		gst_message_parse_warning(msg, &error, &debug);
+		std::string text = std::string(error->message) + " | " + (debug ? debug : "");
+		EXPECT_NE(text.find("No consumer attached within 0.3 s"), std::string::npos) << text;
+		EXPECT_NE(text.find("alone"), std::string::npos) << "the warning does not name the pool: " << text;
+		EXPECT_STREQ(GST_OBJECT_NAME(GST_MESSAGE_SRC(msg)), "sink");
+		g_error_free(error);
+		g_free(debug);
+	}
+	gst_message_unref(msg);
+	EXPECT_GE(std::chrono::steady_clock::now() - t0, 300ms) << "the first frame did not wait";
+	EXPECT_EQ(p.wait_eos(30s), "") << "the stream did not end after the wait";
+	GstElement *sink = p.by_name("sink");
+	EXPECT_EQ(stat_u64(sink, "published"), 3u) << "frames were lost after the wait";
+	EXPECT_EQ(stat_u64(sink, "consumers"), 0u);
+}
+
+// gst-launch-1.0 -e turns Ctrl-C into an EOS sent to the sources, whose thread is the
+// one waiting in the sink: with wait-timeout the wait ends, the EOS passes and the
+// process exits cleanly (without it, it would wait for a consumer forever).
+TEST_F(XmemSink, GstLaunchInterruptedWhileWaitingExitsCleanly)
+{
+	std::string launch = xmem::gsttest::tool_path("GST_LAUNCH");
+	if (launch.empty())
+		GTEST_SKIP() << "gst-launch-1.0 not found (GST_LAUNCH unset)";
+	// The sink's log says when the first frame is at the wait: Ctrl-C any earlier can
+	// meet the live sink's preroll, where gst-launch-1.0 itself deadlocks (it holds the
+	// pipeline's state lock while the sink waits for PLAYING), whatever the sink.
+	std::string log = dir_.path() + "/launch.log";
+	Process p({ "/usr/bin/env", "GST_DEBUG=xmemsink:4", "GST_DEBUG_FILE=" + log, launch, "-e", "videotestsrc",
+		    "is-live=true", "!", "video/x-raw,format=I420,width=64,height=48,framerate=30/1", "!", "xmemsink",
+		    "pool-name=ctrlc", "wait-for-consumers=1", "wait-timeout=3000000000" });
+	auto logged = [&](const std::string &text) {
+		std::ifstream in(log);
+		return std::string(std::istreambuf_iterator<char>(in), {}).find(text) != std::string::npos;
+	};
+	ASSERT_TRUE(eventually([&] { return logged("waiting for 1 consumer(s) of pool 'ctrlc'"); }, 30s))
+		<< "the first frame never reached the wait:\n"
+		<< p.output();
+	auto t0 = std::chrono::steady_clock::now();
+	p.signal(SIGINT);
+	int status = p.wait(20s);
+	EXPECT_EQ(status, 0) << "gst-launch-1.0 -e did not end cleanly after Ctrl-C (-1: still running):\n"
+			     << p.output();
+	EXPECT_NE(p.output().find("Got EOS"), std::string::npos) << p.output();
+	EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+	EXPECT_TRUE(eventually([&] { return dir_.entries().empty(); })) << "the pool outlives its producer";
+}
+
+// An EOS sent to the sink element ends the wait at once: the waiting frame is not
+// published, and render() says EOS so upstream ends the stream.
+TEST_F(XmemSink, EosSentToTheSinkEndsTheWait)
+{
+	GstHarness *h = sink_harness("pool-name", "eoswait", "wait-for-consumers", 1, nullptr);
+	ASSERT_NE(h, nullptr);
+	gst_harness_set_src_caps_str(h, kCaps);
+	GstVideoInfo info = xmem::gsttest::video_info(kCaps);
+	std::atomic<int> result{ 1000 };
+	GstBuffer *buffer = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+	std::thread pusher([&] { result = gst_harness_push(h, buffer); });
+	std::this_thread::sleep_for(200ms);
+	EXPECT_EQ(result.load(), 1000) << "the first frame did not wait for a consumer";
+	gst_element_send_event(h->element, gst_event_new_eos());
+	if (!eventually([&] { return result.load() != 1000; }, 10s)) {
+		ADD_FAILURE() << "the EOS did not end the wait";
+		gst_element_set_state(h->element, GST_STATE_NULL); /* so that the pusher returns */
+	}
+	pusher.join();
+	EXPECT_EQ(result.load(), GST_FLOW_EOS);
+	EXPECT_EQ(stat_u64(h->element, "published"), 0u);
+	gst_harness_teardown(h);
+	EXPECT_TRUE(dir_.entries().empty());
+}
+
+// Pausing during the wait holds the frame (basesink's preroll), and it goes on
+// waiting once PLAYING again: the consumer that comes then gets it.
+TEST_F(XmemSink, PauseDuringTheWaitKeepsTheFrame)
+{
+	GstHarness *h = sink_harness("pool-name", "pausewait", "wait-for-consumers", 1, nullptr);
+	ASSERT_NE(h, nullptr);
+	gst_harness_set_src_caps_str(h, kCaps);
+	GstVideoInfo info = xmem::gsttest::video_info(kCaps);
+	std::atomic<int> result{ 1000 };
+	GstBuffer *buffer = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+	paint(buffer, info, 3);
+	std::thread pusher([&] { result = gst_harness_push(h, buffer); });
+	std::this_thread::sleep_for(200ms);
+	EXPECT_NE(gst_element_set_state(h->element, GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+	std::this_thread::sleep_for(200ms);
+	EXPECT_EQ(result.load(), 1000) << "pausing ended the wait with "
+				       << gst_flow_get_name(GstFlowReturn(result.load()));
+	EXPECT_NE(gst_element_set_state(h->element, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+	auto consumer = open_consumer("pausewait");
+	ASSERT_TRUE(consumer);
+	auto frame = consumer->receive(10s);
+	ASSERT_TRUE(frame.ok()) << "the held frame never came: " << frame.error().message;
+	GstBuffer *expected = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+	paint(expected, info, 3);
+	EXPECT_EQ(frame_visible_bytes(*frame, info), xmem::gsttest::visible_bytes(expected, info));
+	gst_buffer_unref(expected);
+	pusher.join();
+	EXPECT_EQ(result.load(), GST_FLOW_OK);
+	consumer.reset();
+	gst_harness_teardown(h);
+}
+
+// A thread the core cannot start (std::system_error from std::thread, or the error the
+// core makes of it) reaches the application as an error message: no exception unwinds
+// through GStreamer, the caps are refused, and the sink works once threads start again.
+TEST_F(XmemSink, ThreadStartFailureIsAnErrorMessage)
+{
+	GstHarness *h = sink_harness("pool-name", "nothread", nullptr);
+	ASSERT_NE(h, nullptr);
+	GstBus *bus = gst_bus_new();
+	gst_element_set_bus(h->element, bus);
+	gst_pad_push_event(h->srcpad, gst_event_new_stream_start("nothread"));
+	fail_thread_start = true;
+	gst_pad_push_event(h->srcpad, gst_event_new_caps(gst_caps_from_string(kCaps)));
+	fail_thread_start = false;
+	GstPad *sinkpad = gst_element_get_static_pad(h->element, "sink");
+	GstCaps *taken = gst_pad_get_current_caps(sinkpad);
+	EXPECT_EQ(taken, nullptr) << "the sink took caps without a pool";
+	if (taken)
+		gst_caps_unref(taken);
+	GstMessage *msg = gst_bus_pop_filtered(bus, GST_MESSAGE_ERROR);
+	ASSERT_NE(msg, nullptr) << "no error message";
+	auto error = xmem::gsttest::parse_error(msg);
+	gst_message_unref(msg);
+	EXPECT_EQ(error.source, GST_OBJECT_NAME(h->element));
+	EXPECT_FALSE(error.debug.empty()) << error.all();
+
+	gst_pad_push_event(h->srcpad, gst_event_new_caps(gst_caps_from_string(kCaps)));
+	taken = gst_pad_get_current_caps(sinkpad);
+	EXPECT_NE(taken, nullptr) << "the sink does not recover";
+	if (taken)
+		gst_caps_unref(taken);
+	gst_object_unref(sinkpad);
+	auto consumer = open_consumer("nothread");
+	ASSERT_TRUE(consumer);
+	consumer.reset();
+	gst_element_set_bus(h->element, nullptr);
+	gst_object_unref(bus);
+	gst_harness_teardown(h);
 }

@@ -15,6 +15,7 @@ G_BEGIN_DECLS
 
 GST_CUDA_API GstMemory *gst_cuda_allocator_alloc_wrapped(GstCudaAllocator *allocator, GstCudaContext *context,
 							 GstCudaStream *stream, const GstVideoInfo *info,
-							 CUdeviceptr dev_ptr, gpointer user_data, GDestroyNotify notify);
+							 CUdeviceptr dev_ptr, gpointer user_data,
+							 GDestroyNotify notify);
 
 G_END_DECLS
