@@ -6,13 +6,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
-int main(int argc, char **argv)
+namespace {
+
+int run(int argc, char **argv)
 {
 	if (argc < 2) {
-		std::fprintf(stderr, "usage: xmem-demo-consumer NAME [--label L] [--work-us U] [--timeout-s T]\n");
+		(void)std::fprintf(stderr,
+				   "usage: xmem-demo-consumer NAME [--label L] [--work-us U] [--timeout-s T]\n");
 		return 2;
 	}
 	std::string name = argv[1], label = "consumer";
@@ -31,11 +35,11 @@ int main(int argc, char **argv)
 	options.client = label;
 	auto pool = xmem::BufferPool::open(name, options);
 	if (!pool) {
-		std::fprintf(stderr, "%s: %s\n", label.c_str(), pool.error().message.c_str());
+		(void)std::fprintf(stderr, "%s: %s\n", label.c_str(), pool.error().message.c_str());
 		return 1;
 	}
 	std::printf("%s: attached to '%s': %s\n", label.c_str(), name.c_str(), (*pool)->format().c_str());
-	std::fflush(stdout);
+	(void)std::fflush(stdout); // progress output is best effort
 
 	uint64_t received = 0, window = 0, last_seq = 0, gaps = 0, bad = 0;
 	auto t0 = std::chrono::steady_clock::now(), tw = t0;
@@ -43,7 +47,7 @@ int main(int argc, char **argv)
 		auto frame = (*pool)->receive(std::chrono::seconds(timeout_s));
 		if (!frame) {
 			if (frame.code() != xmem::Errc::end_of_stream)
-				std::fprintf(stderr, "%s: %s\n", label.c_str(), frame.error().message.c_str());
+				(void)std::fprintf(stderr, "%s: %s\n", label.c_str(), frame.error().message.c_str());
 			break;
 		}
 		const xmem::FrameMeta &m = frame->meta();
@@ -63,7 +67,7 @@ int main(int argc, char **argv)
 			double s = std::chrono::duration<double>(now - tw).count();
 			std::printf("%s: %.1f fps, %llu dropped so far\n", label.c_str(), double(window) / s,
 				    (unsigned long long)gaps);
-			std::fflush(stdout);
+			(void)std::fflush(stdout);
 			window = 0;
 			tw = now;
 		}
@@ -73,4 +77,16 @@ int main(int argc, char **argv)
 		    (unsigned long long)received, s, s > 0 ? double(received) / s : 0.0, (unsigned long long)gaps,
 		    (unsigned long long)bad);
 	return bad ? 1 : 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	try {
+		return run(argc, argv);
+	} catch (const std::exception &e) {
+		(void)std::fprintf(stderr, "consumer: %s\n", e.what());
+		return 1;
+	}
 }

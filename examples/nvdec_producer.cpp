@@ -41,8 +41,10 @@ struct Options {
 
 [[noreturn]] void die(const std::string &message)
 {
-	std::fprintf(stderr, "xmem-nvdec-producer: %s\n", message.c_str());
-	std::exit(1);
+	(void)std::fprintf(stderr, "xmem-nvdec-producer: %s\n", message.c_str());
+	// exit() is unsafe while other threads run static destructors: this tool has no
+	// thread of its own (NVDEC's parser calls back on the calling thread).
+	std::exit(1); // NOLINT(concurrency-mt-unsafe)
 }
 
 const char *codec_name(cudaVideoCodec c)
@@ -73,7 +75,7 @@ Options parse(int argc, char **argv)
 			char *end = nullptr;
 			unsigned long n = std::strtoul(v.c_str(), &end, 10);
 			if (v.empty() || *end || n > 1000000)
-				die(a + ": not a number: " + v);
+				die(a + ": not a number: " += v);
 			return n;
 		};
 		if (a == "--codec") {
@@ -96,7 +98,7 @@ Options parse(int argc, char **argv)
 		} else if (a == "-h" || a == "--help") {
 			std::printf("usage: xmem-nvdec-producer FILE [POOL] [--codec h264|hevc] [--device N] "
 				    "[--slots N] [--wait N] [--fps N]\n");
-			std::exit(0);
+			std::exit(0); // NOLINT(concurrency-mt-unsafe): see die()
 		} else if (!a.empty() && a[0] == '-') {
 			die("unknown option " + a);
 		} else {
@@ -224,8 +226,8 @@ public:
 			if (auto r = pool_->end_of_stream(); !r)
 				die(r.error().message);
 		}
-		std::fprintf(stderr, "xmem-nvdec-producer: %llu frames of %ux%u published into pool '%s'\n",
-			     static_cast<unsigned long long>(published_), width_, height_, o_.pool.c_str());
+		(void)std::fprintf(stderr, "xmem-nvdec-producer: %llu frames of %ux%u published into pool '%s'\n",
+				   static_cast<unsigned long long>(published_), width_, height_, o_.pool.c_str());
 	}
 
 private:
@@ -325,9 +327,9 @@ private:
 			return false;
 		}
 		pool_ = *pool;
-		std::fprintf(stderr, "xmem-nvdec-producer: pool '%s' (%s): %u device slots of %llu bytes, %s\n",
-			     o_.pool.c_str(), pool_->path().c_str(), o_.slots,
-			     static_cast<unsigned long long>(config.slot_size), format.c_str());
+		(void)std::fprintf(stderr, "xmem-nvdec-producer: pool '%s' (%s): %u device slots of %llu bytes, %s\n",
+				   o_.pool.c_str(), pool_->path().c_str(), o_.slots,
+				   static_cast<unsigned long long>(config.slot_size), format.c_str());
 		while (pool_->stats().consumers < o_.wait)
 			std::this_thread::sleep_for(std::chrono::milliseconds(5));
 		return true;

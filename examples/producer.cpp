@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -14,26 +15,24 @@ namespace {
 
 volatile std::sig_atomic_t stop = 0;
 
-void usage()
+int usage()
 {
-	std::fprintf(stderr, "usage: xmem-demo-producer NAME [--width W] [--height H] [--fps F] [--frames N]\n"
-			     "                          [--slots S] [--wait-consumers C]\n");
-	std::exit(2);
+	(void)std::fprintf(stderr, "usage: xmem-demo-producer NAME [--width W] [--height H] [--fps F] [--frames N]\n"
+				   "                          [--slots S] [--wait-consumers C]\n");
+	return 2;
 }
 
-} // namespace
-
-int main(int argc, char **argv)
+int run(int argc, char **argv)
 {
 	if (argc < 2)
-		usage();
+		return usage();
 	std::string name = argv[1];
 	uint32_t width = 640, height = 480, fps = 30, slots = 8, wait_consumers = 0;
 	uint64_t frames = 300;
 	for (int i = 2; i < argc; i++) {
 		std::string a = argv[i];
 		if (i + 1 >= argc)
-			usage();
+			return usage();
 		unsigned long v = std::strtoul(argv[++i], nullptr, 10);
 		if (a == "--width")
 			width = uint32_t(v);
@@ -48,10 +47,11 @@ int main(int argc, char **argv)
 		else if (a == "--wait-consumers")
 			wait_consumers = uint32_t(v);
 		else
-			usage();
+			return usage();
 	}
-	std::signal(SIGINT, [](int) { stop = 1; });
-	std::signal(SIGTERM, [](int) { stop = 1; });
+	// signal() fails only for an invalid signal number.
+	(void)std::signal(SIGINT, [](int) { stop = 1; });
+	(void)std::signal(SIGTERM, [](int) { stop = 1; });
 
 	xmem::PoolConfig config;
 	config.slot_count = slots;
@@ -61,12 +61,12 @@ int main(int argc, char **argv)
 			",framerate=" + std::to_string(fps) + "/1";
 	auto pool = xmem::BufferPool::create(name, config);
 	if (!pool) {
-		std::fprintf(stderr, "producer: %s\n", pool.error().message.c_str());
+		(void)std::fprintf(stderr, "producer: %s\n", pool.error().message.c_str());
 		return 1;
 	}
 	std::printf("producer: pool '%s' at %s, %u slots of %llu bytes\n", name.c_str(), (*pool)->path().c_str(), slots,
 		    (unsigned long long)config.slot_size);
-	std::fflush(stdout);
+	(void)std::fflush(stdout); // progress output is best effort
 	while (!stop && (*pool)->stats().consumers < wait_consumers)
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
 
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 	for (uint64_t n = 0; n < frames && !stop; n++) {
 		auto frame = (*pool)->acquire(std::chrono::seconds(1));
 		if (!frame) {
-			std::fprintf(stderr, "producer: %s\n", frame.error().message.c_str());
+			(void)std::fprintf(stderr, "producer: %s\n", frame.error().message.c_str());
 			continue;
 		}
 		auto bytes = frame->data_mut().value();
@@ -94,7 +94,7 @@ int main(int argc, char **argv)
 		std::strcpy(m->content_type, "video/raw");
 		auto r = (*pool)->publish(std::move(*frame));
 		if (!r)
-			std::fprintf(stderr, "producer: %s\n", r.error().message.c_str());
+			(void)std::fprintf(stderr, "producer: %s\n", r.error().message.c_str());
 		next += period;
 		std::this_thread::sleep_until(next);
 	}
@@ -105,4 +105,16 @@ int main(int argc, char **argv)
 	// Give consumers a moment to take the EOS marker before the pool closes.
 	std::this_thread::sleep_for(std::chrono::milliseconds(200));
 	return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	try {
+		return run(argc, argv);
+	} catch (const std::exception &e) {
+		(void)std::fprintf(stderr, "producer: %s\n", e.what());
+		return 1;
+	}
 }

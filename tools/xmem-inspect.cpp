@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,25 +24,26 @@ namespace {
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 
+// Usage text and error messages are best effort: nothing to do if the stream fails.
 void usage(std::FILE *out)
 {
-	std::fprintf(out,
-		     "usage: xmem-inspect [--json] [NAME]\n"
-		     "\n"
-		     "Without NAME, lists the pools in %s and whether a live owner answers.\n"
-		     "With NAME (a pool name, or a socket path containing '/'), attaches as an\n"
-		     "inspector and prints the pool's header, slots, consumers and counters.\n"
-		     "\n"
-		     "  --json      print one JSON object instead of text\n"
-		     "  -h, --help  print this help\n"
-		     "\n"
-		     "Exit status: 0 on success, 1 when the pool cannot be inspected, 2 on bad usage.\n",
-		     xmem::default_directory().c_str());
+	(void)std::fprintf(out,
+			   "usage: xmem-inspect [--json] [NAME]\n"
+			   "\n"
+			   "Without NAME, lists the pools in %s and whether a live owner answers.\n"
+			   "With NAME (a pool name, or a socket path containing '/'), attaches as an\n"
+			   "inspector and prints the pool's header, slots, consumers and counters.\n"
+			   "\n"
+			   "  --json      print one JSON object instead of text\n"
+			   "  -h, --help  print this help\n"
+			   "\n"
+			   "Exit status: 0 on success, 1 when the pool cannot be inspected, 2 on bad usage.\n",
+			   xmem::default_directory().c_str());
 }
 
 int fail(const std::string &message)
 {
-	std::fprintf(stderr, "xmem-inspect: %s\n", message.c_str());
+	(void)std::fprintf(stderr, "xmem-inspect: %s\n", message.c_str());
 	return kExitError;
 }
 
@@ -107,7 +109,8 @@ std::string quoted(std::string_view s, bool json)
 			break;
 		default:
 			if (c < 0x20 || c == 0x7f) {
-				std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+				// BUF holds the longest escape: snprintf cannot truncate or fail.
+				(void)std::snprintf(buf, sizeof(buf), "\\u%04x", c);
 				out += buf;
 			} else if (size_t n = utf8_length(s, i); n > 0) {
 				out.append(s.substr(i, n));
@@ -116,7 +119,7 @@ std::string quoted(std::string_view s, bool json)
 			} else if (json) {
 				out += "\\ufffd";
 			} else {
-				std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+				(void)std::snprintf(buf, sizeof(buf), "\\x%02x", c);
 				out += buf;
 			}
 		}
@@ -202,7 +205,7 @@ const char *policy_name(uint32_t p)
 std::string octal(uint32_t mode)
 {
 	char buf[16];
-	std::snprintf(buf, sizeof(buf), "0%03o", mode);
+	(void)std::snprintf(buf, sizeof(buf), "0%03o", mode); // at most 12 characters
 	return buf;
 }
 
@@ -437,7 +440,8 @@ int list(bool json)
 	std::vector<std::string> names;
 	// A missing directory only means no pool was ever created here.
 	if (DIR *d = ::opendir(dir.c_str())) {
-		while (dirent *e = ::readdir(d)) {
+		// readdir() is only unsafe on a DIR shared between threads; this one is not.
+		while (dirent *e = ::readdir(d)) { // NOLINT(concurrency-mt-unsafe)
 			std::string_view n = e->d_name;
 			if (n.starts_with('.') || n.ends_with(".lock") || n.ends_with(".tmp"))
 				continue;
@@ -522,9 +526,7 @@ int list(bool json)
 	return 0;
 }
 
-} // namespace
-
-int main(int argc, char **argv)
+int run(int argc, char **argv)
 {
 	bool json = false;
 	std::optional<std::string> name;
@@ -539,12 +541,12 @@ int main(int argc, char **argv)
 		} else if (!options_done && a == "--json") {
 			json = true;
 		} else if (!options_done && a.size() > 1 && a[0] == '-') {
-			std::fprintf(stderr, "xmem-inspect: unknown option '%s'\n", argv[i]);
+			(void)std::fprintf(stderr, "xmem-inspect: unknown option '%s'\n", argv[i]);
 			usage(stderr);
 			return kExitUsage;
 		} else if (name) {
-			std::fprintf(stderr, "xmem-inspect: more than one pool name ('%s', '%s')\n", name->c_str(),
-				     argv[i]);
+			(void)std::fprintf(stderr, "xmem-inspect: more than one pool name ('%s', '%s')\n",
+					   name->c_str(), argv[i]);
 			usage(stderr);
 			return kExitUsage;
 		} else {
@@ -552,4 +554,18 @@ int main(int argc, char **argv)
 		}
 	}
 	return name ? inspect(*name, json) : list(json);
+}
+
+} // namespace
+
+// Out of memory while building the report is the only exception expected: a message and
+// status 1 rather than std::terminate().
+int main(int argc, char **argv)
+{
+	try {
+		return run(argc, argv);
+	} catch (const std::exception &e) {
+		(void)std::fprintf(stderr, "xmem-inspect: %s\n", e.what());
+		return kExitError;
+	}
 }
