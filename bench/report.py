@@ -38,7 +38,24 @@ GST_COLUMNS = COLUMNS + [
     ("status", "status", "{}"),
 ]
 
-SUITE_COLUMNS = {"gst": GST_COLUMNS}
+# The Python suite: per pair and device, latency from the producer's stamp (paced
+# pairs), the consumer's cost from frame in hand to tensor, and each side's CPU.
+PYTHON_COLUMNS = [
+    ("pair", "pair", "{}"),
+    ("device", "device", "{}"),
+    ("mode", "mode", "{}"),
+    ("size", "size", "{}"),
+    ("fps", "frames/s", "{:.1f}"),
+    ("p50_us", "p50 µs", "{:.1f}"),
+    ("p99_us", "p99 µs", "{:.1f}"),
+    ("receive_p50_us", "to tensor p50 µs", "{:.1f}"),
+    ("receive_p99_us", "to tensor p99 µs", "{:.1f}"),
+    ("producer_cpu_us_per_frame", "producer CPU µs/frame", "{:.1f}"),
+    ("consumer_cpu_us_per_frame", "consumer CPU µs/frame", "{:.1f}"),
+    ("status", "status", "{}"),
+]
+
+SUITE_COLUMNS = {"gst": GST_COLUMNS, "python": PYTHON_COLUMNS}
 
 # What the producer's buffers came from, by the allocation record of xmem-bench-gst.
 MEMORY = {"pool": "sink's pool", "allocator": "sink's allocator", "none": "malloc"}
@@ -341,7 +358,36 @@ def gst_tables(result):
             ("Targets", gst_targets(result))]
 
 
-EXTRA_TABLES = {"gst": gst_tables}
+def python_find(result, pair, device):
+    for m in result["measurements"]:
+        if m["pair"] == pair and m.get("device") == device and m.get("available", True) and m.get("ok", True):
+            return m
+    return None
+
+
+def python_ratios(result):
+    """xmem against what a Python process does without it, on the same frames."""
+    headers = ["comparison", "device", "p50 latency", "p99 latency", "to tensor p50", "frames/s",
+               "producer CPU", "consumer CPU"]
+    body = []
+    x, a = python_find(result, "xmem-gst", "cpu"), python_find(result, "appsink", "cpu")
+    if x and a:
+        body.append(["xmem-gst ÷ appsink", "cpu", "-", "-", ratio(x, a, "receive_p50_us", "{:.3g}×"), ratio(x, a, "fps", "{:.3g}×"), "-",
+                     ratio(x, a, "consumer_cpu_us_per_frame", "{:.3g}×")])
+    for device in ("cpu", "cuda"):
+        x, t = python_find(result, "xmem", device), python_find(result, "torch-mp", device)
+        if x and t:
+            body.append(["xmem ÷ torch-mp", device, ratio(x, t, "p50_us", "{:.3g}×"), ratio(x, t, "p99_us", "{:.3g}×"),
+                         ratio(x, t, "receive_p50_us", "{:.3g}×"), ratio(x, t, "fps", "{:.3g}×"), ratio(x, t, "producer_cpu_us_per_frame", "{:.3g}×"),
+                         ratio(x, t, "consumer_cpu_us_per_frame", "{:.3g}×")])
+    return headers, body
+
+
+def python_tables(result):
+    return [("Ratios (below 1× is better for xmem, except frames/s)", python_ratios(result))]
+
+
+EXTRA_TABLES = {"gst": gst_tables, "python": python_tables}
 
 
 def summary_gst(result):
@@ -411,7 +457,33 @@ def summary_gst(result):
     return lines
 
 
-SUMMARIES = {"core": summary_core, "gst": summary_gst}
+def summary_python(result):
+    """Sentences computed from the records, for the Python suite."""
+    lines = []
+    x, a = python_find(result, "xmem-gst", "cpu"), python_find(result, "appsink", "cpu")
+    if x and a:
+        lines.append(
+            f"- From a gst-launch-1.0 pipeline, unthrottled at {x['size']}: a frame becomes a tensor in "
+            f"{x['receive_p50_us']:.1f} µs (p50) through xmem, against {a['receive_p50_us']:.1f} µs for appsink's "
+            f"map and copy ({x['receive_p50_us'] / a['receive_p50_us']:.3f}×); {x['fps']:.0f} against "
+            f"{a['fps']:.0f} frames/s.")
+    for device in ("cpu", "cuda"):
+        x, t = python_find(result, "xmem", device), python_find(result, "torch-mp", device)
+        if x and t:
+            lines.append(
+                f"- Python to Python at {x['fps_target']:g} frames/s on the {device.upper()}: the frame is a tensor "
+                f"in the consumer {x['p50_us']:.1f} µs (p50) after the producer hands it over with xmem, "
+                f"{t['p50_us']:.1f} µs with torch.multiprocessing ({x['p50_us'] / t['p50_us']:.3f}×); producer "
+                f"CPU {x['producer_cpu_us_per_frame']:.0f} against {t['producer_cpu_us_per_frame']:.0f} µs per frame, "
+                f"frames/s {x['fps']:.1f} against {t['fps']:.1f}.")
+    missing = [m for m in result["measurements"] if not m.get("available", True)]
+    if missing:
+        lines.append("- Not measured here: " + "; ".join(
+            f"{m['pair']} on {m.get('device', '?')} ({m.get('error', '?')})" for m in missing) + ".")
+    return lines
+
+
+SUMMARIES = {"core": summary_core, "gst": summary_gst, "python": summary_python}
 
 INTRO = """\
 # Benchmarks
@@ -536,9 +608,39 @@ producer handles one acknowledgement per consumer per frame.
 """
 
 
+PYTHON_TEXT = """\
+What is measured: `bench/python.py` (run by `bench/python.sh` with Debian's
+`/usr/bin/python3`, torch 1.13 and GStreamer through gi) times what a Python
+inference process pays to get another process's NV12 frames as torch tensors.
+
+- **xmem-gst**: a `gst-launch-1.0 videotestsrc ! xmemsink policy=block` process,
+  unthrottled; the Python consumer's `receive()`, `torch.utils.dlpack.from_dlpack()`,
+  a read of the first byte and `release()`. No copy.
+- **appsink**: the same pipeline inside the Python process through gi, with
+  `appsink`; each sample mapped, copied into a numpy array and wrapped with
+  `torch.from_numpy()`: what a Python app does without xmem.
+- **xmem** and **torch-mp**: two Python processes, paced at 60 frames/s, the same
+  frames. The producer writes each frame from one source tensor (xmem: `copy_()`
+  into the acquired slot through DLPack, then `publish()`; torch-mp: `clone()`,
+  then `put()` on a `torch.multiprocessing` queue of 4, which moves CPU tensors into
+  shared-memory files (`file_system` sharing) and sends CUDA tensors as CUDA IPC
+  handles). The consumer checks every frame's first byte against its number.
+  Device *cuda* runs only where torch sees a GPU; xmem's pool is then a CUDA pool.
+- **p50/p99 µs** (paced pairs): from the producer's stamp, taken right before the
+  hand-off (`publish()`, `put()`), to the first byte read from the tensor in the
+  consumer. **to tensor**: the consumer's own time from the frame or sample in hand
+  to the tensor read and the frame let go; for torch-mp the tensor is made inside
+  `get()`, so its figure is the read alone, and the latency says the rest.
+  **CPU µs/frame**: `getrusage()` of each process over the measured frames (the
+  torch-mp producer's queue feeder thread included; appsink's single process under
+  consumer). **frames/s**: measured in the consumer.
+"""
+
+
 SECTION_TEXT = {
     "core": lambda r: CORE_TEXT.format(touched=r["measurements"][0].get("touched_bytes", "?")),
     "gst": lambda r: GST_TEXT,
+    "python": lambda r: PYTHON_TEXT,
 }
 
 

@@ -5,7 +5,9 @@
 # usage: bench/run.sh [--update-docs] [--quick] [--build-dir DIR] [SUITE...]
 #
 #   SUITE          core: libxmem alone; gst: xmemsink/xmemsrc against shmsink/shmsrc,
-#                  unixfdsink/unixfdsrc and appsrc ! appsink (default: all of them)
+#                  unixfdsink/unixfdsrc and appsrc ! appsink; python: frames as torch
+#                  tensors in Python, against appsink and torch.multiprocessing
+#                  (default: all of them)
 #   --update-docs  rewrite docs/benchmarks.md from bench/results/*.json
 #   --quick        a few frames per measurement: checks that everything runs,
 #                  the numbers are not worth publishing (the JSON says quick)
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
 		shift
 		;;
 	-h | --help)
-		sed -n '4,16p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '4,18p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	-*)
@@ -47,7 +49,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-all_suites=(core gst)
+all_suites=(core gst python)
 [ ${#suites[@]} -gt 0 ] || suites=("${all_suites[@]}")
 for suite in "${suites[@]}"; do
 	if [[ " ${all_suites[*]} " != *" $suite "* ]]; then
@@ -240,6 +242,19 @@ suite_gst() {
 	done
 	if [ "$unixfd_available" = yes ]; then
 		gst unixfd breakdown 1920x1080 60 "$fanout_frames" 1 --breakdown
+	fi
+}
+
+# The Python suite: bench/python.py's records, one per pair and device (GPU pairs
+# say unavailable without one).
+suite_python() {
+	local frames=600 out rc=0
+	[ "$quick" = 1 ] && frames=60
+	out=$(XMEM_BUILD_DIR=$build_dir bench/python.sh --json --frames "$frames") || rc=$?
+	printf '%s\n' "$out" | grep '^{' || true
+	if [ "$rc" != 0 ]; then
+		echo "run.sh: bench/python.py exited with status $rc" >&2
+		failed=1
 	fi
 }
 
