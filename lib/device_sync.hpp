@@ -24,6 +24,12 @@ public:
 	virtual Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream) = 0;
 	virtual Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) = 0;
 	virtual void release_dead_holder(uint32_t holder, uint64_t seq) = 0;
+	// A consumer closing its pool: waits on the CPU, until DEADLINE_NS at most, for
+	// the done words its streams have still to write (queued by mark_done), so that
+	// its GPU reads are over before its socket closes. Otherwise the owner, reaping
+	// it on the hang-up, would store those words from the CPU and write the slots
+	// under reads still running (found by the model, tests/model).
+	virtual void drain_done(uint32_t holder, uint64_t deadline_ns) = 0;
 	// Consumer, when the owner is gone: every slot's ready word reaches the frame
 	// published in it, so no stream waits forever on writes that died with the owner.
 	// A frame whose writes had not completed is marked: its bytes are whatever those

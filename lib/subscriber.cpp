@@ -24,6 +24,8 @@ using namespace layout;
 namespace {
 
 constexpr uint64_t kReplyTimeoutNs = 2'000'000'000;
+// How long a closing consumer waits for its streams to write the done words it queued.
+constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
 
 } // namespace
 
@@ -33,6 +35,10 @@ Subscriber::Subscriber(PoolImpl &pool) : pool_(pool), seg(pool.seg)
 
 Subscriber::~Subscriber()
 {
+	// Before the socket closes (and the owner reaps this consumer): GPU reads of
+	// released frames still queued on our streams finish first.
+	if (pool_.sync)
+		pool_.sync->drain_done(pool_.holder_bit, deadline_after(kCloseDrainTimeoutNs));
 	if (owner_watch.joinable()) {
 		uint64_t one = 1;
 		[[maybe_unused]] ssize_t n = ::write(watch_stop.get(), &one, sizeof(one));

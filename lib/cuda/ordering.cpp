@@ -115,8 +115,12 @@ Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, v
 		seg_.pending(slot, holder).fetch_or(layout::holder_mask(holder), std::memory_order_seq_cst);
 		ContextScope scope(*ctx_, stream);
 		CUresult r = d_->cuStreamWriteValue64(stream, device_address(done), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
-		if (r == CUDA_SUCCESS)
+		if (r == CUDA_SUCCESS) {
+			std::lock_guard lock(queued_lock_);
+			queued_done_.resize(seg_.slot_count, 0);
+			queued_done_[slot] = seq;
 			return {};
+		}
 		// Not queued: fall through to the CPU, so the owner never waits on it.
 	}
 	auto synced = synchronize(stream, "release");
@@ -166,6 +170,23 @@ void Ordering::release_dead_holder(uint32_t holder, uint64_t seq)
 {
 	for (uint32_t i = 0; i < seg_.slot_count; i++)
 		seg_.done(i, holder).store(seq, std::memory_order_release);
+}
+
+void Ordering::drain_done(uint32_t holder, uint64_t deadline_ns)
+{
+	std::lock_guard lock(queued_lock_);
+	for (uint32_t i = 0; i < queued_done_.size(); i++) {
+		uint64_t seq = queued_done_[i];
+		if (seq == 0)
+			continue;
+		// Our stream's write of the word comes after its reads of the slot.
+		while (!reached(seg_.done(i, holder).load(std::memory_order_acquire), seq)) {
+			if (monotonic_ns() >= deadline_ns)
+				return; // a stream stuck past the deadline: the owner's reap decides
+			std::this_thread::sleep_for(std::chrono::microseconds(20));
+		}
+		queued_done_[i] = 0;
+	}
 }
 
 void Ordering::release_dead_owner()

@@ -7,6 +7,8 @@
 #include "driver.hpp"
 
 #include <memory>
+#include <mutex>
+#include <vector>
 
 namespace xmem::cuda {
 
@@ -41,6 +43,7 @@ public:
 	// Owner, reaping HOLDER: its done words become SEQ (the newest frame), so no stream
 	// waits on a process that is gone.
 	void release_dead_holder(uint32_t holder, uint64_t seq) override;
+	void drain_done(uint32_t holder, uint64_t deadline_ns) override;
 	void release_dead_owner() override;
 	bool died_unready(uint32_t slot, uint64_t seq) const override;
 
@@ -56,6 +59,10 @@ private:
 	std::shared_ptr<PrimaryContext> ctx_;
 	void *registered_ = nullptr;
 	CUdeviceptr dev_base_ = 0;
+	// Per slot, the last frame whose done word this process queued on a stream
+	// (0: none): what drain_done() waits for.
+	std::mutex queued_lock_;
+	std::vector<uint64_t> queued_done_;
 	std::string where_;
 };
 

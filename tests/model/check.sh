@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# tests/model/check.sh - checks xmem.pml with spin: every configuration below must
+# verify with no error and a complete search; with --mutants, every seeded bug (and
+# the unpatched take_exclusive, see README.md) must produce a counterexample.
+#   check.sh [--mutants] [WORK_PARENT]   pan is built in a private directory under
+#                                        WORK_PARENT (default: $TMPDIR or /tmp)
+# Exits 77 (skipped) when spin or a C compiler is missing.
+set -euo pipefail
+
+mode=verify
+if [ "${1:-}" = "--mutants" ]; then
+	mode=mutants
+	shift
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+model=$here/xmem.pml
+cc=${CC:-gcc}
+if ! command -v spin >/dev/null 2>&1; then
+	echo "spin is not installed: skipped"
+	exit 77
+fi
+if ! command -v "$cc" >/dev/null 2>&1; then
+	echo "no C compiler ($cc): skipped"
+	exit 77
+fi
+parent=${1:-${TMPDIR:-/tmp}}
+mkdir -p "$parent"
+work=$(mktemp -d "$parent/model-$mode.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# Exhaustive safety search: assertions, the Monitor's invariants, invalid end states.
+# COLLAPSE compresses state vectors; MEMLIM caps memory at 2 GB (hitting it is a
+# failure: the search was incomplete).
+# COLLAPSE is lossless (the search stays exhaustive); no hash compaction or bitstate.
+# Mutant runs search breadth-first (-DBFS, also exhaustive) so that a counterexample
+# is found early and its trail is the shortest.
+PAN_CFLAGS=(-O2 -w -DSAFETY -DCOLLAPSE -DMEMLIM=2048)
+PAN_ARGS=(-m400000)
+if [ "$mode" = mutants ]; then
+	PAN_CFLAGS+=(-DBFS)
+fi
+
+# run NAME DEFINES... : builds and runs pan; leaves its output in $work/NAME/out.
+run() {
+	local name=$1
+	shift
+	mkdir -p "$work/$name"
+	(
+		cd "$work/$name"
+		cp "$model" xmem.pml
+		spin "$@" -a xmem.pml >spin.out 2>&1 || {
+			cat spin.out
+			exit 1
+		}
+		"$cc" "${PAN_CFLAGS[@]}" -o pan pan.c
+		local t0 t1
+		t0=$(date +%s.%N)
+		./pan "${PAN_ARGS[@]}" >out 2>&1 || true
+		t1=$(date +%s.%N)
+		echo "wall $(echo "$t1 - $t0" | bc) s" >>out
+	)
+}
+
+summary() {
+	local out=$1
+	local states depth mem elapsed
+	states=$(awk '/states, stored/ { print $1; exit }' "$out")
+	depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$out" | head -1)
+	mem=$(awk '/total actual memory usage/ { print $1; exit }' "$out")
+	elapsed=$(awk '/^wall/ { print $2; exit }' "$out")
+	printf 'states=%s depth=%s memory=%sMB time=%ss' "${states:-?}" "${depth:-?}" "${mem:-?}" "${elapsed:-?}"
+}
+
+# The verified configurations (README.md, "Runs"). NAME DEFINES...
+configs=(
+	"drop-oldest|-DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"exclusive|-DNF=0 -DKILL=0 -DPROBES=2 -DEXCL=1 -DEARLY=0"
+	"kill|-DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"drop-new|-DPOLICY=1 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"block|-DPOLICY=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"owner-closes|-DOWNER_CLOSES -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=1"
+	"gpu|-DGPU -DSYNC_AT_CLOSE -DPOLICY=1 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+)
+
+# Seeded bugs: each must yield a counterexample. NAME|DEFINES
+mutants=(
+	"reap-skips-word|-DMUTATION_REAP_SKIPS_WORD -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"no-pending-check|-DMUTATION_NO_PENDING_CHECK -DSYNC_AT_CLOSE -DGPU -DPOLICY=1 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"head-store|-DMUTATION_HEAD_STORE -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"unpatched-exclusive|-DUNPATCHED_EXCLUSIVE -DNF=0 -DKILL=0 -DPROBES=2 -DEXCL=1 -DEARLY=0"
+	"no-drain-at-close|-DGPU -DPOLICY=1 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+)
+
+status=0
+if [ "$mode" = verify ]; then
+	for entry in "${configs[@]}"; do
+		name=${entry%%|*}
+		read -r -a defs <<<"${entry#*|}"
+		run "$name" "${defs[@]}"
+		out=$work/$name/out
+		if grep -q "errors: 0" "$out" && ! grep -qE "Search not completed|reached -DMEMLIM|too small|out of memory|max search depth" "$out"; then
+			echo "$name: $(summary "$out") PASS"
+		else
+			echo "$name: $(summary "$out") FAIL (${defs[*]})"
+			grep -E "^pan|assert|error|Warning|MEMLIM|too small" "$out" | head -20 || true
+			if [ -f "$work/$name/xmem.pml.trail" ]; then
+				(cd "$work/$name" && spin "${defs[@]}" -t -p xmem.pml | tail -60) || true
+			fi
+			status=1
+		fi
+	done
+else
+	for entry in "${mutants[@]}"; do
+		name=${entry%%|*}
+		read -r -a defs <<<"${entry#*|}"
+		run "$name" "${defs[@]}"
+		out=$work/$name/out
+		if grep -qE "errors: [1-9]" "$out" && [ -f "$work/$name/xmem.pml.trail" ]; then
+			what=$(grep -E "^pan:1: " "$out" | head -1 | cut -c1-160)
+			echo "$name: $(summary "$out") CAUGHT: ${what}"
+		else
+			echo "$name: $(summary "$out") MISSED: no counterexample (${defs[*]})"
+			status=1
+		fi
+	done
+fi
+exit $status
