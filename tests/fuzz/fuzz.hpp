@@ -8,6 +8,7 @@
 
 #include <xmem/xmem.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -210,9 +211,12 @@ public:
 								 "fake owner", protocol::kMaxFds);
 			if (hello)
 				hello_ = std::move(hello->data);
+			// Never blocks: a consumer that stopped reading leaves the rest unsent.
+			::fcntl(conn.get(), F_SETFL, ::fcntl(conn.get(), F_GETFL) | O_NONBLOCK);
 			for (const Message &m : messages) {
-				// Never blocks: a consumer that stopped reading leaves the rest unsent.
-				auto sent = send_nonblocking(conn.get(), m);
+				auto sent = rendezvous::send_message(conn.get(), m.bytes.data(), m.bytes.size(),
+								     m.fds.data(),
+								     std::min(m.fds.size(), protocol::kMaxFds));
 				if (!sent)
 					break;
 			}
@@ -237,26 +241,6 @@ public:
 	const std::vector<std::byte> &hello() const { return hello_; }
 
 private:
-	static bool send_nonblocking(int sock, const Message &m)
-	{
-		iovec iov{ const_cast<std::byte *>(m.bytes.data()), m.bytes.size() };
-		msghdr msg{};
-		msg.msg_iov = &iov;
-		msg.msg_iovlen = 1;
-		alignas(cmsghdr) char control[CMSG_SPACE(protocol::kMaxFds * sizeof(int))] = {};
-		size_t nfds = std::min(m.fds.size(), protocol::kMaxFds);
-		if (nfds > 0) {
-			msg.msg_control = control;
-			msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-			cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-			cmsg->cmsg_level = SOL_SOCKET;
-			cmsg->cmsg_type = SCM_RIGHTS;
-			cmsg->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-			std::memcpy(CMSG_DATA(cmsg), m.fds.data(), nfds * sizeof(int));
-		}
-		return ::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0;
-	}
-
 	std::string path_;
 	UniqueFd listener_;
 	std::thread thread_;
