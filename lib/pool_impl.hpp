@@ -11,13 +11,38 @@
 
 #include <xmem/xmem.hpp>
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace xmem {
+
+// A shared_ptr that threads read and replace concurrently. Not
+// std::atomic<std::shared_ptr>: libstdc++ 12's load() drops its internal lock with a
+// relaxed store, so a store() in another thread races with the pointer load() just
+// read (ThreadSanitizer reports it, test-threads). The lock is a leaf: nothing is
+// called under it, and the replaced value is destroyed after it is dropped.
+template<typename T>
+class SharedPtrCell
+{
+public:
+	std::shared_ptr<T> load() const
+	{
+		std::lock_guard lock(lock_);
+		return value_;
+	}
+
+	void store(std::shared_ptr<T> value)
+	{
+		std::lock_guard lock(lock_);
+		value_.swap(value);
+	}
+
+private:
+	mutable std::mutex lock_;
+	std::shared_ptr<T> value_;
+};
 
 class Publisher;
 class Subscriber;
@@ -50,12 +75,12 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	std::vector<uint8_t> exclusive;
 
 	// Format: the owner's current one, or the newest a consumer has seen. `format`
-	// is read without a lock (BufferPool::format(), the owner's publish); it is
+	// is read without format_lock (BufferPool::format(), the owner's publish); it is
 	// written under format_lock (consumers) or publish_lock (the owner), which also
 	// guard format_seq.
 	mutable std::mutex format_lock;
 	uint64_t format_seq = 0;
-	std::atomic<std::shared_ptr<const std::string>> format;
+	SharedPtrCell<const std::string> format;
 
 	// The role's own state, one of them. Declared last: destroyed first, so the
 	// owner's I/O thread is joined before the segment and arena go.

@@ -174,6 +174,7 @@ TEST(Threads, ManyThreadsOnTheSameHandles)
 	std::atomic<uint64_t> next_tag{ 0 };
 	std::atomic<uint64_t> publish_errors{ 0 };
 	std::vector<std::thread> threads;
+	std::vector<std::thread> releasers; // joined last: they drain what receivers handed over
 
 	// Two publishing threads on the owner; one of them changes the format now and then.
 	for (int t = 0; t < 2; t++)
@@ -205,7 +206,7 @@ TEST(Threads, ManyThreadsOnTheSameHandles)
 		for (int t = 0; t < 3; t++)
 			threads.emplace_back([&] { sc.receive_loop(stop); });
 		for (int t = 0; t < 2; t++)
-			threads.emplace_back([&] { sc.release_loop(); });
+			releasers.emplace_back([&] { sc.release_loop(); });
 	}
 	// Readers of what every handle shares: stats, the format, the pollable fd.
 	threads.emplace_back([&] {
@@ -236,9 +237,13 @@ TEST(Threads, ManyThreadsOnTheSameHandles)
 	       std::chrono::steady_clock::now() < deadline)
 		std::this_thread::sleep_for(10ms);
 	stop.store(true, std::memory_order_release);
+	for (auto &t : threads)
+		t.join();
+	// Only now, with no receiver left to hand a frame over: a frame put after the
+	// releasers had gone would keep its consumer attached past the end.
 	for (auto &sc : consumers)
 		sc.handoff.close();
-	for (auto &t : threads)
+	for (auto &t : releasers)
 		t.join();
 
 	EXPECT_EQ(publish_errors.load(), 0u);
