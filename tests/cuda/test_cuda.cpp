@@ -9,8 +9,10 @@
 #include "arena.hpp"
 #include "cuda/driver.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -395,6 +397,88 @@ TEST(CudaPool, SlotFdsBeyondOneMessage)
 	EXPECT_EQ(consumer.wait(60s), 0) << consumer.output();
 	EXPECT_NE(consumer.output().find("frames=600 bad=0"), std::string::npos) << consumer.output();
 	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+}
+
+// A consumer that closes its pool right after releasing a frame on a stream that has
+// not read it yet: the close waits for that stream's done write (drain_done), so the
+// owner, which reaps the consumer once its socket closes and then counts its reads as
+// done, cannot rewrite the slot under the queued read. The stream is held back by a
+// wait on a host word the test sets, which makes the order deterministic. Found by the
+// model (tests/model, configuration gpu and the mutant no-drain-at-close); this is the
+// same bug in the library itself.
+TEST(CudaPool, AClosingConsumerWaitsForItsQueuedReads)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("drain", cuda_config(kSize, 1)); // one slot: the owner reuses it
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("drain");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream produce, read;
+	ASSERT_EQ(d->cuStreamCreate(&produce, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamCreate(&read, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	// Page-locked host memory for the gate word and the copy's destination (a
+	// pageable destination would make the copy synchronous on a real GPU).
+	const size_t page = size_t(sysconf(_SC_PAGESIZE));
+	const size_t host_size = page + kSize;
+	void *host = mmap(nullptr, host_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(host, MAP_FAILED);
+	ASSERT_EQ(d->cuMemHostRegister(host, host_size, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+	auto *gate = static_cast<uint64_t *>(host);
+	auto *copy = reinterpret_cast<uint32_t *>(static_cast<char *>(host) + page);
+	CUdeviceptr gate_dev;
+	ASSERT_EQ(d->cuMemHostGetDevicePointer(&gate_dev, gate, 0), CUDA_SUCCESS);
+
+	auto f = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0xaaaaaaaa, kSize / 4, produce), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	ASSERT_TRUE((*owner)->publish(std::move(f.value()), produce).ok());
+
+	auto r = (*consumer)->receive(5s, read);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	// The read stream stops until the gate opens, then copies the frame out.
+	ASSERT_EQ(d->cuStreamWaitValue64(read, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuMemcpyDtoHAsync(copy, r->device_ptr(), kSize, read), CUDA_SUCCESS);
+	ASSERT_TRUE(r->release(read).ok());
+
+	std::atomic<bool> closed{ false };
+	std::thread closer([&] {
+		consumer->reset();
+		closed.store(true);
+	});
+	// The owner takes the slot again and overwrites it on its stream, which waits for
+	// the consumer's done word on the GPU; acquire itself does not wait.
+	// No ASSERT until the closer is joined: a test that returned here would leave it
+	// running, and the gate shut.
+	auto again = (*owner)->acquire(5s, produce);
+	EXPECT_TRUE(again.ok()) << xmem::test::why(again);
+	if (again.ok()) {
+		EXPECT_EQ(d->cuMemsetD32Async(again->device_ptr(), 0xbbbbbbbb, kSize / 4, produce), CUDA_SUCCESS);
+	}
+	// Time for a close that did not wait to be reaped, and for the overwrite to run.
+	std::this_thread::sleep_for(500ms);
+	EXPECT_FALSE(closed.load()) << "the consumer closed with a read still queued on its stream";
+	EXPECT_EQ((*owner)->stats().consumers, 1u) << "the owner reaped a consumer whose stream still reads";
+
+	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+	closer.join();
+	ASSERT_TRUE(again.ok());
+	ASSERT_EQ(d->cuStreamSynchronize(read), CUDA_SUCCESS);
+	for (size_t i = 0; i < kSize / 4; i++)
+		ASSERT_EQ(copy[i], 0xaaaaaaaau) << "word " << i << ": the slot was rewritten under the queued read";
+	ASSERT_EQ(d->cuStreamSynchronize(produce), CUDA_SUCCESS);
+	again->reset();
+	owner->reset();
+	d->cuStreamDestroy(produce);
+	d->cuStreamDestroy(read);
+	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
+	munmap(host, host_size);
 }
 
 // Consumers SIGKILLed at random moments while they hold device frames with GPU
