@@ -12,7 +12,9 @@
  * from elsewhere are copied in once. Caps, timestamps, buffer flags and the
  * GstVideoMeta layout travel with each frame; a caps change reaches consumers
  * before the first frame in the new format. A consumer that crashes gives its
- * frames back; going to NULL never waits for consumers.
+ * frames back; going to NULL never waits for consumers. A frame waiting for a free
+ * slot (consumers hold every one) waits through PAUSED and is published once
+ * PLAYING again; a flush or going to READY drops it.
  *
  * wait-for-consumers=N holds the first frame until N consumers are attached. An EOS
  * sent to the pipeline (Ctrl-C in `gst-launch-1.0 -e`) goes to the sources, whose
@@ -491,13 +493,21 @@ static gint64 deadline_after(guint64 timeout)
 	return now + gint64(us);
 }
 
-/* A writable slot, waiting while consumers hold every one; empty when unlocked. */
-static xmem::Result<xmem::BufferGuard> acquire_slot(GstXmemSink *self, xmem::BufferPool &pool,
+/* A writable slot, waiting while consumers hold every one. In render(), with the
+ * preroll lock held: unlocked by PLAYING -> PAUSED, it waits in PAUSED and goes on
+ * waiting for a slot once PLAYING again (gst_base_sink_wait_preroll), so the frame
+ * and upstream's task survive a pause; flushing or stopping, it ends with *FLOW
+ * saying so. *FLOW is GST_FLOW_OK otherwise. */
+static xmem::Result<xmem::BufferGuard> acquire_slot(GstXmemSink *self, xmem::BufferPool &pool, GstFlowReturn *flow,
 						    xmem::CudaStream stream = nullptr)
 {
+	*flow = GST_FLOW_OK;
 	for (;;) {
 		auto slot = pool.acquire(std::chrono::milliseconds(50), stream);
-		if (slot || slot.code() != xmem::Errc::timed_out || self->state->unlocked.load())
+		if (slot || slot.code() != xmem::Errc::timed_out)
+			return slot;
+		if (self->state->unlocked.load() &&
+		    (*flow = gst_base_sink_wait_preroll(GST_BASE_SINK(self))) != GST_FLOW_OK)
 			return slot;
 	}
 }
@@ -610,8 +620,11 @@ static bool map_cuda_input(GstBuffer *buffer, GstMemory **mem, GstMapInfo *map, 
 	return true;
 }
 
-static GstFlowReturn slot_error(GstXmemSink *self, const xmem::Error &error)
+/* FLOW: what acquire_slot() said of the flushing state. */
+static GstFlowReturn slot_error(GstXmemSink *self, GstFlowReturn flow, const xmem::Error &error)
 {
+	if (flow != GST_FLOW_OK)
+		return flow;
 	if (self->state->unlocked.load())
 		return GST_FLOW_FLUSHING;
 	post_pool_error(self, error);
@@ -636,11 +649,12 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	 * caps said CUDA; without one it is mapped for the CPU and uploaded like the rest. */
 	bool device_input = s->cuda->stream() && map_cuda_input(buffer, &mem, &map, &src);
 	xmem::CudaStream stream = device_input ? s->cuda->stream() : nullptr;
-	auto slot = acquire_slot(self, pool, stream);
+	GstFlowReturn flow;
+	auto slot = acquire_slot(self, pool, &flow, stream);
 	if (!slot) {
 		if (device_input)
 			gst_memory_unmap(mem, &map);
-		return slot_error(self, slot.error());
+		return slot_error(self, flow, slot.error());
 	}
 	GstXmemPlanes dst = planes_of(s->slot_info, slot->device_ptr(), true);
 	xmem::Result<void> copied;
@@ -689,10 +703,11 @@ static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer
 	GstXmemPlanes src;
 	if (!map_cuda_input(buffer, &mem, &map, &src))
 		return false;
-	auto slot = acquire_slot(self, pool);
+	GstFlowReturn flow;
+	auto slot = acquire_slot(self, pool, &flow);
 	if (!slot) {
 		gst_memory_unmap(mem, &map);
-		*ret = slot_error(self, slot.error());
+		*ret = slot_error(self, flow, slot.error());
 		return true;
 	}
 	guint device = guint(std::max(s->cuda->device(), 0));
@@ -793,9 +808,10 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 	}
 
 	/* Buffers from elsewhere are copied in once. */
-	auto slot = acquire_slot(self, *pool);
+	GstFlowReturn flow;
+	auto slot = acquire_slot(self, *pool, &flow);
 	if (!slot)
-		return slot_error(self, slot.error());
+		return slot_error(self, flow, slot.error());
 	gsize size = 0;
 	if (!copy_into(self, buffer, *slot, size)) {
 		GST_ELEMENT_ERROR(self, STREAM, FAILED, ("Cannot copy the frame into the pool."),

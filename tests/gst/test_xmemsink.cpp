@@ -351,6 +351,57 @@ TEST_F(XmemSink, NullNeverBlocksWhenConsumersHoldEverySlot)
 	gst_harness_teardown(h);
 }
 
+// Pausing while the frame waits for a slot (the consumer holds every one) keeps the
+// frame and the stream: once PLAYING again, the slot the consumer lets go carries it.
+// basesink's PLAYING -> PAUSED calls unlock(); ending render() with FLUSHING there
+// would drop the frame and stop upstream's task for good.
+TEST_F(XmemSink, PauseWhileEverySlotIsHeldKeepsTheFrame)
+{
+	GstHarness *h = sink_harness("pool-name", "pauseheld", "buffers", 2, nullptr);
+	ASSERT_NE(h, nullptr);
+	gst_harness_set_src_caps_str(h, kCaps);
+	GstVideoInfo info = xmem::gsttest::video_info(kCaps);
+	auto consumer = open_consumer("pauseheld");
+	ASSERT_TRUE(consumer);
+	std::vector<xmem::BufferGuard> held;
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(gst_harness_push(h, gst_buffer_new_allocate(nullptr, info.size, nullptr)), GST_FLOW_OK);
+		auto frame = consumer->receive(5s);
+		ASSERT_TRUE(frame.ok()) << frame.error().message;
+		held.push_back(std::move(*frame));
+	}
+	std::atomic<int> result{ 1000 };
+	GstBuffer *buffer = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+	paint(buffer, info, 5);
+	std::thread pusher([&] { result = gst_harness_push(h, buffer); });
+	std::this_thread::sleep_for(200ms);
+	EXPECT_NE(gst_element_set_state(h->element, GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+	std::this_thread::sleep_for(300ms);
+	EXPECT_EQ(result.load(), 1000) << "pausing ended the wait for a slot with "
+				       << gst_flow_get_name(GstFlowReturn(result.load()));
+	EXPECT_NE(gst_element_set_state(h->element, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+	std::this_thread::sleep_for(100ms);
+	held.clear(); // a slot comes free only now, in PLAYING
+	auto frame = consumer->receive(10s);
+	EXPECT_TRUE(frame.ok()) << "the waiting frame never came: " << frame.error().message;
+	if (frame.ok()) {
+		GstBuffer *expected = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+		paint(expected, info, 5);
+		EXPECT_EQ(frame_visible_bytes(*frame, info), xmem::gsttest::visible_bytes(expected, info));
+		gst_buffer_unref(expected);
+	}
+	if (!eventually([&] { return result.load() != 1000; }, 10s)) {
+		ADD_FAILURE() << "the push never returned";
+		gst_element_set_state(h->element, GST_STATE_NULL); /* so that the pusher returns */
+	}
+	pusher.join();
+	EXPECT_EQ(result.load(), GST_FLOW_OK) << gst_flow_get_name(GstFlowReturn(result.load()));
+	// And the stream goes on.
+	EXPECT_EQ(gst_harness_push(h, gst_buffer_new_allocate(nullptr, info.size, nullptr)), GST_FLOW_OK);
+	consumer.reset();
+	gst_harness_teardown(h);
+}
+
 // Where no CUDA device can hold a pool (no driver here; tests/gst/test_cuda_gst.cpp
 // covers the causes on the simulator).
 TEST_F(XmemSink, CudaMemoryWithoutDeviceFailsToStartWithAnError)
