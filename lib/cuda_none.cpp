@@ -36,6 +36,16 @@ bool device_has_stream_mem_ops(uint32_t)
 	return false;
 }
 
+Result<DeviceUuid> device_uuid(uint32_t, const std::string &where)
+{
+	return no_cuda(where);
+}
+
+Result<uint32_t> device_ordinal(const DeviceUuid &, const std::string &where)
+{
+	return no_cuda(where);
+}
+
 Result<std::shared_ptr<void>> device_allocate(uint32_t, uint64_t, uint64_t *)
 {
 	return no_cuda("device copy");

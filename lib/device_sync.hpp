@@ -47,6 +47,25 @@ Result<std::unique_ptr<DeviceSync>> make_device_sync(const ControlSegment &seg, 
 						     std::string *fallback);
 // Whether the device a CUDA pool would use supports 64-bit stream memory operations.
 bool device_has_stream_mem_ops(uint32_t device);
+// The UUID of this process's CUDA device ORDINAL. WHERE names the pool in errors.
+Result<DeviceUuid> device_uuid(uint32_t ordinal, const std::string &where);
+// This process's ordinal of the CUDA device UUID: an error that names the device
+// and CUDA_VISIBLE_DEVICES when this process does not see it.
+Result<uint32_t> device_ordinal(const DeviceUuid &uuid, const std::string &where);
+
+// UUID as nvidia-smi -L prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+inline std::string format_device_uuid(const DeviceUuid &uuid)
+{
+	static constexpr char kHex[] = "0123456789abcdef";
+	std::string s = "GPU-";
+	for (size_t i = 0; i < uuid.size(); i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			s += '-';
+		s += kHex[uuid[i] >> 4];
+		s += kHex[uuid[i] & 0xf];
+	}
+	return s;
+}
 
 // Private device memory for copies (copy-on-write, copy_to_*): BYTES on DEVICE, freed
 // when the last owner lets go, once this process's streams on it are done.

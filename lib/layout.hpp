@@ -78,7 +78,11 @@ struct ControlConstants {
 	uint32_t sync_mode; // SyncMode
 	uint32_t sync_record_size;
 	uint64_t sync_offset;
-	uint64_t reserved[8]; // zero
+	// The CUDA device's UUID (cuDeviceGetUuid): what a consumer finds the device by,
+	// since ordinals depend on each process's CUDA_VISIBLE_DEVICES. All zero for
+	// system memory, and from producers older than the field (then device_id is used).
+	uint8_t device_uuid[16];
+	uint64_t reserved[6]; // zero
 };
 
 static_assert(sizeof(ControlConstants) == 216);

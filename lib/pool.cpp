@@ -70,6 +70,9 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	g.meta_.n_planes = std::min<uint32_t>(g.meta_.n_planes, XMEM_MAX_PLANES);
 	g.meta_.content_type[XMEM_CONTENT_TYPE_MAX - 1] = '\0';
 	g.meta_.producer[XMEM_PRODUCER_MAX - 1] = '\0';
+	// The owner wrote its ordinal; this process may number the device otherwise.
+	if (arena->storage() == Storage::cuda)
+		g.meta_.device_id = uint8_t(arena->device());
 	uint64_t offset = uint64_t{ index } * seg.slot_stride;
 	g.data_ = arena->host(offset);
 	g.device_ = arena->device_address(offset);
@@ -523,6 +526,10 @@ Storage BufferPool::storage() const
 }
 uint32_t BufferPool::device() const
 {
+	// This process's ordinal (a consumer finds the device by its UUID); an
+	// inspector maps no arena and says the owner's.
+	if (impl_->arena && impl_->arena->storage() == Storage::cuda)
+		return impl_->arena->device();
 	return impl_->seg.constants().device_id;
 }
 uint32_t BufferPool::pitch_alignment() const

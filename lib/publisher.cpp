@@ -766,8 +766,13 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	params.block_timeout_ns = uint64_t(config.block_timeout.count());
 	params.producer = config.producer;
 	bool cuda = config.storage == Storage::cuda;
-	if (cuda)
+	if (cuda) {
 		params.sync_mode = gpu_ordering_wanted(config.device) ? kSyncStreamMemOps : kSyncCpu;
+		auto uuid = device_uuid(config.device, impl->where());
+		if (!uuid)
+			return uuid.error();
+		params.device_uuid = *uuid;
+	}
 	auto seg = ControlSegment::create(impl->name, params);
 	if (!seg)
 		return seg.error();

@@ -79,6 +79,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.data_size = p.slot_stride * p.slot_count;
 	k.storage_type = uint32_t(p.storage);
 	k.device_id = p.device;
+	std::memcpy(k.device_uuid, p.device_uuid.data(), sizeof(k.device_uuid));
 	k.policy = uint32_t(p.policy);
 	k.mode = p.mode;
 	k.owner_pid = uint32_t(::getpid());

@@ -18,6 +18,7 @@ struct SegmentParams {
 	uint64_t slot_stride = 0;
 	Storage storage = Storage::system;
 	uint32_t device = 0;
+	DeviceUuid device_uuid{}; // CUDA storage
 	layout::SyncMode sync_mode = layout::kSyncNone;
 	Policy policy = Policy::drop_oldest;
 	uint32_t mode = 0600;

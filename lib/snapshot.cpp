@@ -2,6 +2,7 @@
 // may be writing it, into plain values for xmem-inspect and tests.
 #include <xmem/snapshot.hpp>
 
+#include "device_sync.hpp"
 #include "layout.hpp"
 #include "system.hpp"
 
@@ -81,6 +82,10 @@ HeaderSnapshot read_header(const layout::ControlConstants &k)
 	h.data_size = k.data_size;
 	h.storage_type = k.storage_type;
 	h.device_id = k.device_id;
+	DeviceUuid uuid;
+	std::memcpy(uuid.data(), k.device_uuid, uuid.size());
+	if (uuid != DeviceUuid{})
+		h.device_uuid = format_device_uuid(uuid);
 	h.sync_mode = k.sync_mode;
 	h.sync_record_size = k.sync_record_size;
 	h.sync_offset = k.sync_offset;

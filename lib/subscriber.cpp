@@ -145,14 +145,24 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	auto received = rendezvous::receive_arena_fds(sock.get(), fds, arena_fds, reply_deadline, pool_.where());
 	if (!received)
 		return received.error();
-	ArenaSpec spec{ pool_.name, storage, k.device_id, k.slot_count, k.slot_size, k.mode };
+	// The device by its UUID: the owner's ordinal may name another device here.
+	uint32_t device = k.device_id;
+	DeviceUuid uuid;
+	std::memcpy(uuid.data(), k.device_uuid, uuid.size());
+	if (storage == Storage::cuda && uuid != DeviceUuid{}) {
+		auto ordinal = device_ordinal(uuid, pool_.where());
+		if (!ordinal)
+			return ordinal.error();
+		device = *ordinal;
+	}
+	ArenaSpec spec{ pool_.name, storage, device, k.slot_count, k.slot_size, k.mode };
 	auto arena = import_arena(spec, k.slot_stride, std::move(fds), pool_.where());
 	if (!arena)
 		return arena.error();
 	pool_.arena = std::move(arena.value());
 	if (storage == Storage::cuda) {
 		std::string fallback;
-		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(k.device_id);
+		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(device);
 		auto sync = make_device_sync(seg, *pool_.arena, mem_ops, &fallback);
 		if (!sync)
 			return sync.error();

@@ -5,6 +5,7 @@
 #include <xmem/xmem.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -19,6 +20,10 @@
 #include <unistd.h>
 
 namespace xmem {
+
+// A GPU as every process names it: its UUID (cuDeviceGetUuid). Ordinals are not:
+// they depend on each process's CUDA_VISIBLE_DEVICES.
+using DeviceUuid = std::array<uint8_t, 16>;
 
 class UniqueFd
 {

@@ -246,6 +246,7 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("ring_capacity").number(h.ring_capacity);
 	j.key("storage_type").number(h.storage_type);
 	j.key("device_id").number(h.device_id);
+	j.key("device_uuid").string(h.device_uuid);
 	j.key("gpu_ordering").string(xmem::gpu_ordering_name(h.sync_mode));
 	j.key("policy").string(policy_name(h.policy));
 	j.key("mode").string(octal(h.mode));
@@ -351,7 +352,8 @@ void print_text(const xmem::PoolSnapshot &v)
 		    (unsigned long long)h.slot_stride);
 	std::printf("  consumers        up to %u, rings of %u entries\n", h.max_consumers, h.ring_capacity);
 	if (h.storage_type == XMEM_STORAGE_CUDA)
-		std::printf("  storage          CUDA device %u, GPU ordering %s\n", h.device_id,
+		std::printf("  storage          CUDA device %u (%s) in its producer, GPU ordering %s\n", h.device_id,
+			    h.device_uuid.empty() ? "UUID not recorded" : h.device_uuid.c_str(),
 			    xmem::gpu_ordering_name(h.sync_mode));
 	std::printf("  policy           %s", policy_name(h.policy));
 	if (h.policy == XMEM_POLICY_BLOCK)

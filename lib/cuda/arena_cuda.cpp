@@ -5,6 +5,9 @@
 #include "driver.hpp"
 #include "ordering.hpp"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace xmem {
 
 namespace {
@@ -209,6 +212,45 @@ bool device_has_stream_mem_ops(uint32_t device)
 {
 	auto info = cuda::check_device(device, "");
 	return info && info->stream_mem_ops;
+}
+
+Result<DeviceUuid> device_uuid(uint32_t ordinal, const std::string &where)
+{
+	auto loaded = cuda::driver();
+	if (!loaded)
+		return make_error(loaded.code(), where + ": " + loaded.error().message);
+	const cuda::Driver &d = **loaded;
+	CUdevice dev = 0;
+	if (CUresult r = d.cuDeviceGet(&dev, int(ordinal)); r != CUDA_SUCCESS)
+		return cuda::cuda_error(where, "cuDeviceGet", r);
+	CUuuid id{};
+	if (CUresult r = d.cuDeviceGetUuid(&id, dev); r != CUDA_SUCCESS)
+		return cuda::cuda_error(where, "cuDeviceGetUuid", r);
+	DeviceUuid uuid;
+	std::memcpy(uuid.data(), id.bytes, uuid.size());
+	return uuid;
+}
+
+Result<uint32_t> device_ordinal(const DeviceUuid &uuid, const std::string &where)
+{
+	auto loaded = cuda::driver();
+	if (!loaded)
+		return make_error(loaded.code(), where + ": " + loaded.error().message);
+	int count = 0;
+	if (CUresult r = (*loaded)->cuDeviceGetCount(&count); r != CUDA_SUCCESS)
+		return cuda::cuda_error(where, "cuDeviceGetCount", r);
+	for (int i = 0; i < count; i++) {
+		auto candidate = device_uuid(uint32_t(i), where);
+		if (!candidate)
+			return candidate.error();
+		if (*candidate == uuid)
+			return uint32_t(i);
+	}
+	const char *visible = std::getenv("CUDA_VISIBLE_DEVICES"); // NOLINT(concurrency-mt-unsafe): see system.hpp
+	return make_error(Errc::not_found, where + ": the pool's memory is on " + format_device_uuid(uuid) +
+						   ", which this process does not see (" + std::to_string(count) +
+						   " CUDA device(s) visible, CUDA_VISIBLE_DEVICES " +
+						   (visible ? "'" + std::string(visible) + "'" : "unset") + ")");
 }
 
 } // namespace xmem

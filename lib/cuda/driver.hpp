@@ -23,6 +23,7 @@ struct Driver {
 	X(cuDeviceGet)                                                                                                 \
 	X(cuDeviceGetAttribute)                                                                                        \
 	X(cuDeviceGetName)                                                                                             \
+	X(cuDeviceGetUuid)                                                                                             \
 	X(cuDeviceTotalMem)                                                                                            \
 	X(cuDevicePrimaryCtxRetain)                                                                                    \
 	X(cuDevicePrimaryCtxRelease)                                                                                   \

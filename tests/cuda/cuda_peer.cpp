@@ -47,13 +47,14 @@ struct Gpu {
 	CUstream stream = nullptr;
 };
 
-std::string gpu_init(Gpu &g)
+// A stream on DEVICE (this process's ordinal).
+std::string gpu_init(Gpu &g, uint32_t device = 0)
 {
 	auto d = xmem::cuda::driver();
 	if (!d)
 		return d.error().message;
 	g.d = d.value();
-	auto ctx = xmem::cuda::PrimaryContext::retain(0, "peer");
+	auto ctx = xmem::cuda::PrimaryContext::retain(device, "peer");
 	if (!ctx)
 		return ctx.error().message;
 	g.ctx = ctx.value();
@@ -111,13 +112,11 @@ int produce(const std::string &name, const xmem::test::Options &o)
 	return 0;
 }
 
-// consume NAME --frames N [--no-stream] [--hold] : checks every byte of every frame.
+// consume NAME --frames N [--no-stream] [--hold] : checks every byte of every frame,
+// read on a stream of the device the pool is on (as this process numbers it).
 // With --hold it keeps a frame and a queued read of it forever (to be killed).
 int consume(const std::string &name, const xmem::test::Options &o)
 {
-	Gpu g;
-	if (auto e = gpu_init(g); !e.empty())
-		return fail(e);
 	xmem::OpenOptions options;
 	options.timeout = 10s;
 	options.client = "cuda-peer";
@@ -125,7 +124,10 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	if (!pool)
 		return fail(pool.error().message);
 	auto &p = **pool;
-	std::printf("attached ordering=%s\n", p.gpu_ordering());
+	Gpu g;
+	if (auto e = gpu_init(g, p.device()); !e.empty())
+		return fail(e);
+	std::printf("attached ordering=%s device=%u\n", p.gpu_ordering(), p.device());
 	std::fflush(stdout);
 	bool use_stream = !o.count("no-stream");
 	CUstream stream = use_stream ? g.stream : nullptr;
@@ -140,6 +142,9 @@ int consume(const std::string &name, const xmem::test::Options &o)
 		if (!f)
 			return fail("receive: " + f.error().message);
 		uint64_t seq = f->meta().seq, size = f->meta().size;
+		if (f->device() != p.device())
+			return fail("frame " + std::to_string(seq) + " says device " + std::to_string(f->device()) +
+				    ", the pool is on " + std::to_string(p.device()));
 		if (g.d->cuMemcpyDtoHAsync(host.data(), f->device_ptr(), size, g.stream) != CUDA_SUCCESS)
 			return fail("cuMemcpyDtoHAsync");
 		if (o.count("hold")) {

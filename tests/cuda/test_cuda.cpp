@@ -481,6 +481,46 @@ TEST(CudaPool, AClosingConsumerWaitsForItsQueuedReads)
 	munmap(host, host_size);
 }
 
+// Processes number GPUs by what CUDA_VISIBLE_DEVICES lets them see: a consumer finds
+// the pool's device by its UUID, not by the producer's ordinal. On the simulator, a
+// machine of two devices: the producer sees only the second (its ordinal 0), one
+// consumer sees both (ordinal 1), another only the first (an error naming the
+// device). The simulator refuses access to memory from another device, so a
+// consumer importing on the producer's ordinal fails there. On real GPUs this needs
+// two of them.
+TEST(CudaPool, ConsumersFindTheDeviceByUuid)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator()) {
+		int count = 0;
+		const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+		if (d->cuDeviceGetCount(&count) != CUDA_SUCCESS || count < 2)
+			GTEST_SKIP() << "needs two GPUs";
+	}
+	std::vector<std::string> machine{ "XMEM_CUDASIM_DEVICES=2" };
+	std::vector<std::string> second = machine;
+	second.push_back("CUDA_VISIBLE_DEVICES=1");
+	// It lingers, so the pool is still there for the consumer that cannot use it.
+	Process producer = peer(second, { "produce", "uuid", "--frames", "30", "--slots", "3", "--wait-consumers", "1",
+					  "--linger-ms", "3000" });
+	ASSERT_TRUE(producer.wait_output("ready")) << producer.output();
+	Process consumer = peer(machine, { "consume", "uuid" });
+	ASSERT_TRUE(consumer.wait_output("attached")) << consumer.output();
+
+	std::vector<std::string> first = machine;
+	first.push_back("CUDA_VISIBLE_DEVICES=0");
+	Process blind = peer(first, { "consume", "uuid" });
+	EXPECT_EQ(blind.wait(30s), 1) << blind.output();
+	EXPECT_NE(blind.output().find("which this process does not see"), std::string::npos) << blind.output();
+	EXPECT_NE(blind.output().find("CUDA_VISIBLE_DEVICES '0'"), std::string::npos) << blind.output();
+	EXPECT_NE(blind.output().find("GPU-"), std::string::npos) << blind.output();
+
+	EXPECT_EQ(consumer.wait(60s), 0) << consumer.output();
+	EXPECT_NE(consumer.output().find("device=1"), std::string::npos) << consumer.output();
+	EXPECT_NE(consumer.output().find("frames=30 bad=0"), std::string::npos) << consumer.output();
+	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+}
+
 // Consumers SIGKILLed at random moments while they hold device frames with GPU
 // reads queued: every slot comes back, and the producer never waits forever on a
 // stream of a dead process (its done words are written by the reaper).

@@ -3,10 +3,12 @@
 
 #include "cudasim.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include <unistd.h>
@@ -107,16 +109,88 @@ void read_fail_words(Config &config)
 	}
 }
 
+// The devices CUDA_VISIBLE_DEVICES lets this process see, as the real driver reads
+// it: a comma-separated list of indices or GPU- UUIDs (a prefix naming one device
+// is enough); the list ends at the first entry that names no device, or one already
+// listed.
+std::vector<int> read_visible(const char *value, int physical)
+{
+	std::vector<int> visible;
+	std::string_view rest(value);
+	while (true) {
+		size_t comma = rest.find(',');
+		std::string_view entry = rest.substr(0, comma);
+		int device = -1;
+		if (!entry.empty() && entry.find_first_not_of("0123456789") == std::string_view::npos) {
+			if (entry.size() <= 2 && std::stoi(std::string(entry)) < physical)
+				device = std::stoi(std::string(entry));
+		} else if (entry.size() > 4 && entry.substr(0, 4) == "GPU-") {
+			for (int d = 0; d < physical; d++) {
+				if (format_uuid(physical_uuid(d)).compare(0, entry.size(), entry) != 0)
+					continue;
+				if (device >= 0) { // ambiguous prefix
+					device = -1;
+					break;
+				}
+				device = d;
+			}
+		}
+		if (device < 0 || std::find(visible.begin(), visible.end(), device) != visible.end())
+			break;
+		visible.push_back(device);
+		if (comma == std::string_view::npos)
+			break;
+		rest.remove_prefix(comma + 1);
+	}
+	return visible;
+}
+
 } // namespace
+
+CUuuid physical_uuid(int physical)
+{
+	// Fixed bytes that say "cudasim", then the device's number.
+	CUuuid uuid;
+	const unsigned char bytes[16] = {
+		0xc5, 0xda, 0x51, 0x30, 0x78, 0x6d, 0x4e, 0x6d,
+		0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, static_cast<unsigned char>(physical)
+	};
+	std::memcpy(uuid.bytes, bytes, sizeof(bytes));
+	return uuid;
+}
+
+std::string format_uuid(const CUuuid &uuid)
+{
+	static constexpr char hex[] = "0123456789abcdef";
+	std::string s = "GPU-";
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			s += '-';
+		auto byte = static_cast<unsigned char>(uuid.bytes[i]);
+		s += hex[byte >> 4];
+		s += hex[byte & 0xf];
+	}
+	return s;
+}
 
 Config read_config()
 {
 	Config config;
 
-	uint64_t devices = read_number("XMEM_CUDASIM_DEVICES", uint64_t(config.devices), false);
-	if (devices > 64)
+	uint64_t physical = read_number("XMEM_CUDASIM_DEVICES", uint64_t(config.physical), false);
+	if (physical > 64)
 		bad_setting("XMEM_CUDASIM_DEVICES", std::getenv("XMEM_CUDASIM_DEVICES"), "at most 64 devices");
-	config.devices = int(devices);
+	config.physical = int(physical);
+	config.visible.clear();
+	for (int d = 0; d < config.physical; d++)
+		config.visible.push_back(d);
+	// Only for a machine a test describes: a CUDA_VISIBLE_DEVICES set for the real
+	// GPUs of the machine running the tests must not hide the simulated ones.
+	const char *described = std::getenv("XMEM_CUDASIM_DEVICES");
+	const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+	if (described && *described && visible)
+		config.visible = read_visible(visible, config.physical);
+	config.devices = int(config.visible.size());
 
 	config.memory = read_number("XMEM_CUDASIM_MEMORY", config.memory, true);
 

@@ -20,6 +20,8 @@ extern "C" CUresult CUDAAPI cuDevicePrimaryCtxRelease_v1(CUdevice dev) __asm__("
 extern "C" CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev,
 							  unsigned int flags) __asm__("cuDevicePrimaryCtxSetFlags");
 extern "C" CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxReset");
+// cuda.h maps cuDeviceGetUuid to _v2; the real driver still exports the first version.
+extern "C" CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
 #pragma GCC visibility pop
 
 #include <atomic>
@@ -50,6 +52,11 @@ struct FailSwitches {
 };
 
 struct Config {
+	// The simulated machine's devices (XMEM_CUDASIM_DEVICES), numbered 0..physical-1
+	// as nvidia-smi would; the ones this process sees, in its ordinal order
+	// (CUDA_VISIBLE_DEVICES, honoured when XMEM_CUDASIM_DEVICES is set); their count.
+	int physical = 1;
+	std::vector<int> visible{ 0 };
 	int devices = 1;
 	uint64_t memory = uint64_t(1) << 30;
 	uint64_t granularity = uint64_t(2) << 20;
@@ -62,6 +69,12 @@ struct Config {
 // Reads the XMEM_CUDASIM_* variables. A malformed value or an unknown XMEM_CUDASIM_FAIL
 // word prints why and aborts: a typo in a test must not silently test nothing.
 Config read_config();
+
+// The UUID of the simulated machine's device PHYSICAL: the same in every process,
+// whatever ordinal CUDA_VISIBLE_DEVICES gives it there.
+CUuuid physical_uuid(int physical);
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L and CUDA_VISIBLE_DEVICES write it.
+std::string format_uuid(const CUuuid &uuid);
 
 // The bytes of one allocation: a memfd, and the simulator's own read-write alias of it.
 // Device addresses are PROT_NONE elsewhere; only the simulator touches the bytes, through

@@ -105,7 +105,7 @@ bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevic
 		*value = 0;
 		return true;
 	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-		*value = 0x10 + dev;
+		*value = 0x10 + config.visible[size_t(dev)];
 		return true;
 	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
 	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
@@ -313,9 +313,10 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
 		global_state.store(s, std::memory_order_release);
 		init_result = CUDA_SUCCESS;
 
-		verbose("%d device(s), %" PRIu64 " bytes each, granularity %" PRIu64 ", delay 0..%" PRIu64
+		verbose("%d of %d device(s) visible, %" PRIu64 " bytes each, granularity %" PRIu64 ", delay 0..%" PRIu64
 			" us, seed %" PRIu64,
-			config.devices, config.memory, config.granularity, config.delay_us, config.seed);
+			config.devices, config.physical, config.memory, config.granularity, config.delay_us,
+			config.seed);
 		return init_result;
 	});
 }
@@ -362,8 +363,27 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (CUresult r = valid_device("cuDeviceGetName", *s, dev))
 		return r;
-	std::snprintf(name, size_t(len), "xmem cudasim device %d", dev);
+	// The machine's number for it, as nvidia-smi would list it, not the ordinal.
+	std::snprintf(name, size_t(len), "xmem cudasim device %d", s->config.visible[size_t(dev)]);
 	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	State *s = nullptr;
+	if (CUresult r = initialized("cuDeviceGetUuid", &s))
+		return r;
+	if (!uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (CUresult r = valid_device("cuDeviceGetUuid", *s, dev))
+		return r;
+	*uuid = physical_uuid(s->config.visible[size_t(dev)]);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev)
+{
+	return cuDeviceGetUuid(uuid, dev);
 }
 
 CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev)

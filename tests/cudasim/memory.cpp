@@ -354,9 +354,10 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
 				    "device %d has %" PRIu64 " of %" PRIu64 " bytes in use", device,
 				    s.usage[size_t(device)].load(), s.config.memory);
 
-		// The name lets an importer recognize the fd (cudasim:dev<N>:<size>).
+		// The name lets an importer recognize the fd (cudasim:dev<N>:<size>), N the
+		// device's number on the simulated machine, which every process agrees on.
 		char name[64];
-		std::snprintf(name, sizeof(name), "%s%d:%zu", vmm_name_prefix, device, size);
+		std::snprintf(name, sizeof(name), "%s%d:%zu", vmm_name_prefix, s.config.visible[size_t(device)], size);
 		CUresult err = CUDA_SUCCESS;
 		auto backing = make_backing(call, name, size, device, unsigned(prop->requestedHandleTypes),
 					    &s.usage[size_t(device)], &err);
@@ -456,9 +457,14 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
 		struct stat st;
 		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != size || size == 0)
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "fd %d does not hold %zu bytes", fd, size);
-		if (device < 0 || device >= s.config.devices)
-			return fail(CUDA_ERROR_INVALID_VALUE, call, "fd %d is memory of device %d, absent here", fd,
-				    device);
+		// This process's ordinal of the machine's device N.
+		int physical = device;
+		auto seen = std::find(s.config.visible.begin(), s.config.visible.end(), physical);
+		if (seen == s.config.visible.end())
+			return fail(CUDA_ERROR_INVALID_DEVICE, call,
+				    "fd %d is memory of the machine's device %d (%s), which this process does not see",
+				    fd, physical, format_uuid(physical_uuid(physical)).c_str());
+		device = int(seen - s.config.visible.begin());
 
 		// The caller keeps its fd: the allocation holds a duplicate.
 		int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -627,6 +633,19 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 		auto run = whole_mappings(s, uintptr_t(ptr), size);
 		if (run.empty())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "[0x%llx, +%zu) is not exactly mapped", ptr, size);
+		// No simulated device reaches another's memory (cuDeviceCanAccessPeer says 0):
+		// access for any device but the memory's own is refused, so mapping an
+		// allocation for the wrong ordinal fails here, not silently.
+		for (auto it : run) {
+			for (size_t i = 0; i < count; i++) {
+				int owner = it->second.backing->device();
+				if (desc[i].location.id != owner && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+					return fail(CUDA_ERROR_INVALID_DEVICE, call,
+						    "desc[%zu]: device %d cannot access memory of device %d (no peer "
+						    "access)",
+						    i, desc[i].location.id, owner);
+			}
+		}
 		for (auto it : run) {
 			for (size_t i = 0; i < count; i++)
 				it->second.access[size_t(desc[i].location.id)] = desc[i].flags;

@@ -40,6 +40,7 @@ namespace {
 	X(cuDeviceGetCount)                                                                                            \
 	X(cuDeviceGet)                                                                                                 \
 	X(cuDeviceGetName)                                                                                             \
+	X(cuDeviceGetUuid)                                                                                             \
 	X(cuDeviceTotalMem)                                                                                            \
 	X(cuDeviceGetAttribute)                                                                                        \
 	X(cuGetErrorName)                                                                                              \
@@ -136,6 +137,7 @@ bool apply_settings()
 	setenv("XMEM_CUDASIM_DEVICES", "2", 1);
 	setenv("XMEM_CUDASIM_MEMORY", "64M", 1);
 	setenv("XMEM_CUDASIM_DELAY_US", "2000", 1);
+	unsetenv("CUDA_VISIBLE_DEVICES");
 	unsetenv("XMEM_CUDASIM_GRANULARITY");
 	unsetenv("XMEM_CUDASIM_FAIL");
 	unsetenv("XMEM_CUDASIM_VERBOSE");
@@ -1958,10 +1960,11 @@ TEST_F(Sim, IllegalAccessMappedWithoutAccess)
 	expect_illegal("cuMemsetD8Async",
 		       [&] { ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0, 1, stream_), CUDA_SUCCESS); });
 
-	// Access for device 1 does not give device 0's streams access.
+	// No device reaches another's memory: access for device 1 is refused, and
+	// taking device 0's away leaves no one.
 	CUmemAccessDesc other = access_for(1);
 	CUmemAccessDesc none = access_for(0, CU_MEM_ACCESS_FLAGS_PROT_NONE);
-	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &other, 1), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &other, 1), CUDA_ERROR_INVALID_DEVICE);
 	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &none, 1), CUDA_SUCCESS);
 	expect_illegal("cuMemcpyDtoHAsync",
 		       [&] { ASSERT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer.va, 1, stream_), CUDA_SUCCESS); });
@@ -2301,6 +2304,177 @@ TEST_F(Sim, KernelsTexturesAndGraphicsAreNotSimulated)
 		<< err;
 	// Nothing sticks: the context still works.
 	EXPECT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
+// --- CUDA_VISIBLE_DEVICES and UUIDs ------------------------------------------------------
+
+std::string uuid_text(const CUuuid &uuid)
+{
+	static constexpr char hex[] = "0123456789abcdef";
+	std::string s = "GPU-";
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			s += '-';
+		auto byte = static_cast<unsigned char>(uuid.bytes[i]);
+		s += hex[byte >> 4];
+		s += hex[byte & 0xf];
+	}
+	return s;
+}
+
+std::string uuid_of(CUdevice dev)
+{
+	CUuuid uuid{};
+	EXPECT_EQ(cu().cuDeviceGetUuid(&uuid, dev), CUDA_SUCCESS);
+	return uuid_text(uuid);
+}
+
+TEST_F(Sim, EachDeviceHasItsOwnUuid)
+{
+	EXPECT_NE(uuid_of(0), uuid_of(1));
+	EXPECT_EQ(uuid_of(0).size(), 40u) << uuid_of(0);
+	CUuuid uuid;
+	EXPECT_EQ(cu().cuDeviceGetUuid(&uuid, 2), CUDA_ERROR_INVALID_DEVICE);
+	EXPECT_EQ(cu().cuDeviceGetUuid(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+	// The first version, which the real driver still exports, says the same.
+	void *module = dlopen(driver_path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+	ASSERT_NE(module, nullptr);
+	auto v1 = reinterpret_cast<CUresult(CUDAAPI *)(CUuuid *, CUdevice)>(dlsym(module, "cuDeviceGetUuid"));
+	ASSERT_NE(v1, nullptr);
+	ASSERT_EQ(v1(&uuid, 1), CUDA_SUCCESS);
+	EXPECT_EQ(uuid_text(uuid), uuid_of(1));
+	dlclose(module);
+}
+
+// CUDA_VISIBLE_DEVICES as the real driver reads it: indices or UUIDs, in the order
+// given; the list ends at an entry naming no device or one already listed. A child
+// with the given list must see the machine's devices in CUDASIM_SELFTEST_SEES order.
+TEST(Visibility, CudaVisibleDevicesPicksAndOrdersTheDevices)
+{
+	// This process sees both devices of the machine, in order: its UUIDs are the machine's.
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	std::string uuids = uuid_of(0) + "," + uuid_of(1);
+	struct Case {
+		std::string visible;
+		std::string sees;
+	} cases[] = {
+		{ "1", "1" },
+		{ "1,0", "1,0" },
+		{ uuid_of(1) + ",0", "1,0" },
+		{ uuid_of(1).substr(0, 20), "" }, // a prefix both UUIDs share names no one device
+		{ "0,7,1", "0" },
+		{ "1,1,0", "1" },
+		{ "", "" },
+		{ "x", "" },
+	};
+	for (const Case &c : cases) {
+		ChildResult child =
+			run_child("Visible", { "CUDA_VISIBLE_DEVICES=" + c.visible, "CUDASIM_SELFTEST_SEES=" + c.sees,
+					       "CUDASIM_SELFTEST_UUIDS=" + uuids });
+		EXPECT_TRUE(exited_cleanly(child)) << "CUDA_VISIBLE_DEVICES=" << c.visible << ":\n" << child.output;
+	}
+	// Without XMEM_CUDASIM_DEVICES the machine is the default one, and a
+	// CUDA_VISIBLE_DEVICES meant for real GPUs does not hide it.
+	ChildResult child = run_child("Visible", { "XMEM_CUDASIM_DEVICES=", "CUDA_VISIBLE_DEVICES=1",
+						   "CUDASIM_SELFTEST_SEES=0", "CUDASIM_SELFTEST_UUIDS=" + uuids });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+}
+
+TEST(DISABLED_Child, Visible)
+{
+	std::vector<std::string> sees, uuids;
+	for (auto [var, out] : { std::pair{ "CUDASIM_SELFTEST_SEES", &sees }, { "CUDASIM_SELFTEST_UUIDS", &uuids } }) {
+		std::string list = std::getenv(var);
+		for (size_t start = 0; start < list.size();) {
+			size_t comma = std::min(list.find(',', start), list.size());
+			out->push_back(list.substr(start, comma - start));
+			start = comma + 1;
+		}
+	}
+	if (sees.empty()) {
+		EXPECT_EQ(cu().cuInit(0), CUDA_ERROR_NO_DEVICE);
+		return;
+	}
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	int count = 0;
+	ASSERT_EQ(cu().cuDeviceGetCount(&count), CUDA_SUCCESS);
+	ASSERT_EQ(size_t(count), sees.size());
+	for (int ordinal = 0; ordinal < count; ordinal++) {
+		size_t physical = std::stoul(sees[size_t(ordinal)]);
+		char name[64];
+		ASSERT_EQ(cu().cuDeviceGetName(name, sizeof(name), ordinal), CUDA_SUCCESS);
+		EXPECT_EQ(std::string(name), "xmem cudasim device " + sees[size_t(ordinal)]) << "ordinal " << ordinal;
+		ASSERT_LT(physical, uuids.size());
+		EXPECT_EQ(uuid_of(ordinal), uuids[physical]) << "ordinal " << ordinal;
+	}
+}
+
+// Memory exported from one device is imported, in a process that sees the machine's
+// devices in another order, as memory of that device under its ordinal there; memory
+// of a device that process does not see is refused.
+TEST_F(Sim, MemoryFollowsItsDeviceAcrossVisibilities)
+{
+	std::vector<int> fds;
+	std::vector<CUmemGenericAllocationHandle> handles;
+	for (int device : { 0, 1 }) {
+		CUmemAllocationProp prop = device_prop(device);
+		CUmemGenericAllocationHandle handle;
+		ASSERT_EQ(cu().cuMemCreate(&handle, granularity, &prop, 0), CUDA_SUCCESS);
+		int fd = -1;
+		ASSERT_EQ(cu().cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+			  CUDA_SUCCESS);
+		handles.push_back(handle);
+		fds.push_back(fd);
+	}
+	int sv[2];
+	ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	std::thread sender([&] {
+		for (int fd : fds) {
+			EXPECT_TRUE(send_fd(sv[0], fd));
+			close(fd);
+		}
+	});
+	ChildResult child =
+		run_child("ImportVisible", { "CUDA_VISIBLE_DEVICES=1", "CUDASIM_SELFTEST_SOCKET=3" }, sv[1]);
+	sender.join();
+	close(sv[0]);
+	close(sv[1]);
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+	for (auto handle : handles)
+		EXPECT_EQ(cu().cuMemRelease(handle), CUDA_SUCCESS);
+}
+
+TEST(DISABLED_Child, ImportVisible)
+{
+	int sock = std::atoi(std::getenv("CUDASIM_SELFTEST_SOCKET"));
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	CUcontext ctx;
+	CUstream stream;
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+	int of_first = receive_fd(sock), of_second = receive_fd(sock);
+	ASSERT_GE(of_first, 0);
+	ASSERT_GE(of_second, 0);
+	CUmemGenericAllocationHandle handle;
+	EXPECT_EQ(cu().cuMemImportFromShareableHandle(&handle, reinterpret_cast<void *>(uintptr_t(of_first)),
+						      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		  CUDA_ERROR_INVALID_DEVICE)
+		<< "memory of a device this process does not see";
+	ASSERT_EQ(cu().cuMemImportFromShareableHandle(&handle, reinterpret_cast<void *>(uintptr_t(of_second)),
+						      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		  CUDA_SUCCESS);
+	close(of_first);
+	close(of_second);
+	// The machine's second device is this process's device 0: it reaches the memory.
+	CUdeviceptr va = map_fresh(handle, granularity);
+	uint32_t word = 0;
+	ASSERT_EQ(cu().cuMemsetD32Async(va, 0x5eed, 1, stream), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(&word, va, sizeof(word), stream), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream), CUDA_SUCCESS);
+	EXPECT_EQ(word, 0x5eedu);
+	unmap_fresh(va, granularity);
+	EXPECT_EQ(cu().cuMemRelease(handle), CUDA_SUCCESS);
 }
 
 // --- settings and XMEM_CUDASIM_FAIL ------------------------------------------------------

@@ -33,7 +33,8 @@ struct HeaderSnapshot {
 	uint64_t slot_stride;
 	uint64_t data_size;
 	uint32_t storage_type; // an xmem_storage value
-	uint32_t device_id;
+	uint32_t device_id; // the owner's ordinal
+	std::string device_uuid; // "GPU-…" of a CUDA pool's device; "" for system memory
 	uint32_t sync_mode; // how GPU work on slots is ordered; 0 for system memory
 	uint32_t sync_record_size;
 	uint64_t sync_offset;

@@ -207,7 +207,9 @@ uint64_t xmem_pool_slot_size(const xmem_pool *pool);
 uint32_t xmem_pool_slot_count(const xmem_pool *pool);
 /* xmem_storage of the pool's slots (XMEM_STORAGE_SYSTEM for a NULL pool). */
 uint32_t xmem_pool_storage(const xmem_pool *pool);
-/* CUDA device ordinal of a device pool (0 for system memory or a NULL pool). */
+/* CUDA device ordinal of a device pool in this process (0 for system memory or a NULL
+ * pool). A consumer finds the producer's device by its UUID, so its ordinal may differ
+ * from the producer's where CUDA_VISIBLE_DEVICES differs. */
 uint32_t xmem_pool_device(const xmem_pool *pool);
 /* How GPU work on device slots is ordered in this process: "stream-memops" (streams
  * wait on the GPU), "cpu" (the fallback: a CPU synchronization per publish and
@@ -266,7 +268,8 @@ int xmem_buffer_release_on_stream(xmem_buffer *buffer, void *cuda_stream);
 
 /* xmem_storage of the frame's bytes (XMEM_STORAGE_SYSTEM for a NULL buffer). */
 uint32_t xmem_buffer_storage(const xmem_buffer *buffer);
-/* CUDA device ordinal of a device frame (0 for system memory or a NULL buffer). */
+/* CUDA device ordinal of a device frame in this process (0 for system memory or a NULL
+ * buffer). */
 uint32_t xmem_buffer_device(const xmem_buffer *buffer);
 /* Device address (a CUdeviceptr) of a device frame's bytes; 0 for system memory or a
  * NULL buffer. Plane i is at meta->plane_offset[i] from it, meta->plane_stride[i]

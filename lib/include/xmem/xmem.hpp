@@ -139,7 +139,7 @@ public:
 
 	const FrameMeta &meta() const { return meta_; }
 	Storage storage() const { return Storage(meta_.storage_type); }
-	// CUDA device ordinal of a device frame (0 for system memory).
+	// CUDA device ordinal of a device frame in this process (0 for system memory).
 	uint32_t device() const { return meta_.device_id; }
 	// Device address (a CUdeviceptr) of a device frame's bytes; 0 for system memory,
 	// whose bytes are data(). The planes are at meta().plane_offset[i] from it, each
@@ -221,7 +221,8 @@ public:
 	uint64_t slot_size() const;
 	uint32_t slot_count() const;
 	Storage storage() const;
-	// CUDA device of a device pool.
+	// CUDA device of a device pool, as this process numbers it: a consumer finds the
+	// owner's device by its UUID (ordinals differ with CUDA_VISIBLE_DEVICES).
 	uint32_t device() const;
 	// The row and plane alignment frames of this pool want, for set_video_layout():
 	// for device memory the device's texture pitch alignment, at least 256 (what
