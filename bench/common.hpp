@@ -1,11 +1,12 @@
-// common.hpp - what both benchmark programs share: clocks, CPU time, pipe I/O,
-// percentiles and JSON strings, so their figures are computed the same way.
+// common.hpp - what the benchmark programs share: clocks, CPU time, pipe I/O,
+// percentiles, JSON strings and errno texts, so their figures are computed the same way.
 #pragma once
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <string>
 #include <string_view>
@@ -73,13 +74,23 @@ inline std::string json_string(std::string_view v)
 			out += c;
 		} else if (static_cast<unsigned char>(c) < 0x20) {
 			char buf[8];
-			std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+			// BUF holds the longest escape: snprintf cannot truncate or fail.
+			(void)std::snprintf(buf, sizeof(buf), "\\u%04x", c);
 			out += buf;
 		} else {
 			out += c;
 		}
 	}
 	return out + "\"";
+}
+
+// The text of errno value ERR, as xmem's own error_text() (lib/system.hpp), which the
+// benchmarks cannot all include: strerror() may share one buffer between threads; the
+// GNU strerror_r() writes into ours or returns a static string.
+inline std::string error_text(int err)
+{
+	char buffer[128];
+	return ::strerror_r(err, buffer, sizeof(buffer));
 }
 
 } // namespace bench

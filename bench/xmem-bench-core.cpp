@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,7 @@ extern char **environ;
 namespace {
 
 using bench::clock_ns;
+using bench::error_text;
 using bench::json_string;
 using bench::monotonic_ns;
 using bench::percentile_us;
@@ -101,14 +103,15 @@ struct Options {
 	std::string command; // this run's command line, for the record
 };
 
-[[noreturn]] void usage()
+// Usage text and error messages are best effort: nothing to do if stderr fails.
+int usage()
 {
-	std::fprintf(stderr,
-		     "usage: xmem-bench-core [--pair xmem-core|eventfd-memfd] [--width W] [--height H]\n"
-		     "                       [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
-		     "                       [--slots S] [--queue Q] [--policy block|drop-oldest|drop-new]\n"
-		     "                       [--spin] [--mode LABEL] [--json]\n");
-	std::exit(2);
+	(void)std::fprintf(
+		stderr, "usage: xmem-bench-core [--pair xmem-core|eventfd-memfd] [--width W] [--height H]\n"
+			"                       [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
+			"                       [--slots S] [--queue Q] [--policy block|drop-oldest|drop-new]\n"
+			"                       [--spin] [--mode LABEL] [--json]\n");
+	return 2;
 }
 
 bool parse_policy(std::string_view p, xmem::Policy &policy)
@@ -156,30 +159,32 @@ bool parse(int argc, char **argv, Options &o)
 		} else if (a == "--policy") {
 			if (!parse_policy(v, o.policy))
 				return false;
-		} else if (!numeric)
-			return false;
-		else if (a == "--width")
-			o.width = uint32_t(n);
-		else if (a == "--height")
-			o.height = uint32_t(n);
-		else if (a == "--fps")
-			o.fps = uint32_t(n);
-		else if (a == "--frames")
-			o.frames = n;
-		else if (a == "--warmup")
-			o.warmup = n;
-		else if (a == "--consumers")
-			o.consumers = uint32_t(n);
-		else if (a == "--slots")
-			o.slots = uint32_t(n);
-		else if (a == "--queue")
-			o.queue = uint32_t(n);
-		else
-			return false;
+		} else {
+			if (!numeric)
+				return false;
+			if (a == "--width")
+				o.width = uint32_t(n);
+			else if (a == "--height")
+				o.height = uint32_t(n);
+			else if (a == "--fps")
+				o.fps = uint32_t(n);
+			else if (a == "--frames")
+				o.frames = n;
+			else if (a == "--warmup")
+				o.warmup = n;
+			else if (a == "--consumers")
+				o.consumers = uint32_t(n);
+			else if (a == "--slots")
+				o.slots = uint32_t(n);
+			else if (a == "--queue")
+				o.queue = uint32_t(n);
+			else
+				return false;
+		}
 	}
 	if (o.pair == Pair::eventfd_memfd && o.fps == 0) {
 		// One stamp, no queue: an unthrottled producer would overwrite it unread.
-		std::fprintf(stderr, "xmem-bench-core: the eventfd-memfd pair needs --fps > 0\n");
+		(void)std::fprintf(stderr, "xmem-bench-core: the eventfd-memfd pair needs --fps > 0\n");
 		return false;
 	}
 	return o.width > 0 && o.height > 0 && o.frames > 0 && o.consumers > 0 && o.consumers <= XMEM_MAX_CONSUMERS &&
@@ -254,7 +259,8 @@ public:
 	void fail(const xmem::Error &e)
 	{
 		report_.status = int32_t(e.code);
-		std::snprintf(report_.error, sizeof(report_.error), "%s", e.message.c_str());
+		// Cut to the report's fixed field if longer: what is left says enough.
+		(void)std::snprintf(report_.error, sizeof(report_.error), "%s", e.message.c_str());
 	}
 
 	int send()
@@ -326,7 +332,7 @@ int run_floor_consumer(const Options &o)
 	Recorder rec(o);
 	void *p = ::mmap(nullptr, sizeof(FloorPage), PROT_READ, MAP_SHARED, kStampFd, 0);
 	if (p == MAP_FAILED) {
-		rec.fail({ xmem::Errc::system, std::string("mmap: ") + std::strerror(errno) });
+		rec.fail({ xmem::Errc::system, std::string("mmap: ") + error_text(errno) });
 		return rec.send();
 	}
 	auto page = static_cast<const FloorPage *>(p);
@@ -340,7 +346,7 @@ int run_floor_consumer(const Options &o)
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			rec.fail({ xmem::Errc::system, std::string("poll: ") + std::strerror(errno) });
+			rec.fail({ xmem::Errc::system, std::string("poll: ") + error_text(errno) });
 			break;
 		}
 		uint64_t count;
@@ -395,7 +401,8 @@ bool spawn_consumer(const std::vector<std::string> &args, const std::vector<std:
 	for (auto [fd, target] : extra)
 		posix_spawn_file_actions_adddup2(&actions, fd, target);
 	// XMEM_BENCH_EXE: under valgrind, /proc/self/exe is valgrind's own tool binary.
-	const char *exe = std::getenv("XMEM_BENCH_EXE");
+	// getenv() races only with setenv(), which this program never calls.
+	const char *exe = std::getenv("XMEM_BENCH_EXE"); // NOLINT(concurrency-mt-unsafe)
 	int err =
 		posix_spawn(&child.pid, exe && *exe ? exe : "/proc/self/exe", &actions, nullptr, argv.data(), environ);
 	posix_spawn_file_actions_destroy(&actions);
@@ -520,14 +527,14 @@ Gathered gather(const Options &o, std::vector<Child> &children)
 		int ws = 0;
 		::waitpid(c.pid, &ws, 0);
 		if (!ok) {
-			std::fprintf(stderr, "xmem-bench-core: consumer %d sent no report\n", int(c.pid));
+			(void)std::fprintf(stderr, "xmem-bench-core: consumer %d sent no report\n", int(c.pid));
 			g.ok = false;
 			g.missing += o.frames;
 			continue;
 		}
 		if (rep.status != 0) {
 			rep.error[sizeof(rep.error) - 1] = '\0';
-			std::fprintf(stderr, "xmem-bench-core: consumer %d: %s\n", int(c.pid), rep.error);
+			(void)std::fprintf(stderr, "xmem-bench-core: consumer %d: %s\n", int(c.pid), rep.error);
 			g.ok = false;
 		}
 		g.cpu_ns += rep.cpu_ns;
@@ -571,7 +578,8 @@ int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_droppe
 		};
 		auto num = [&](const char *key, double v, int decimals) {
 			char buf[64];
-			std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+			// No figure here comes near the 60 digits BUF holds: never cut.
+			(void)std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
 			j += std::string(j.size() > 1 ? ", " : "") + "\"" + key + "\": " + buf;
 		};
 		str("pair", pair);
@@ -642,7 +650,7 @@ int run_xmem_producer(const Options &o)
 		"video/x-raw,format=NV12,width=" + std::to_string(o.width) + ",height=" + std::to_string(o.height);
 	auto created = xmem::BufferPool::create(name, config);
 	if (!created) {
-		std::fprintf(stderr, "xmem-bench-core: %s\n", created.error().message.c_str());
+		(void)std::fprintf(stderr, "xmem-bench-core: %s\n", created.error().message.c_str());
 		return 1;
 	}
 	auto pool = std::move(created.value());
@@ -650,7 +658,8 @@ int run_xmem_producer(const Options &o)
 	std::vector<Child> children(o.consumers);
 	for (auto &c : children) {
 		if (!spawn_consumer(consumer_args(o, name), {}, c)) {
-			std::fprintf(stderr, "xmem-bench-core: cannot spawn a consumer: %s\n", std::strerror(errno));
+			(void)std::fprintf(stderr, "xmem-bench-core: cannot spawn a consumer: %s\n",
+					   error_text(errno).c_str());
 			pool.reset();
 			wait_children(children);
 			return 1;
@@ -659,8 +668,8 @@ int run_xmem_producer(const Options &o)
 	auto attach_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
 	while (pool->stats().consumers < o.consumers) {
 		if (std::chrono::steady_clock::now() > attach_deadline) {
-			std::fprintf(stderr, "xmem-bench-core: only %u of %u consumers attached\n",
-				     pool->stats().consumers, o.consumers);
+			(void)std::fprintf(stderr, "xmem-bench-core: only %u of %u consumers attached\n",
+					   pool->stats().consumers, o.consumers);
 			pool.reset();
 			wait_children(children);
 			return 1;
@@ -671,7 +680,7 @@ int run_xmem_producer(const Options &o)
 	ProducerRun run = pace(o, [&](uint64_t n) {
 		auto frame = pool->acquire(std::chrono::seconds(5));
 		if (!frame) {
-			std::fprintf(stderr, "xmem-bench-core: %s\n", frame.error().message.c_str());
+			(void)std::fprintf(stderr, "xmem-bench-core: %s\n", frame.error().message.c_str());
 			return false;
 		}
 		Stamp stamp{ kStampMagic, n + 1 };
@@ -682,7 +691,7 @@ int run_xmem_producer(const Options &o)
 		m->timestamp = monotonic_ns(); // publish-to-receive: the publish call is included
 		auto r = pool->publish(std::move(frame.value()));
 		if (!r)
-			std::fprintf(stderr, "xmem-bench-core: %s\n", r.error().message.c_str());
+			(void)std::fprintf(stderr, "xmem-bench-core: %s\n", r.error().message.c_str());
 		return r.ok();
 	});
 	(void)pool->end_of_stream();
@@ -696,13 +705,13 @@ int run_floor_producer(const Options &o)
 {
 	int memfd = ::memfd_create("xmem-bench-floor", MFD_CLOEXEC);
 	if (memfd < 0 || ::ftruncate(memfd, sizeof(FloorPage)) < 0) {
-		std::fprintf(stderr, "xmem-bench-core: memfd: %s\n", std::strerror(errno));
+		(void)std::fprintf(stderr, "xmem-bench-core: memfd: %s\n", error_text(errno).c_str());
 		return 1;
 	}
 	memfd = private_fd(memfd);
 	void *p = ::mmap(nullptr, sizeof(FloorPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
 	if (p == MAP_FAILED) {
-		std::fprintf(stderr, "xmem-bench-core: mmap: %s\n", std::strerror(errno));
+		(void)std::fprintf(stderr, "xmem-bench-core: mmap: %s\n", error_text(errno).c_str());
 		return 1;
 	}
 	auto page = new (p) FloorPage{};
@@ -714,7 +723,8 @@ int run_floor_producer(const Options &o)
 		if (ev >= 0)
 			ev = private_fd(ev);
 		if (ev < 0 || !spawn_consumer(consumer_args(o, "-"), { { memfd, kStampFd }, { ev, kEventFd } }, c)) {
-			std::fprintf(stderr, "xmem-bench-core: cannot spawn a consumer: %s\n", std::strerror(errno));
+			(void)std::fprintf(stderr, "xmem-bench-core: cannot spawn a consumer: %s\n",
+					   error_text(errno).c_str());
 			wait_children(children);
 			return 1;
 		}
@@ -745,17 +755,29 @@ int run_floor_producer(const Options &o)
 	return report(o, run, g, 0);
 }
 
-} // namespace
-
-int main(int argc, char **argv)
+int run(int argc, char **argv)
 {
 	Options o;
 	if (!parse(argc, argv, o))
-		usage();
+		return usage();
 	o.command = "xmem-bench-core";
 	for (int i = 1; i < argc; i++)
 		o.command += std::string(" ") + argv[i];
 	if (!o.consumer_of.empty())
 		return o.pair == Pair::xmem_core ? run_xmem_consumer(o) : run_floor_consumer(o);
 	return o.pair == Pair::xmem_core ? run_xmem_producer(o) : run_floor_producer(o);
+}
+
+} // namespace
+
+// Out of memory, or a bug (a Result's value() taken from an error), is all that can
+// throw: a message and status 1 rather than std::terminate().
+int main(int argc, char **argv)
+{
+	try {
+		return run(argc, argv);
+	} catch (const std::exception &e) {
+		(void)std::fprintf(stderr, "xmem-bench-core: %s\n", e.what());
+		return 1;
+	}
 }

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,9 +44,10 @@ struct Options {
 	std::string pool = "xmem-bench-cuda";
 };
 
+// Error messages are best effort: nothing to do if stderr fails.
 int fail(const std::string &what)
 {
-	std::fprintf(stderr, "xmem-bench-cuda: %s\n", what.c_str());
+	(void)std::fprintf(stderr, "xmem-bench-cuda: %s\n", what.c_str());
 	return 1;
 }
 
@@ -120,8 +122,10 @@ int consume(const Options &o)
 
 int produce(const Options &o, const char *self)
 {
+	// setenv() races only with getenv() in other threads, and there are none yet: the
+	// CUDA driver is not loaded, the pool (and its I/O thread) not created.
 	if (o.cpu_sync)
-		::setenv("XMEM_CUDA_SYNC", "cpu", 1);
+		::setenv("XMEM_CUDA_SYNC", "cpu", 1); // NOLINT(concurrency-mt-unsafe)
 	Gpu g;
 	if (auto e = init(g); !e.empty())
 		return fail(e);
@@ -150,6 +154,7 @@ int produce(const Options &o, const char *self)
 	posix_spawn_file_actions_adddup2(&actions, out[1], 1);
 	std::vector<std::string> args{ self, "--consume", "--pool", o.pool };
 	std::vector<char *> argv;
+	argv.reserve(args.size() + 1);
 	for (auto &a : args)
 		argv.push_back(a.data());
 	argv.push_back(nullptr);
@@ -252,9 +257,7 @@ int copy_bandwidth(const Options &o)
 	return 0;
 }
 
-} // namespace
-
-int main(int argc, char **argv)
+int run(int argc, char **argv)
 {
 	Options o;
 	bool consumer = false;
@@ -282,12 +285,26 @@ int main(int argc, char **argv)
 		else if (a == "--copy-bandwidth")
 			o.copy_bandwidth = true;
 		else {
-			std::fprintf(stderr, "usage: xmem-bench-cuda [--width W --height H] [--frames N] [--fps F] "
-					     "[--slots K] [--cpu-sync] | --copy-bandwidth\n");
+			(void)std::fprintf(stderr,
+					   "usage: xmem-bench-cuda [--width W --height H] [--frames N] [--fps F] "
+					   "[--slots K] [--cpu-sync] | --copy-bandwidth\n");
 			return 2;
 		}
 	}
 	if (o.copy_bandwidth)
 		return copy_bandwidth(o);
 	return consumer ? consume(o) : produce(o, argv[0]);
+}
+
+} // namespace
+
+// A number that std::stoul cannot read (std::invalid_argument, std::out_of_range) or out
+// of memory: a message and status 1 rather than std::terminate().
+int main(int argc, char **argv)
+{
+	try {
+		return run(argc, argv);
+	} catch (const std::exception &e) {
+		return fail(e.what());
+	}
 }

@@ -49,6 +49,7 @@ extern char **environ;
 namespace {
 
 using bench::clock_ns;
+using bench::error_text;
 using bench::json_string;
 using bench::monotonic_ns;
 using bench::percentile_us;
@@ -126,14 +127,15 @@ struct Options {
 	std::string command;
 };
 
-[[noreturn]] void usage()
+// Usage text and error messages are best effort: nothing to do if stderr fails.
+int usage()
 {
-	std::fprintf(stderr,
-		     "usage: xmem-bench-gst [--pair xmem|shm|floor|unixfd] [--width W] [--height H]\n"
-		     "                      [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
-		     "                      [--seconds S] [--timeout S] [--mode LABEL] [--breakdown] [--json]\n"
-		     "       (--role consumer --address A is how the producer starts its consumers)\n");
-	std::exit(2);
+	(void)std::fprintf(
+		stderr, "usage: xmem-bench-gst [--pair xmem|shm|floor|unixfd] [--width W] [--height H]\n"
+			"                      [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
+			"                      [--seconds S] [--timeout S] [--mode LABEL] [--breakdown] [--json]\n"
+			"       (--role consumer --address A is how the producer starts its consumers)\n");
+	return 2;
 }
 
 bool parse(int argc, char **argv, Options &o)
@@ -169,26 +171,28 @@ bool parse(int argc, char **argv, Options &o)
 			o.address = v;
 		else if (a == "--mode")
 			o.mode = v;
-		else if (!numeric)
-			return false;
-		else if (a == "--width")
-			o.width = uint32_t(n);
-		else if (a == "--height")
-			o.height = uint32_t(n);
-		else if (a == "--fps")
-			o.fps = uint32_t(n);
-		else if (a == "--frames")
-			o.frames = uint64_t(n);
-		else if (a == "--warmup")
-			o.warmup = uint64_t(n);
-		else if (a == "--consumers")
-			o.consumers = uint32_t(n);
-		else if (a == "--seconds")
-			o.seconds = n;
-		else if (a == "--timeout")
-			o.timeout = n;
-		else
-			return false;
+		else {
+			if (!numeric)
+				return false;
+			if (a == "--width")
+				o.width = uint32_t(n);
+			else if (a == "--height")
+				o.height = uint32_t(n);
+			else if (a == "--fps")
+				o.fps = uint32_t(n);
+			else if (a == "--frames")
+				o.frames = uint64_t(n);
+			else if (a == "--warmup")
+				o.warmup = uint64_t(n);
+			else if (a == "--consumers")
+				o.consumers = uint32_t(n);
+			else if (a == "--seconds")
+				o.seconds = n;
+			else if (a == "--timeout")
+				o.timeout = n;
+			else
+				return false;
+		}
 	}
 	return o.width > 0 && o.height > 0 && o.width % 2 == 0 && o.height % 2 == 0 && o.frames > 0 &&
 	       o.consumers > 0 && o.consumers <= 16 && o.timeout > 0 && (!o.consumer || !o.address.empty());
@@ -270,7 +274,8 @@ public:
 	void num(const char *key, double v, int decimals)
 	{
 		char buf[64];
-		std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+		// No figure here comes near the 60 digits BUF holds: never cut.
+		(void)std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
 		add(key, buf);
 	}
 	void null(const char *key) { add(key, "null"); }
@@ -498,7 +503,8 @@ public:
 		std::string threads;
 		for (auto &[name, ns] : threads_)
 			threads += name + "=" + std::to_string(ns) + ";";
-		std::snprintf(r.threads, sizeof(r.threads), "%s", threads.c_str());
+		// Cut to the report's fixed field if longer: the per-thread figures are an aside.
+		(void)std::snprintf(r.threads, sizeof(r.threads), "%s", threads.c_str());
 		latencies = latencies_;
 		return r;
 	}
@@ -639,8 +645,9 @@ int run_consumer(const Options &o)
 	GError *err = nullptr;
 	GstElement *pipeline = gst_parse_launch(description.c_str(), &err);
 	if (!pipeline || err) {
-		std::snprintf(failure.error, sizeof(failure.error), "%s: %s", description.c_str(),
-			      err ? err->message : "cannot build the pipeline");
+		// Cut to the report's fixed field if longer: what is left says enough.
+		(void)std::snprintf(failure.error, sizeof(failure.error), "%s: %s", description.c_str(),
+				    err ? err->message : "cannot build the pipeline");
 		write_all(kReportFd, &failure, sizeof(failure));
 		return 1;
 	}
@@ -668,7 +675,7 @@ int run_consumer(const Options &o)
 	report.source_p50_us = o.breakdown ? source_probe.p50_us() : 0.0;
 	if (!ok) {
 		report.status = 1;
-		std::snprintf(report.error, sizeof(report.error), "%s", why.c_str());
+		(void)std::snprintf(report.error, sizeof(report.error), "%s", why.c_str()); // cut to fit, as above
 	}
 	// Reported before the teardown, which must not hold the producer up.
 	bool sent;
@@ -724,7 +731,8 @@ bool spawn_consumer(const std::vector<std::string> &args, Child &child)
 	posix_spawn_file_actions_init(&actions);
 	posix_spawn_file_actions_adddup2(&actions, wr, kReportFd);
 	// XMEM_BENCH_EXE: under valgrind, /proc/self/exe is valgrind's own tool binary.
-	const char *exe = std::getenv("XMEM_BENCH_EXE");
+	// getenv() races only with setenv(), which this program never calls.
+	const char *exe = std::getenv("XMEM_BENCH_EXE"); // NOLINT(concurrency-mt-unsafe)
 	int err =
 		posix_spawn(&child.pid, exe && *exe ? exe : "/proc/self/exe", &actions, nullptr, argv.data(), environ);
 	posix_spawn_file_actions_destroy(&actions);
@@ -917,8 +925,8 @@ void start_watchdog(const Options &o)
 		if (o.json)
 			std::printf("%s\n", line.c_str());
 		else
-			std::fprintf(stderr, "xmem-bench-gst: %s\n", line.c_str());
-		std::fflush(stdout);
+			(void)std::fprintf(stderr, "xmem-bench-gst: %s\n", line.c_str());
+		(void)std::fflush(stdout); // best effort: the process ends here either way
 		std::lock_guard lock(children_lock);
 		for (pid_t pid : children_pids)
 			::kill(pid, SIGKILL);
@@ -942,6 +950,10 @@ std::vector<std::string> consumer_args(const Options &o, const std::string &addr
 void gather(std::vector<Child> &children, uint64_t deadline, Result &r)
 {
 	for (auto &c : children) {
+		// Never started (its spawn failed, or an earlier failure stopped the run):
+		// nothing to read or reap, and kill(-1) would signal every process we may.
+		if (c.pid <= 0)
+			continue;
 		Report rep{};
 		uint64_t magic = c.pending_magic;
 		bool got = magic || read_all(c.report, &magic, sizeof(magic), deadline);
@@ -1107,7 +1119,7 @@ int run_producer(const Options &o)
 		r.fail(bus.failed() ? bus.error() : "cannot start the producer's pipeline");
 	for (auto &c : children) {
 		if (r.ok && !spawn_consumer(consumer_args(o, address), c))
-			r.fail(std::string("cannot spawn a consumer: ") + std::strerror(errno));
+			r.fail(std::string("cannot spawn a consumer: ") + error_text(errno));
 	}
 
 	// 1. Until every consumer has a frame: plain memory (the sink has no caps yet,
@@ -1219,7 +1231,7 @@ int run_producer(const Options &o)
 			std::printf("%s\n", line.c_str());
 		else
 			std::printf("FAILED: %s\n", r.error.c_str());
-		std::fflush(stdout);
+		(void)std::fflush(stdout); // on failure run.sh records "printed no result"
 		gst_object_unref(pipeline);
 		return 1;
 	}
@@ -1298,7 +1310,7 @@ int run_producer(const Options &o)
 		if (!ok)
 			std::printf("  FAILED: %s\n", r.ok ? "frames dropped or corrupt" : r.error.c_str());
 	}
-	std::fflush(stdout);
+	(void)std::fflush(stdout); // as above
 	gst_object_unref(pipeline);
 	return ok ? 0 : 1;
 }
@@ -1309,7 +1321,7 @@ int main(int argc, char **argv)
 {
 	Options o;
 	if (!parse(argc, argv, o))
-		usage();
+		return usage();
 	o.command = "xmem-bench-gst";
 	for (int i = 1; i < argc; i++)
 		o.command += std::string(" ") + argv[i];

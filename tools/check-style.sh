@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # tools/check-style.sh - the code checks CI keeps: clang-format (.clang-format) on every
 # C/C++ file in git, and clang-tidy (.clang-tidy, every check kept is an error) on the
-# sources of lib/, gst/, tools/ and examples/ that the build compiles.
+# sources of lib/, gst/, tools/, examples/ and bench/ that the build compiles.
 #   tools/check-style.sh BUILD_DIR   a configured meson build dir (its compile_commands.json)
 #   XMEM_TIDY_JOBS=n                 parallel clang-tidy processes (default: nproc)
-#   XMEM_TIDY_DIRS="lib gst"         the folders clang-tidy looks at (default: lib gst tools examples)
+#   XMEM_TIDY_DIRS="lib gst"         the folders clang-tidy looks at (default: lib gst tools examples bench)
 # Exit status: 0 clean, 1 a file needs clang-format or clang-tidy found something, 2 misuse.
 # clang-format's output differs between releases: CI uses Debian 12's (14).
 set -euo pipefail
@@ -49,7 +49,7 @@ fi
 # 2. clang-tidy on the sources the build compiles under the chosen folders. The file list
 # comes from compile_commands.json, spelled as run-clang-tidy spells it, and is handed to it
 # as an exact regex: a folder name alone would also match tests/gst/ and the like.
-read -r -a dirs <<<"${XMEM_TIDY_DIRS:-lib gst tools examples}"
+read -r -a dirs <<<"${XMEM_TIDY_DIRS:-lib gst tools examples bench}"
 regex=$(python3 - "$build" "$(pwd -P)" "${dirs[@]}" <<'EOF'
 import json, os, re, sys
 build, root, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
