@@ -637,6 +637,22 @@ static GstFlowReturn copy_error(GstXmemSink *self, const char *what, const xmem:
 	return GST_FLOW_ERROR;
 }
 
+/* How many of upstream's buffers may stay held for copies still queued on our stream:
+ * MAX_HELD_INPUT, and never the last buffer of a bounded pool, which upstream would
+ * wait for forever (held buffers go back only in a later render()). */
+static gsize held_input_limit(GstBuffer *buffer)
+{
+	gsize limit = MAX_HELD_INPUT;
+	if (GstBufferPool *from = buffer->pool) {
+		GstStructure *config = gst_buffer_pool_get_config(from);
+		guint max = 0;
+		if (gst_buffer_pool_config_get_params(config, nullptr, nullptr, nullptr, &max) && max > 0)
+			limit = std::min<gsize>(limit, max - 1);
+		gst_structure_free(config);
+	}
+	return limit;
+}
+
 /* A device pool: CUDA input is copied device to device on the sink's stream, which
  * publishes the slot once the copy is done (no CPU wait); system input is uploaded. */
 static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer *buffer)
@@ -683,7 +699,7 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	if (device_input) {
 		/* Upstream may rewrite its buffer once we let go: keep it until our copy ran. */
 		s->cuda->hold_until_done(buffer);
-		s->cuda->release_done(MAX_HELD_INPUT);
+		s->cuda->release_done(held_input_limit(buffer));
 		s->device_copied++;
 	} else {
 		s->copied++;

@@ -8,6 +8,15 @@
 #include "gst_common.hpp"
 
 #include <gst/base/gstbasesrc.h>
+#include <gst/check/gstharness.h>
+#ifdef XMEM_TEST_HAVE_GST_CUDA
+#define GST_USE_UNSTABLE_API
+#include <gst/cuda/cuda-gst.h>
+#include <gst/cuda/gstcudabufferpool.h>
+#include <gst/cuda/gstcudacontext.h>
+#include <gst/cuda/gstcudaloader.h>
+#include <gst/cuda/gstcudautils.h>
+#endif
 
 #include <fstream>
 #include <sstream>
@@ -478,6 +487,64 @@ TEST_F(Nvcodec, CudaMemoryInAndOutBitExact)
 	EXPECT_EQ(stat_string(here.src(), "memory"), "cuda");
 	EXPECT_EQ(stat_u64(here.src(), "copied"), guint64(n));
 }
+
+#ifdef XMEM_TEST_HAVE_GST_CUDA
+// Upstream's CUDA buffers come from a pool of two (as a decoder's fixed pool would):
+// the sink keeps a buffer while its copy is queued on the sink's stream, but never the
+// last one, which upstream needs to make the next frame; held buffers only go back in
+// a later render(), so holding both would stop the stream for good.
+TEST_F(Nvcodec, SinkNeverHoldsTheLastBufferOfABoundedUpstreamPool)
+{
+	const char *caps_text = "video/x-raw(memory:CUDAMemory),format=NV12,width=64,height=48,framerate=30/1";
+	ASSERT_TRUE(gst_cuda_load_library());
+	GstCudaContext *ctx = gst_cuda_context_new(0);
+	ASSERT_NE(ctx, nullptr);
+	GstCaps *caps = gst_caps_from_string(caps_text);
+	GstVideoInfo info;
+	ASSERT_TRUE(gst_video_info_from_caps(&info, caps));
+	GstBufferPool *upstream = gst_cuda_buffer_pool_new(ctx);
+	GstStructure *config = gst_buffer_pool_get_config(upstream);
+	gst_buffer_pool_config_set_params(config, caps, guint(info.size), 2, 2);
+	ASSERT_TRUE(gst_buffer_pool_set_config(upstream, config));
+	ASSERT_TRUE(gst_buffer_pool_set_active(upstream, TRUE));
+
+	GstHarness *h = gst_harness_new_parse("xmemsink name=sink pool-name=bounded");
+	ASSERT_NE(h, nullptr);
+	GstContext *shared = gst_context_new_cuda_context(ctx);
+	gst_element_set_context(h->element, shared);
+	gst_context_unref(shared);
+	gst_harness_set_src_caps(h, gst_caps_ref(caps));
+	const int n = 12;
+	int pushed = 0;
+	for (int i = 0; i < n; i++) {
+		GstBuffer *buffer = nullptr;
+		GstBufferPoolAcquireParams params{};
+		params.flags = GST_BUFFER_POOL_ACQUIRE_FLAG_DONTWAIT;
+		auto deadline = std::chrono::steady_clock::now() + 10s;
+		while (gst_buffer_pool_acquire_buffer(upstream, &buffer, &params) == GST_FLOW_EOS &&
+		       std::chrono::steady_clock::now() < deadline)
+			std::this_thread::sleep_for(1ms);
+		if (!buffer) {
+			ADD_FAILURE() << "frame " << i << ": upstream's pool of 2 ran dry: the sink holds both buffers";
+			break;
+		}
+		GST_BUFFER_PTS(buffer) = GST_SECOND * guint64(i) / 30;
+		ASSERT_EQ(gst_harness_push(h, buffer), GST_FLOW_OK) << "frame " << i;
+		pushed++;
+	}
+	EXPECT_EQ(pushed, n);
+	GstElement *sink = gst_bin_get_by_name(GST_BIN(h->element), "sink");
+	ASSERT_NE(sink, nullptr);
+	EXPECT_EQ(stat_string(sink, "memory"), "cuda");
+	EXPECT_EQ(stat_u64(sink, "device-copied"), guint64(pushed));
+	gst_object_unref(sink);
+	gst_harness_teardown(h);
+	gst_buffer_pool_set_active(upstream, FALSE);
+	gst_object_unref(upstream);
+	gst_caps_unref(caps);
+	gst_object_unref(ctx);
+}
+#endif
 
 // memory=system with CUDA input: one download straight into the shared slot; the
 // consumer then reads the slot itself.
