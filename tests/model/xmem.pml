@@ -1095,9 +1095,17 @@ active proctype Final()
 			assert(holders[0] == 0 && SLOT_IS_FREE(0));
 			assert(holders[1] == 0 && SLOT_IS_FREE(1));
 			assert(holders[2] == 0 && SLOT_IS_FREE(2))
-		:: else -> /* no reaper: what the exited consumers held is released */
-			assert(!exited[0] || !((holders[0] | holders[1] | holders[2]) & CBIT(0)));
-			assert(!exited[1] || !((holders[0] | holders[1] | holders[2]) & CBIT(1)))
+		:: else -> /* no reaper: the exited consumers let go of what they held */
+			assert(!exited[0] || (lref[0] == 0 && lref[1] == 0 && lref[2] == 0));
+			assert(!exited[1] || (lref[NS] == 0 && lref[NS + 1] == 0 && lref[NS + 2] == 0));
+			if
+			:: !odead -> /* the owner closed: their bits are gone too */
+				assert(!exited[0] || !((holders[0] | holders[1] | holders[2]) & CBIT(0)));
+				assert(!exited[1] || !((holders[0] | holders[1] | holders[2]) & CBIT(1)))
+			:: else -> skip /* the owner died: a bit it set for a queue it never
+					 * reached stays, harmlessly: a dead owner's slots are
+					 * never reused (a new owner makes a new pool) */
+			fi
 		fi
 	}
 }
