@@ -105,6 +105,22 @@ std::vector<uint8_t> frame_visible_bytes(const xmem::BufferGuard &frame, const G
 	return out;
 }
 
+// Pushes SLOTS frames through harness H and has CONSUMER receive and keep each: the
+// consumer then holds every slot of a pool of SLOTS, and the next frame must wait.
+std::vector<xmem::BufferGuard> hold_every_slot(GstHarness *h, xmem::BufferPool &consumer, const GstVideoInfo &info,
+					       int slots)
+{
+	std::vector<xmem::BufferGuard> held;
+	for (int i = 0; i < slots; i++) {
+		EXPECT_EQ(gst_harness_push(h, gst_buffer_new_allocate(nullptr, info.size, nullptr)), GST_FLOW_OK);
+		auto frame = consumer.receive(5s);
+		EXPECT_TRUE(frame.ok()) << frame.error().message;
+		if (frame)
+			held.push_back(std::move(*frame));
+	}
+	return held;
+}
+
 // The buffer pool the sink answers an ALLOCATION query with (nullptr if none).
 GstBufferPool *query_pool(GstHarness *h, GstCaps *caps, bool *video_meta)
 {
@@ -326,13 +342,8 @@ TEST_F(XmemSink, NullNeverBlocksWhenConsumersHoldEverySlot)
 	GstVideoInfo info = xmem::gsttest::video_info(kCaps);
 	auto consumer = open_consumer("held");
 	ASSERT_TRUE(consumer);
-	std::vector<xmem::BufferGuard> held;
-	for (int i = 0; i < 2; i++) {
-		ASSERT_EQ(gst_harness_push(h, gst_buffer_new_allocate(nullptr, info.size, nullptr)), GST_FLOW_OK);
-		auto frame = consumer->receive(5s);
-		ASSERT_TRUE(frame.ok()) << frame.error().message;
-		held.push_back(std::move(*frame));
-	}
+	std::vector<xmem::BufferGuard> held = hold_every_slot(h, *consumer, info, 2);
+	ASSERT_EQ(held.size(), 2u);
 	std::atomic<int> result{ 1000 };
 	GstBuffer *buffer = gst_buffer_new_allocate(nullptr, info.size, nullptr);
 	std::thread pusher([&] { result = gst_harness_push(h, buffer); });
@@ -363,13 +374,8 @@ TEST_F(XmemSink, PauseWhileEverySlotIsHeldKeepsTheFrame)
 	GstVideoInfo info = xmem::gsttest::video_info(kCaps);
 	auto consumer = open_consumer("pauseheld");
 	ASSERT_TRUE(consumer);
-	std::vector<xmem::BufferGuard> held;
-	for (int i = 0; i < 2; i++) {
-		ASSERT_EQ(gst_harness_push(h, gst_buffer_new_allocate(nullptr, info.size, nullptr)), GST_FLOW_OK);
-		auto frame = consumer->receive(5s);
-		ASSERT_TRUE(frame.ok()) << frame.error().message;
-		held.push_back(std::move(*frame));
-	}
+	std::vector<xmem::BufferGuard> held = hold_every_slot(h, *consumer, info, 2);
+	ASSERT_EQ(held.size(), 2u);
 	std::atomic<int> result{ 1000 };
 	GstBuffer *buffer = gst_buffer_new_allocate(nullptr, info.size, nullptr);
 	paint(buffer, info, 5);
