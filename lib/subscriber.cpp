@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 
 namespace xmem {
 
@@ -26,6 +27,9 @@ namespace {
 constexpr uint64_t kReplyTimeoutNs = 2'000'000'000;
 // How long a closing consumer waits for its streams to write the done words it queued.
 constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
+// A parked frame's retry timer: first interval, and the most it grows to.
+constexpr int64_t kFirstRetryNs = 20'000;
+constexpr int64_t kMaxRetryNs = 1'000'000;
 
 } // namespace
 
@@ -35,6 +39,7 @@ Subscriber::Subscriber(PoolImpl &pool) : pool_(pool), seg(pool.seg)
 
 Subscriber::~Subscriber()
 {
+	drop_parked();
 	// Before the socket closes (and the owner reaps this consumer): GPU reads of
 	// released frames still queued on our streams finish first.
 	if (pool_.sync)
@@ -198,10 +203,78 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 	e.data.fd = sock.get();
 	if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, sock.get(), &e) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
+	if (pool_.sync) {
+		retry_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+		if (!retry_timer.valid())
+			return errno_error(pool_.where() + ": timerfd_create");
+		e.events = EPOLLIN;
+		e.data.fd = retry_timer.get();
+		if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, retry_timer.get(), &e) < 0)
+			return errno_error(pool_.where() + ": epoll_ctl");
+	}
 	pool_.role = Role::consumer;
 	if (pool_.sync)
 		return watch_owner();
 	return {};
+}
+
+BufferGuard Subscriber::frame_guard(uint32_t index)
+{
+	BufferGuard g = pool_.make_guard(index, false);
+	if (g.meta_.size > seg.slot_size)
+		g.meta_.size = seg.slot_size;
+	return g;
+}
+
+Result<BufferGuard> Subscriber::deliver_parked(void *stream, uint64_t deadline_ns)
+{
+	uint32_t index = parked;
+	if (retry_timer.valid()) {
+		uint64_t expirations;
+		[[maybe_unused]] ssize_t n = ::read(retry_timer.get(), &expirations, sizeof(expirations));
+	}
+	auto ready = pool_.sync->wait_ready(index, parked_seq, stream, deadline_ns);
+	if (!ready && ready.code() == Errc::timed_out) {
+		// Still this consumer's frame: the next receive() hands it out. fd() polls
+		// readable again after RETRY_NS, doubling up to kMaxRetryNs, so a poller
+		// neither sleeps past the frame nor spins on it.
+		if (retry_timer.valid()) {
+			itimerspec t{};
+			t.it_value.tv_sec = time_t(retry_ns / 1'000'000'000);
+			t.it_value.tv_nsec = long(retry_ns % 1'000'000'000);
+			(void)::timerfd_settime(retry_timer.get(), 0, &t, nullptr);
+			retry_ns = std::min(retry_ns * 2, kMaxRetryNs);
+		}
+		return make_error(Errc::timed_out, pool_.where() + ": frame " + std::to_string(parked_seq) +
+							   " is queued for this consumer, but the producer's GPU "
+							   "writes to it are not done yet (receive again)");
+	}
+	parked = kNoneParked;
+	disarm_retry();
+	if (!ready) {
+		(void)pool_.release(index, nullptr, false);
+		return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
+	}
+	return frame_guard(index);
+}
+
+void Subscriber::disarm_retry()
+{
+	if (!retry_timer.valid())
+		return;
+	itimerspec off{};
+	(void)::timerfd_settime(retry_timer.get(), 0, &off, nullptr);
+	uint64_t expirations;
+	[[maybe_unused]] ssize_t n = ::read(retry_timer.get(), &expirations, sizeof(expirations));
+}
+
+void Subscriber::drop_parked()
+{
+	if (parked == kNoneParked)
+		return;
+	// Never read on the GPU: no done word to write.
+	(void)pool_.release(std::exchange(parked, kNoneParked), nullptr, false);
+	disarm_retry();
 }
 
 Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
@@ -210,6 +283,9 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 	// a second thread draining the eventfd could leave the first asleep unarmed.
 	std::lock_guard serial(receive_lock);
 	uint64_t deadline = deadline_after(timeout_ns);
+	// A frame taken off the queue earlier comes first, in order.
+	if (parked != kNoneParked)
+		return deliver_parked(stream, deadline);
 	std::atomic<uint64_t> *ring = ring_of(self);
 	for (;;) {
 		// The owner clears `armed` and then writes the eventfd: read it only then, so
@@ -252,20 +328,15 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
 			}
-			BufferGuard g = pool_.make_guard(index, false);
-			if (g.meta_.size > seg.slot_size)
-				g.meta_.size = seg.slot_size;
-			// Device slots: STREAM waits for the producer's writes on the GPU
-			// (or the CPU does, without a stream).
 			if (pool_.sync) {
-				auto ready = pool_.sync->wait_ready(index, g.meta_.seq, stream, deadline);
-				if (!ready) {
-					(void)pool_.release(index, nullptr, false);
-					g.pool_.reset();
-					return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
-				}
+				// Device slots: parked until the producer's GPU writes are done
+				// (STREAM waits for them on the GPU, or the CPU does).
+				parked = index;
+				parked_seq = seg.slots[index].meta.seq;
+				retry_ns = kFirstRetryNs;
+				return deliver_parked(stream, deadline);
 			}
-			return g;
+			return frame_guard(index);
 		}
 		if (owner_gone_.load(std::memory_order_acquire) ||
 		    seg.header->state.load(std::memory_order_acquire) == kPoolClosed)
@@ -310,6 +381,10 @@ void Subscriber::detach_queue()
 {
 	if (!self)
 		return;
+	{
+		std::lock_guard serial(receive_lock);
+		drop_parked();
+	}
 	// No more frames for this handle; frames still held by guards stay held.
 	self->detached.store(1, std::memory_order_seq_cst);
 	std::atomic<uint64_t> *ring = ring_of(self);

@@ -35,6 +35,13 @@ private:
 	// Device pools: a thread blocked on the socket that, when the owner dies,
 	// releases the ready words its GPU writes would have set (see DeviceSync).
 	Result<void> watch_owner();
+	// Device pools, a receive without a stream: hands out the parked frame once the
+	// producer's GPU writes are done, or keeps it parked at DEADLINE_NS.
+	Result<BufferGuard> deliver_parked(void *stream, uint64_t deadline_ns);
+	// The parked frame goes back unread (detach, close).
+	void drop_parked();
+	void disarm_retry();
+	BufferGuard frame_guard(uint32_t index);
 
 	PoolImpl &pool_;
 	ControlSegment &seg;
@@ -58,6 +65,17 @@ private:
 	std::mutex receive_lock;
 	std::thread owner_watch;
 	UniqueFd watch_stop;
+	// Device pools: a frame taken off the queue whose GPU writes were not done when a
+	// stream-less receive() ran out of time. It stays this consumer's (its queue
+	// reference, in local_refs) and is the next frame receive() hands out: a caller's
+	// timeout bounds the wait for a frame, never whether a queued frame survives.
+	// Guarded by receive_lock. While one is parked, the retry timer (in the epoll
+	// set) makes fd() readable after a growing interval, so a poller comes back.
+	static constexpr uint32_t kNoneParked = UINT32_MAX;
+	uint32_t parked = kNoneParked;
+	uint64_t parked_seq = 0;
+	int64_t retry_ns = 0;
+	UniqueFd retry_timer;
 };
 
 } // namespace xmem

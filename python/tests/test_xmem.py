@@ -510,6 +510,74 @@ def test_producer_and_consumer_on_streams_on_the_cuda_simulator():
         assert cuda.cuStreamDestroy_v2(ctypes.c_void_p(s)) == 0
 
 
+def async_device_frames(count, size):
+    """A producer thread writing each frame on a stream and publishing it on that
+    stream, and ``async for frame in consumer.frames()`` reading every frame back:
+    [(seq, first byte, last byte)] of what arrived, and the producer's failures."""
+    import asyncio
+    import threading
+
+    cuda, (ps,) = sim_streams(1)
+    pool = name()
+    sources = []  # host bytes of queued copies stay alive until the end
+    failures = []
+    with xmem.create(pool, size, slots=4, storage="cuda", policy="block") as p, \
+            xmem.open(pool, timeout=5, queue_size=4) as c:
+
+        def produce():
+            try:
+                for n in range(1, count + 1):
+                    w = p.acquire(timeout=10, stream=ps)
+                    sources.append(ctypes.create_string_buffer(bytes([n % 256]) * size, size))
+                    address = w.__cuda_array_interface__["data"][0]
+                    assert xmem.lib.xmem_cuda_copy_2d(address, size, 1, ctypes.addressof(sources[-1]), size, 0, size,
+                                                      1, 0, ps) == 0
+                    p.publish(w, size=size, stream=ps)
+                assert xmem.lib.xmem_cuda_synchronize(0, ps) == 0
+            except Exception as e:  # reported with the frames
+                failures.append(repr(e))
+            p.end_of_stream()
+
+        async def collect():
+            got = []
+            async for frame in c.frames():
+                back = ctypes.create_string_buffer(size)
+                address = frame.__cuda_array_interface__["data"][0]
+                assert xmem.lib.xmem_cuda_copy_2d(ctypes.addressof(back), size, 0, address, size, 1, size, 1, 0,
+                                                  None) == 0
+                got.append((frame.meta.seq, back.raw[0], back.raw[-1]))
+                del frame
+            return got
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        got = asyncio.run(collect())
+        producer.join()
+    assert cuda.cuStreamDestroy_v2(ctypes.c_void_p(ps)) == 0
+    return got, failures
+
+
+def test_async_frames_from_a_device_pool_on_the_cuda_simulator():
+    """``async for frame in consumer.frames()`` (receive(timeout=0), then the event loop
+    watching the fd) gets every frame of a producer that writes and publishes each one
+    on a stream, with the simulator running each stream operation up to 3 ms late (in
+    a process of its own: the delay is read when the driver starts). Issue 15: a frame
+    taken off the queue before the producer's GPU writes were done was released and
+    lost."""
+    if "cudasim" not in os.environ.get("XMEM_CUDA_DRIVER", ""):
+        pytest.skip("runs against tests/cudasim (XMEM_CUDA_DRIVER)")
+    count = 200
+    script = ("import sys; sys.path.insert(0, %r); import test_xmem; "
+              "print(repr(test_xmem.async_device_frames(%d, 4096)))" % (os.path.dirname(__file__), count))
+    child = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, XMEM_CUDASIM_DELAY_US="3000"),
+                           capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    got, failures = eval(child.stdout.strip().splitlines()[-1])
+    assert not failures, failures
+    assert len(got) == count, "%d of %d frames arrived" % (len(got), count)
+    assert got == [(n, n % 256, n % 256) for n in range(1, count + 1)]
+
+
 def cuda_torch():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

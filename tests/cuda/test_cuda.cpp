@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <dlfcn.h>
+#include <poll.h>
 #include <sys/mman.h>
 
 using namespace std::chrono_literals;
@@ -722,4 +723,178 @@ TEST(CudaErrors, AnFdThatIsNotACudaHandleIsRefused)
 	ASSERT_FALSE(arena.ok());
 	EXPECT_EQ(arena.code(), Errc::not_a_pool);
 	EXPECT_NE(arena.error().message.find("is not a CUDA allocation"), std::string::npos) << arena.error().message;
+}
+
+namespace {
+
+// A consumer that never blocks in receive(): receive(0), then poll() its fd, as
+// xmemsrc, Python's frames() and event-loop applications do. Returns the frames'
+// sequence numbers and first words, or stops at DEADLINE.
+struct Polled {
+	std::vector<uint64_t> seqs;
+	std::vector<uint32_t> first_words;
+	std::string error;
+};
+
+Polled poll_frames(xmem::BufferPool &consumer, size_t count, std::chrono::seconds limit)
+{
+	Polled got;
+	auto deadline = std::chrono::steady_clock::now() + limit;
+	while (got.seqs.size() < count && std::chrono::steady_clock::now() < deadline) {
+		auto r = consumer.receive(0s);
+		if (r.ok()) {
+			got.seqs.push_back(r->meta().seq);
+			auto host = r->copy_to_cpu();
+			if (!host.ok()) {
+				got.error = xmem::test::why(host);
+				return got;
+			}
+			uint32_t word;
+			std::memcpy(&word, host->data().data(), sizeof(word));
+			got.first_words.push_back(word);
+			continue;
+		}
+		if (r.code() != Errc::timed_out) {
+			got.error = xmem::test::why(r);
+			return got;
+		}
+		pollfd p{ consumer.fd(), POLLIN, 0 };
+		::poll(&p, 1, 100);
+	}
+	return got;
+}
+
+} // namespace
+
+// A frame taken off the queue by a receive without a stream whose time runs out
+// before the producer's GPU writes are done stays the consumer's: the next receive
+// hands it out, and the pool's fd polls readable again so a poller comes back for it.
+// The producer's stream is held by a wait on a host word, so the frame is certainly
+// not ready at the first receive(0). (Issue 15: the frame used to be released and
+// lost; with the old code the second half of this test times out.)
+TEST(CudaPool, APollingConsumerKeepsAFrameWhoseWritesAreLate)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("late", cuda_config(kSize, 2));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("late");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream produce;
+	ASSERT_EQ(d->cuStreamCreate(&produce, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	// A page-locked host word the producer's stream waits on.
+	const size_t page = size_t(sysconf(_SC_PAGESIZE));
+	void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(host, MAP_FAILED);
+	ASSERT_EQ(d->cuMemHostRegister(host, page, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+	auto *gate = static_cast<uint64_t *>(host);
+	CUdeviceptr gate_dev;
+	ASSERT_EQ(d->cuMemHostGetDevicePointer(&gate_dev, gate, 0), CUDA_SUCCESS);
+
+	auto f = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	// The producer's writes wait for the gate.
+	ASSERT_EQ(d->cuStreamWaitValue64(produce, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0x5eed0001, kSize / 4, produce), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	ASSERT_TRUE((*owner)->publish(std::move(f.value()), produce).ok());
+
+	auto early = (*consumer)->receive(0s);
+	ASSERT_FALSE(early.ok()) << "the frame cannot be ready: its writes wait for the gate";
+	EXPECT_EQ(early.code(), Errc::timed_out);
+	EXPECT_NE(early.error().message.find("not done yet"), std::string::npos) << early.error().message;
+	auto waited = (*consumer)->receive(50ms);
+	EXPECT_EQ(waited.code(), Errc::timed_out) << "the gate is still shut";
+
+	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+	Polled got = poll_frames(**consumer, 1, 10s);
+	ASSERT_TRUE(got.error.empty()) << got.error;
+	ASSERT_EQ(got.seqs.size(), 1u) << "the frame whose writes were late never arrived";
+	EXPECT_EQ(got.seqs[0], 1u);
+	EXPECT_EQ(got.first_words[0], 0x5eed0001u);
+
+	// A parked frame goes back to the owner when the consumer closes.
+	auto g = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(g.ok()) << xmem::test::why(g);
+	*gate = 0;
+	ASSERT_EQ(d->cuStreamWaitValue64(produce, gate_dev, 2, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	g->meta_mut().value()->size = kSize;
+	ASSERT_TRUE((*owner)->publish(std::move(g.value()), produce).ok());
+	EXPECT_EQ((*consumer)->receive(0s).code(), Errc::timed_out);
+	// Closing releases the parked frame first; then it synchronizes this process's
+	// primary context, which the producer's stream (in this same process) belongs
+	// to: the gate opens a little later.
+	std::thread opener([gate] {
+		std::this_thread::sleep_for(200ms);
+		__atomic_store_n(gate, 2, __ATOMIC_RELEASE);
+	});
+	consumer->reset();
+	opener.join();
+	ASSERT_EQ(d->cuStreamSynchronize(produce), CUDA_SUCCESS);
+	EXPECT_TRUE(eventually([&] { return (*owner)->stats().slots_free == 2; }))
+		<< (*owner)->stats().slots_free << " of 2 slots free after the consumer closed";
+	owner->reset();
+	d->cuStreamDestroy(produce);
+	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
+	munmap(host, page);
+}
+
+// The issue's reproduction: 300 frames written and published on a stream while the
+// simulator runs each stream operation up to 300 us late; a consumer that only ever
+// calls receive(0) and polls the fd gets all of them, in order, bit-exact (block
+// policy: the pool drops nothing on its own).
+TEST(CudaPool, APollingConsumerGetsEveryFrame)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint32_t kFrames = 300;
+	constexpr uint64_t kSize = 64 * 1024;
+	auto config = cuda_config(kSize, 4);
+	config.policy = xmem::Policy::block;
+	config.block_timeout = 10s;
+	auto owner = xmem::BufferPool::create("polled", config);
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("polled");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	std::string produced;
+	std::thread producer([&] {
+		xmem::cuda::ContextScope scope(*ctx);
+		CUstream stream;
+		if (d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+			produced = "cuStreamCreate failed";
+			return;
+		}
+		for (uint32_t n = 1; n <= kFrames && produced.empty(); n++) {
+			auto f = (*owner)->acquire(10s, stream);
+			if (!f.ok()) {
+				produced = xmem::test::why(f);
+				break;
+			}
+			if (d->cuMemsetD32Async(f->device_ptr(), n, kSize / 4, stream) != CUDA_SUCCESS)
+				produced = "cuMemsetD32Async failed";
+			f->meta_mut().value()->size = kSize;
+			if (auto p = (*owner)->publish(std::move(f.value()), stream); !p.ok())
+				produced = xmem::test::why(p);
+		}
+		d->cuStreamSynchronize(stream);
+		d->cuStreamDestroy(stream);
+	});
+	Polled got = poll_frames(**consumer, kFrames, 120s);
+	producer.join();
+	ASSERT_TRUE(produced.empty()) << produced;
+	ASSERT_TRUE(got.error.empty()) << got.error;
+	EXPECT_EQ((*owner)->stats().dropped, 0u);
+	ASSERT_EQ(got.seqs.size(), kFrames) << got.seqs.size() << " of " << kFrames << " frames arrived";
+	for (uint32_t i = 0; i < kFrames; i++) {
+		ASSERT_EQ(got.seqs[i], i + 1) << "frame " << i;
+		ASSERT_EQ(got.first_words[i], i + 1) << "frame " << i;
+	}
 }

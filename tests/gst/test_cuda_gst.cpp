@@ -488,6 +488,38 @@ TEST_F(Nvcodec, CudaMemoryInAndOutBitExact)
 	EXPECT_EQ(stat_u64(here.src(), "copied"), guint64(n));
 }
 
+// cudaupload ! xmemsink: each frame is published on the sink's stream, before its
+// device-to-device copy has run (the simulator runs stream work late). xmemsrc with
+// system-memory output receives without a stream and without blocking (receive(0),
+// then a poll of the pool's fd): every frame must still arrive, bit-exact. Issue 15:
+// a frame whose copy had not run at the first receive was released and lost.
+TEST_F(Nvcodec, SystemMemoryConsumerOfADevicePoolGetsEveryFrame)
+{
+	const std::string caps = "video/x-raw,format=NV12,width=100,height=74,framerate=30/1";
+	const int n = 60;
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", n);
+	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
+			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=late "
+			  "memory=cuda wait-for-consumers=1 policy=block block-timeout=30000000000 buffers=4");
+	ASSERT_TRUE(producer);
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	Consumer here("xmemsrc name=src pool-name=late is-live=false ! video/x-raw ! appsink name=sink sync=false",
+		      by_offset(reference));
+	ASSERT_TRUE(here.start());
+	EXPECT_EQ(producer.wait_eos(60s), "");
+	ASSERT_TRUE(here.join(60s)) << "no EOS; " << here.count() << " frames";
+	EXPECT_EQ(here.error(), "");
+	auto frames = here.frames();
+	EXPECT_EQ(frames.size(), size_t(n)) << "frames were lost between the queue and the consumer";
+	for (const auto &f : frames)
+		EXPECT_TRUE(f.matches) << "frame " << f.offset << " differs from videotestsrc's";
+	GstElement *sink = producer.by_name("sink");
+	EXPECT_EQ(stat_u64(sink, "device-copied"), guint64(n)) << "published on the sink's stream";
+	EXPECT_EQ(stat_u64(sink, "dropped"), 0u);
+	EXPECT_EQ(stat_string(here.src(), "memory"), "system");
+	EXPECT_EQ(stat_u64(here.src(), "dropped"), 0u);
+}
+
 #ifdef XMEM_TEST_HAVE_GST_CUDA
 // Upstream's CUDA buffers come from a pool of two (as a decoder's fixed pool would):
 // the sink keeps a buffer while its copy is queued on the sink's stream, but never the

@@ -170,7 +170,9 @@ int xmem_pool_set_format(xmem_pool *pool, const char *format);
 /* Owner: queues an end-of-stream marker after the frames published so far. */
 int xmem_pool_end_of_stream(xmem_pool *pool);
 /* Consumer: the next frame, waiting up to timeout_ns (0: don't wait). XMEM_EEOS at
- * end of stream, XMEM_ECLOSED once the owner is gone and the queue is empty. */
+ * end of stream, XMEM_ECLOSED once the owner is gone and the queue is empty. For a
+ * device pool a frame whose producer's GPU writes are not done within the timeout
+ * stays this consumer's (XMEM_ETIMEDOUT): the next receive returns it first. */
 int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
 
 /* CUDA streams. cuda_stream is a CUstream, passed opaquely so this header needs no
@@ -197,7 +199,8 @@ int xmem_pool_publish_on_stream(xmem_pool *pool, xmem_buffer *buffer, void *cuda
  * does not). Errors: as xmem_pool_receive, and XMEM_ESYSTEM. */
 int xmem_pool_receive_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
 /* Consumer: a file descriptor that polls readable when receive() may have something
- * to return (a frame, EOS or closure). Owned by the pool. */
+ * to return (a frame, EOS or closure; for a frame kept back for its GPU writes,
+ * readable again within 1 ms so a poller retries). Owned by the pool. */
 int xmem_pool_fd(const xmem_pool *pool);
 /* Current format string of the pool (owner: last set; consumer: as of attach or the
  * last frame received). Valid until the next call on this pool. */

@@ -249,9 +249,12 @@ public:
 	// owner is gone and the queue is drained; Errc::timed_out. For a device pool,
 	// work queued on STREAM after this call sees the producer's writes (the stream
 	// waits on the GPU); without a stream the frame is ready for any stream when this
-	// returns (the CPU waited).
+	// returns (the CPU waited). A frame whose GPU writes are not done within TIMEOUT
+	// stays this consumer's: the call returns timed_out and the next receive() hands
+	// that frame out first (the timeout never loses a queued frame).
 	Result<BufferGuard> receive(std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
-	// Consumer: polls readable when receive() may return without waiting.
+	// Consumer: polls readable when receive() may return without waiting (for a frame
+	// kept back for its GPU writes: readable again within 1 ms, so a poller retries).
 	int fd() const;
 	std::string format() const;
 	PoolStats stats() const;
