@@ -74,7 +74,8 @@ Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, u
 // queued on STREAM; without a stream, complete on return.
 Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
 			 void *stream);
-// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE).
+// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE that
+// xmem knows of, see cuda::synchronize_contexts).
 Result<void> device_synchronize(uint32_t device, void *stream);
 
 } // namespace xmem

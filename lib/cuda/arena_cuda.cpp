@@ -2,6 +2,7 @@
 // fd, mapped once into one contiguous device range by the owner and each consumer.
 #include "../arena.hpp"
 #include "../layout.hpp"
+#include "contexts.hpp"
 #include "driver.hpp"
 #include "ordering.hpp"
 
@@ -43,8 +44,8 @@ public:
 	{
 		ContextScope scope(*ctx_);
 		// Every stream of this process that may still read or write a slot finishes
-		// first: unmapping under queued work would fault it.
-		d_->cuCtxSynchronize();
+		// first, whatever its context: unmapping under queued work would fault it.
+		cuda::synchronize_contexts(*ctx_);
 		for (uint32_t i = 0; i < mapped_; i++)
 			d_->cuMemUnmap(base_ + CUdeviceptr(i) * stride_, stride_);
 		if (base_)

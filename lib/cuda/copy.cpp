@@ -1,6 +1,7 @@
 // copy.cpp - private device copies of frames (copy-on-write and the copy_to_* calls),
 // each on the target device's primary context.
 #include "../device_sync.hpp"
+#include "contexts.hpp"
 #include "driver.hpp"
 
 #include <map>
@@ -42,16 +43,55 @@ Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, u
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
 	ContextScope scope(**ctx);
+	// Virtual memory management, not cuMemAlloc: cuMemAlloc's memory belongs to the
+	// context that made it, and a caller's stream of another context (GStreamer's, a
+	// framework's) reaches it only through peer access. A mapping whose access is set
+	// for the device is reachable from every context on it, as the slots are.
+	CUmemAllocationProp prop{};
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = (*ctx)->device();
+	size_t granularity = 0;
+	if (CUresult r = d->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	    r != CUDA_SUCCESS || granularity == 0)
+		return cuda_error(where, "cuMemGetAllocationGranularity",
+				  r == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : r);
+	uint64_t size = (std::max<uint64_t>(bytes, 1) + granularity - 1) / granularity * granularity;
+	auto failed = [&](const char *call, CUresult r) {
+		return cuda_error(where + " of " + std::to_string(bytes) + " bytes", call, r);
+	};
+	CUmemGenericAllocationHandle handle = 0;
+	if (CUresult r = d->cuMemCreate(&handle, size, &prop, 0); r != CUDA_SUCCESS)
+		return failed("cuMemCreate", r);
 	CUdeviceptr p = 0;
-	if (CUresult r = d->cuMemAlloc(&p, std::max<uint64_t>(bytes, 1)); r != CUDA_SUCCESS)
-		return cuda_error(where + " of " + std::to_string(bytes) + " bytes", "cuMemAlloc", r);
+	if (CUresult r = d->cuMemAddressReserve(&p, size, granularity, 0, 0); r != CUDA_SUCCESS) {
+		d->cuMemRelease(handle);
+		return failed("cuMemAddressReserve", r);
+	}
+	CUresult r = d->cuMemMap(p, size, 0, handle, 0);
+	// The mapping keeps the memory: the handle is not needed past this point.
+	d->cuMemRelease(handle);
+	if (r != CUDA_SUCCESS) {
+		d->cuMemAddressFree(p, size);
+		return failed("cuMemMap", r);
+	}
+	CUmemAccessDesc access{};
+	access.location = prop.location;
+	access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	if (r = d->cuMemSetAccess(p, size, &access, 1); r != CUDA_SUCCESS) {
+		d->cuMemUnmap(p, size);
+		d->cuMemAddressFree(p, size);
+		return failed("cuMemSetAccess", r);
+	}
 	*address = p;
 	std::shared_ptr<PrimaryContext> keep = ctx.value();
-	// Freed once no stream of this process can still be using it.
-	return std::shared_ptr<void>(reinterpret_cast<void *>(uintptr_t(p)), [keep, d](void *q) {
+	// Freed once no stream xmem knows of can still be using it, whatever its context.
+	return std::shared_ptr<void>(reinterpret_cast<void *>(uintptr_t(p)), [keep, d, size](void *q) {
 		ContextScope inner(*keep);
-		d->cuCtxSynchronize();
-		d->cuMemFree(CUdeviceptr(reinterpret_cast<uintptr_t>(q)));
+		cuda::synchronize_contexts(*keep);
+		auto at = CUdeviceptr(reinterpret_cast<uintptr_t>(q));
+		d->cuMemUnmap(at, size);
+		d->cuMemAddressFree(at, size);
 	});
 }
 
@@ -94,9 +134,14 @@ Result<void> device_synchronize(uint32_t device, void *stream)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
 	ContextScope scope(**ctx, static_cast<CUstream>(stream));
-	CUresult r = stream ? d->cuStreamSynchronize(static_cast<CUstream>(stream)) : d->cuCtxSynchronize();
-	if (r != CUDA_SUCCESS)
-		return cuda_error(where, stream ? "cuStreamSynchronize" : "cuCtxSynchronize", r);
+	if (stream) {
+		if (CUresult r = d->cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuStreamSynchronize", r);
+		return {};
+	}
+	const char *call = "cuCtxSynchronize";
+	if (CUresult r = cuda::synchronize_contexts(**ctx, &call); r != CUDA_SUCCESS)
+		return cuda_error(where, call, r);
 	return {};
 }
 

@@ -1,6 +1,7 @@
 // driver.cpp - loading the CUDA driver at run time and checking what a device can
 // do, so one libxmem runs on machines with and without a GPU.
 #include "driver.hpp"
+#include "contexts.hpp"
 
 #include <cstdlib>
 #include <mutex>
@@ -148,8 +149,11 @@ ContextScope::ContextScope(const PrimaryContext &ctx, CUstream stream) : d_(driv
 	// The legacy and per-thread default streams are the current context's own.
 	bool named = stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
 	CUcontext own = nullptr;
-	if (named && d_->cuStreamGetCtx(stream, &own) == CUDA_SUCCESS && own)
+	if (named && d_->cuStreamGetCtx(stream, &own) == CUDA_SUCCESS && own) {
 		target = own;
+		// Stream-less calls later wait for this context's streams too.
+		note_context(own);
+	}
 	pushed_ = d_->cuCtxPushCurrent(target) == CUDA_SUCCESS;
 }
 

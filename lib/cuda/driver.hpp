@@ -30,6 +30,8 @@ struct Driver {
 	X(cuCtxPushCurrent)                                                                                            \
 	X(cuCtxPopCurrent)                                                                                             \
 	X(cuCtxSynchronize)                                                                                            \
+	X(cuCtxGetCurrent)                                                                                             \
+	X(cuCtxGetDevice)                                                                                              \
 	X(cuMemGetAllocationGranularity)                                                                               \
 	X(cuMemCreate)                                                                                                 \
 	X(cuMemRelease)                                                                                                \

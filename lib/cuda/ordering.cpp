@@ -1,5 +1,6 @@
 // ordering.cpp - the ready/pending/done protocol on GPU streams, and its CPU fallback.
 #include "ordering.hpp"
+#include "contexts.hpp"
 
 #include <thread>
 
@@ -44,8 +45,9 @@ Ordering::~Ordering()
 	if (!registered_)
 		return;
 	ContextScope scope(*ctx_);
-	// Queued waits and writes on the words finish before they are unregistered.
-	d_->cuCtxSynchronize();
+	// Queued waits and writes on the words finish before they are unregistered, on
+	// every context whose streams xmem was given.
+	synchronize_contexts(*ctx_);
 	d_->cuMemHostUnregister(registered_);
 }
 
@@ -58,15 +60,23 @@ CUdeviceptr Ordering::device_address(const std::atomic<uint64_t> &word) const
 Result<void> Ordering::synchronize(CUstream stream, const char *why)
 {
 	ContextScope scope(*ctx_, stream);
-	CUresult r = stream ? d_->cuStreamSynchronize(stream) : d_->cuCtxSynchronize();
-	if (r != CUDA_SUCCESS)
-		return cuda_error(why, stream ? "cuStreamSynchronize" : "cuCtxSynchronize", r);
+	if (stream) {
+		if (CUresult r = d_->cuStreamSynchronize(stream); r != CUDA_SUCCESS)
+			return cuda_error(why, "cuStreamSynchronize", r);
+		return {};
+	}
+	// "Every stream of this process": cuCtxSynchronize reaches the current context's
+	// only, and the caller's work may be on GStreamer's or a framework's context.
+	const char *call = "cuCtxSynchronize";
+	if (CUresult r = synchronize_contexts(*ctx_, &call); r != CUDA_SUCCESS)
+		return cuda_error(why, call, r);
 	return {};
 }
 
 Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
+	note_stream(stream); // a stream-less call later waits for its context too
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
 	if (gpu() && stream) {
 		ContextScope scope(*ctx_, stream);
@@ -85,6 +95,7 @@ Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
 Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
+	note_stream(stream); // a stream-less call later waits for its context too
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
 	if (reached(ready.load(std::memory_order_acquire), seq))
 		return {};
@@ -108,6 +119,7 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream_arg)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
+	note_stream(stream); // a stream-less call later waits for its context too
 	std::atomic<uint64_t> &done = seg_.done(slot, holder);
 	if (gpu() && stream) {
 		// Pending first: the owner reads it after seeing our holder bit go, which
@@ -131,6 +143,7 @@ Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, v
 Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
+	note_stream(stream); // a stream-less call later waits for its context too
 	for (uint32_t w = 0; w < layout::kHolderWords; w++) {
 		std::atomic<uint64_t> &pending = seg_.pending(slot, w * 64);
 		uint64_t bits = pending.exchange(0, std::memory_order_seq_cst);

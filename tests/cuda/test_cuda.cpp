@@ -898,3 +898,103 @@ TEST(CudaPool, APollingConsumerGetsEveryFrame)
 		ASSERT_EQ(got.first_words[i], i + 1) << "frame " << i;
 	}
 }
+
+// A caller's streams may belong to a context of its own (GStreamer's, a framework's):
+// - a private copy (copy_to_cuda) used on such a stream must be memory every context
+//   of the device reaches: cuMemAlloc's belongs to the context that made it, and the
+//   simulator faults another context's stream that touches it (as a real driver
+//   without peer access does);
+// - a stream-less publish waits for "every stream of this process", which
+//   cuCtxSynchronize alone (the current context's) does not reach: here the producer's
+//   writes are on its own context's stream, held by a host gate, and the publish must
+//   wait for them (before issue 15 it returned at once, and the consumer read the slot
+//   before the writes).
+TEST(CudaPool, CopiesAndStreamLessCallsReachEveryContext)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	void *lib = dlopen(d->library.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+	ASSERT_NE(lib, nullptr) << d->library;
+	using CtxCreate = CUresult (*)(CUcontext *, unsigned int, CUdevice);
+	auto create = reinterpret_cast<CtxCreate>(dlsym(lib, "cuCtxCreate_v2"));
+	auto destroy = reinterpret_cast<decltype(&cuCtxDestroy)>(dlsym(lib, "cuCtxDestroy_v2"));
+	ASSERT_TRUE(create && destroy);
+	auto info = xmem::cuda::check_device(0, "test").value();
+	CUcontext own = nullptr;
+	ASSERT_EQ(create(&own, 0, info.device), CUDA_SUCCESS); // current until popped
+	CUstream theirs = nullptr;
+	ASSERT_EQ(d->cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	// The gate: a page-locked host word the created context's stream waits on.
+	const size_t page = size_t(sysconf(_SC_PAGESIZE));
+	void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(host, MAP_FAILED);
+	ASSERT_EQ(d->cuMemHostRegister(host, page, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
+		  CUDA_SUCCESS);
+	auto *gate = static_cast<uint64_t *>(host);
+	CUdeviceptr gate_dev;
+	ASSERT_EQ(d->cuMemHostGetDevicePointer(&gate_dev, gate, 0), CUDA_SUCCESS);
+	CUcontext popped;
+	ASSERT_EQ(d->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+
+	auto owner = xmem::BufferPool::create("ctxcopy", cuda_config(kSize, 2));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("ctxcopy");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+
+	// The writes go on the created context's stream and wait for the gate; the
+	// publish names no stream.
+	auto f = (*owner)->acquire(5s, theirs);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	{
+		ASSERT_EQ(d->cuCtxPushCurrent(own), CUDA_SUCCESS);
+		ASSERT_EQ(d->cuStreamWaitValue64(theirs, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+		ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0xc0ffee01, kSize / 4, theirs), CUDA_SUCCESS);
+		ASSERT_EQ(d->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+	}
+	f->meta_mut().value()->size = kSize;
+	std::thread opener([gate] {
+		std::this_thread::sleep_for(300ms);
+		__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+	});
+	auto started = std::chrono::steady_clock::now();
+	auto published = (*owner)->publish(std::move(f.value()));
+	auto took = std::chrono::steady_clock::now() - started;
+	opener.join();
+	ASSERT_TRUE(published.ok()) << xmem::test::why(published);
+	EXPECT_GE(took, 250ms) << "a publish without a stream did not wait for the other context's stream";
+
+	auto r = (*consumer)->receive(5s);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	auto seen = r->copy_to_cpu();
+	ASSERT_TRUE(seen.ok()) << xmem::test::why(seen);
+	uint32_t first;
+	std::memcpy(&first, seen->data().data(), sizeof(first));
+	EXPECT_EQ(first, 0xc0ffee01u) << "the consumer read the slot before the producer's writes";
+
+	// A private device copy, made and read on the created context's stream.
+	auto copy = r->copy_to_cuda(0, theirs);
+	ASSERT_TRUE(copy.ok()) << xmem::test::why(copy);
+	auto back = copy->copy_to_cpu(theirs);
+	ASSERT_TRUE(back.ok()) << xmem::test::why(back);
+	ASSERT_TRUE(xmem::cuda_synchronize(0, theirs).ok()) << "the copy faulted on the other context's stream";
+	const auto *words = reinterpret_cast<const uint32_t *>(back->data().data());
+	for (size_t i = 0; i < kSize / 4; i++)
+		ASSERT_EQ(words[i], 0xc0ffee01u) << "word " << i;
+
+	copy->reset();
+	back->reset();
+	r->reset();
+	seen->reset();
+	owner->reset();
+	consumer->reset();
+	EXPECT_TRUE(xmem::cuda_synchronize_context(own).ok());
+	d->cuStreamDestroy(theirs);
+	ASSERT_EQ(d->cuCtxPushCurrent(own), CUDA_SUCCESS); // the registration is the created context's
+	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
+	munmap(host, page);
+	EXPECT_EQ(destroy(own), CUDA_SUCCESS); // and pops it
+	dlclose(lib);
+}

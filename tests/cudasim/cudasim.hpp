@@ -166,7 +166,16 @@ struct Mapping {
 	std::shared_ptr<Backing> backing;
 	std::vector<CUmemAccess_flags> access; // per device, set by cuMemSetAccess
 	bool plain = false;
+	// cuMemAlloc's memory belongs to the context that made it: another context, even
+	// on the same device, reaches it only through peer access, which the simulator
+	// never grants. VMM mappings (no owner) are reachable from every context of a
+	// device that cuMemSetAccess let in.
+	Context *owner = nullptr;
 };
+
+// The context of the stream whose worker runs on this thread (null on other threads):
+// what an executing operation's device addresses are resolved for.
+extern thread_local Context *executing_context;
 
 struct HostRegistration {
 	size_t size = 0;

@@ -171,6 +171,12 @@ bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access ac
 	while (pos < end) {
 		if (auto m = find_containing(s.mappings, pos); m != s.mappings.end()) {
 			const Mapping &map = m->second;
+			if (map.owner && executing_context && map.owner != executing_context) {
+				fault = { pos, std::string("cuMemAlloc memory of ") + describe(*map.owner) +
+						       ", touched by a stream of " + describe(*executing_context) +
+						       " (another context reaches it only through peer access)" };
+				return false;
+			}
 			CUmemAccess_flags granted = map.access[size_t(device)];
 			if (granted == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
 				fault = { pos, "mapped, but cuMemSetAccess gave device " + std::to_string(device) +
@@ -209,6 +215,8 @@ bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access ac
 }
 
 } // namespace
+
+thread_local Context *executing_context = nullptr;
 
 bool in_device_space(const State &s, uintptr_t addr, size_t size)
 {
@@ -685,6 +693,7 @@ CUresult alloc_plain(const char *call, Context *ctx, CUdeviceptr *dptr, size_t b
 	map.backing = std::move(backing);
 	map.access.assign(size_t(s.config.devices), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	map.plain = true;
+	map.owner = ctx;
 
 	std::lock_guard<std::mutex> guard(s.lock);
 	s.reservations[va] = Reservation{ rounded, true, ctx };

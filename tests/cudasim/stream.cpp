@@ -30,6 +30,7 @@ uint64_t mix(uint64_t x)
 
 void worker_main(std::shared_ptr<Stream> stream, uint64_t delay_us, uint64_t seed)
 {
+	executing_context = stream->ctx; // a worker serves one stream of one context
 	std::mt19937_64 random(seed);
 	std::uniform_int_distribution<uint64_t> delay(0, delay_us);
 

@@ -956,19 +956,60 @@ TEST_F(Sim, AStreamTakesWorkOnlyWhileItsOwnContextIsCurrent)
 	err = testing::internal::GetCapturedStderr();
 	EXPECT_NE(err.find("belongs to primary context"), std::string::npos) << err;
 
-	// Under its own context the stream works, on memory of any context of the device.
-	ASSERT_EQ(cu().cuMemsetD8Async(buffer, 0x3c, 64, theirs), CUDA_SUCCESS);
-	ASSERT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer + 63, 1, theirs), CUDA_SUCCESS);
+	// Under its own context the stream works, on its own context's memory (see
+	// CuMemAllocMemoryBelongsToItsContext for another context's).
+	CUdeviceptr own;
+	ASSERT_EQ(cu().cuMemAlloc(&own, 4096), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(own, 0x3c, 64, theirs), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(&byte, own + 63, 1, theirs), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuStreamSynchronize(theirs), CUDA_SUCCESS);
 	EXPECT_EQ(byte, 0x3c);
 	// The default stream is always the current context's own.
-	ASSERT_EQ(cu().cuMemsetD8Async(buffer, 0x3d, 1, nullptr), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(own, 0x3d, 1, nullptr), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemFree(own), CUDA_SUCCESS);
 
 	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
 	EXPECT_EQ(cu().cuStreamSynchronize(theirs), CUDA_ERROR_INVALID_HANDLE); // went with its context
 	EXPECT_EQ(cu().cuEventDestroy(event), CUDA_SUCCESS);
 	EXPECT_EQ(cu().cuMemFree(buffer), CUDA_SUCCESS);
+}
+
+// Memory from cuMemAlloc belongs to its context: a stream of another context on the
+// same device reaches it only through peer access (never granted here), and touching it
+// is an illegal access. VMM memory with access set for the device is reachable from
+// every context on it, which is why xmem makes its private copies that way.
+TEST_F(Sim, CuMemAllocMemoryBelongsToItsContext)
+{
+	CUdeviceptr primary_buffer;
+	ASSERT_EQ(cu().cuMemAlloc(&primary_buffer, 4096), CUDA_SUCCESS);
+	VmmBuffer shared = make_vmm(granularity);
+	CUcontext created;
+	ASSERT_EQ(cu().cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+	CUstream theirs;
+	ASSERT_EQ(cu().cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+
+	// VMM memory: any context of the device.
+	ASSERT_EQ(cu().cuMemsetD8Async(shared.va, 0x5a, 64, theirs), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(theirs), CUDA_SUCCESS);
+
+	// The primary context's cuMemAlloc memory, from the created context's stream.
+	testing::internal::CaptureStderr();
+	ASSERT_EQ(cu().cuMemcpyDtoDAsync(shared.va, primary_buffer, 64, theirs), CUDA_SUCCESS);
+	CUresult synced = cu().cuStreamSynchronize(theirs);
+	std::string err = testing::internal::GetCapturedStderr();
+	EXPECT_EQ(synced, CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT_NE(err.find("cuMemAlloc memory of primary context"), std::string::npos) << err;
+	EXPECT_NE(err.find("touched by a stream of created context"), std::string::npos) << err;
+	EXPECT_NE(err.find("only through peer access"), std::string::npos) << err;
+	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+
+	// The primary context itself is untouched by the other context's fault.
+	ASSERT_EQ(cu().cuMemsetD8Async(primary_buffer, 1, 64, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoDAsync(shared.va, primary_buffer, 64, stream_), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemFree(primary_buffer), CUDA_SUCCESS);
+	free_vmm(shared);
 }
 
 TEST_F(Sim, PeerAccessIsNeverAvailable)

@@ -310,7 +310,9 @@ int xmem_cuda_copy_2d(uint64_t dst, uint64_t dst_pitch, int dst_device, uint64_t
 /* 1 when the work queued on CUDA_STREAM so far is done, 0 when not (never waits),
  * or a negative error. */
 int xmem_cuda_stream_done(uint32_t device, void *cuda_stream);
-/* Waits on the CPU for CUDA_STREAM (NULL: every stream of this process on DEVICE). */
+/* Waits on the CPU for CUDA_STREAM (NULL: every stream of this process on DEVICE that
+ * xmem can know of: the primary context's, the calling thread's current context's, and
+ * those of every context whose streams were passed to xmem). */
 int xmem_cuda_synchronize(uint32_t device, void *cuda_stream);
 
 #ifdef __cplusplus

@@ -313,7 +313,10 @@ Result<void> cuda_copy_2d(const Region2D &dst, const Region2D &src, uint64_t wid
 Result<std::string> cuda_check_device(uint32_t device);
 // Whether the work queued on STREAM so far is done (cuStreamQuery): never waits.
 Result<bool> cuda_stream_done(uint32_t device, CudaStream stream);
-// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE).
+// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE that
+// xmem can know of: those of the primary context, of the calling thread's current
+// context, and of every context whose streams were passed to xmem; the driver has no
+// call that reaches a context nobody named).
 Result<void> cuda_synchronize(uint32_t device, CudaStream stream = nullptr);
 // Waits on the CPU for every stream of CONTEXT (a CUcontext: one a framework made).
 Result<void> cuda_synchronize_context(void *context);

@@ -1,0 +1,84 @@
+// contexts.cpp - the registry of the CUDA contexts behind streams xmem was given, and
+// the synchronization of all of them where the API promises "every stream".
+#include "contexts.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+namespace xmem::cuda {
+
+namespace {
+
+// Guards `known`; a leaf lock (no driver call is made under it).
+std::mutex known_lock;
+// Never destroyed: a stream-less call may run during static destruction.
+auto *const known = new std::vector<CUcontext>;
+
+} // namespace
+
+void note_context(CUcontext ctx)
+{
+	if (!ctx)
+		return;
+	std::lock_guard guard(known_lock);
+	if (std::find(known->begin(), known->end(), ctx) == known->end())
+		known->push_back(ctx);
+}
+
+void note_stream(CUstream stream)
+{
+	if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+		return;
+	CUcontext ctx = nullptr;
+	if (driver().value()->cuStreamGetCtx(stream, &ctx) == CUDA_SUCCESS)
+		note_context(ctx);
+}
+
+CUresult synchronize_contexts(const PrimaryContext &primary, const char **failed_call)
+{
+	const Driver *d = driver().value();
+	CUresult first = CUDA_SUCCESS;
+	auto failed = [&](CUresult r, const char *call) {
+		if (first == CUDA_SUCCESS && r != CUDA_SUCCESS) {
+			first = r;
+			if (failed_call)
+				*failed_call = call;
+		}
+	};
+	CUcontext current = nullptr;
+	if (d->cuCtxGetCurrent(&current) != CUDA_SUCCESS)
+		current = nullptr;
+	std::vector<CUcontext> contexts{ primary.get() };
+	if (current && current != primary.get())
+		contexts.push_back(current);
+	{
+		std::lock_guard guard(known_lock);
+		for (CUcontext c : *known)
+			if (std::find(contexts.begin(), contexts.end(), c) == contexts.end())
+				contexts.push_back(c);
+	}
+	std::vector<CUcontext> gone;
+	for (CUcontext c : contexts) {
+		if (d->cuCtxPushCurrent(c) != CUDA_SUCCESS) {
+			gone.push_back(c);
+			continue;
+		}
+		CUdevice device = -1;
+		CUresult r = d->cuCtxGetDevice(&device);
+		if (r == CUDA_SUCCESS && device == primary.device())
+			failed(d->cuCtxSynchronize(), "cuCtxSynchronize");
+		else if (r != CUDA_SUCCESS && c != primary.get())
+			gone.push_back(c); // destroyed while it stayed current somewhere
+		CUcontext popped;
+		d->cuCtxPopCurrent(&popped);
+	}
+	if (!gone.empty()) {
+		std::lock_guard guard(known_lock);
+		std::erase_if(*known,
+			      [&](CUcontext c) { return std::find(gone.begin(), gone.end(), c) != gone.end(); });
+	}
+	return first;
+}
+
+} // namespace xmem::cuda
