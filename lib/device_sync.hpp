@@ -29,7 +29,8 @@ public:
 	// its GPU reads are over before its socket closes. Otherwise the owner, reaping
 	// it on the hang-up, would store those words from the CPU and write the slots
 	// under reads still running (found by the model, tests/model).
-	virtual void drain_done(uint32_t holder, uint64_t deadline_ns) = 0;
+	// True when every such word was written: nothing of this holder's can land later.
+	virtual bool drain_done(uint32_t holder, uint64_t deadline_ns) = 0;
 	// Consumer, when the owner is gone: every slot's ready word reaches the frame
 	// published in it, so no stream waits forever on writes that died with the owner.
 	// A frame whose writes had not completed is marked: its bytes are whatever those

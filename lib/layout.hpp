@@ -46,6 +46,11 @@ enum ConsumerState : uint32_t {
 	kConsumerFree = 0,
 	kConsumerActive = 1,
 	kConsumerDead = 2, // hung up; the owner is releasing what it held
+	// Device pools: hung up without saying its GPU work was over. Its GPU writes (done
+	// words, in-place writes) may still land until its process has exited (its device
+	// files closed), so its holder index and the slots it held for writing stay out of
+	// use until then (docs/design.md, "Process death").
+	kConsumerQuarantined = 3,
 };
 
 // Written by the owner at create; read-only afterwards. Consumers copy it out of
@@ -130,7 +135,10 @@ struct alignas(64) ConsumerRecord {
 	uint64_t attach_ns;
 	char client[32];
 	uint32_t sync_mode; // SyncMode this consumer uses [consumer, at attach]
-	uint32_t reserved0;
+	// 1: at close, every GPU write this consumer queued on the pool had landed, so
+	// nothing of its can land after its hang-up [consumer, before closing its socket;
+	// owner: 0 at attach]. 0 (a kill, an older consumer) means "maybe".
+	std::atomic<uint32_t> gpu_drained;
 	// The ring: entries [head, tail). The consumer takes the head by CAS; the owner
 	// may also take it (drop-oldest), so a queued frame has exactly one taker.
 	alignas(64) std::atomic<uint64_t> head; // [consumer, owner]
@@ -268,6 +276,7 @@ static_assert(offsetof(SlotRecord, format) == 424);
 static_assert(sizeof(ConsumerRecord) % 64 == 0);
 static_assert(offsetof(ConsumerRecord, state) == 0);
 static_assert(offsetof(ConsumerRecord, sync_mode) == 56);
+static_assert(offsetof(ConsumerRecord, gpu_drained) == 60);
 static_assert(offsetof(ConsumerRecord, head) == 64);
 static_assert(offsetof(ConsumerRecord, received) == 72);
 static_assert(offsetof(ConsumerRecord, armed) == 80);

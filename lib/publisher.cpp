@@ -14,6 +14,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 namespace xmem {
 
@@ -25,7 +28,12 @@ constexpr uint64_t kHelloTimeoutNs = 2'000'000'000;
 constexpr uint64_t kMaxSlotSize = uint64_t{ 1 } << 40;
 constexpr uint32_t kDefaultQueueSize = 4;
 
-enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4 };
+enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4, quarantine = 5 };
+
+// How long a quarantined consumer whose process this owner cannot watch (another PID
+// namespace, no pidfd) keeps its record and write-held slots: a grace period, not a
+// proof that its GPU work is over.
+constexpr int64_t kQuarantineGraceNs = 30'000'000'000;
 
 // Event data: tag, consumer index and fd. The fd lets the loop ignore an event for a
 // connection that was already replaced: a registration can outlive close() while a
@@ -468,6 +476,13 @@ void Publisher::io_loop()
 				else
 					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
 				break;
+			case IoTag::quarantine:
+				if (index < seg.max_consumers &&
+				    (consumer_pidfd[index].get() == fd || consumer_grace[index].get() == fd))
+					end_quarantine(index);
+				else
+					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+				break;
 			}
 		}
 		now = monotonic_ns();
@@ -619,6 +634,11 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cre
 	rec->attach_ns = monotonic_ns();
 	copy_string(rec->client, sizeof(rec->client), hello.client);
 	rec->sync_mode = kSyncNone; // the consumer records its own at attach
+	rec->gpu_drained.store(0, std::memory_order_relaxed);
+	// Device pools: its process, to know when a quarantine may end (see reap()).
+	consumer_pidfd[index].reset();
+	if (pool_.sync && cred.pid > 0)
+		consumer_pidfd[index] = UniqueFd(int(::syscall(SYS_pidfd_open, cred.pid, 0)));
 	rec->head.store(0, std::memory_order_relaxed);
 	rec->tail.store(0, std::memory_order_relaxed);
 	rec->received.store(0, std::memory_order_relaxed);
@@ -644,15 +664,30 @@ void Publisher::reap(uint32_t c)
 	{
 		std::lock_guard lock(publish_lock);
 		active.erase(std::remove(active.begin(), active.end(), c), active.end());
-		// Its GPU reads died with it: done words first, so an acquire that sees its
-		// bits gone finds nothing to wait for, and no stream waits on it forever.
-		if (pool_.sync)
+		// A device pool's consumer that did not say its GPU work was over (killed, or a
+		// stream stuck past its close): its queued GPU writes may land until its process
+		// has exited. Until then (end_quarantine()) it is quarantined:
+		// - its done words are left as they are, so the owner's streams keep waiting
+		//   for its queued done writes, which follow its in-place writes: a slot it
+		//   released with writes still queued is rewritten only after them;
+		// - the slots it held EXCLUSIVE stay held: a write queued there has no done
+		//   write after it;
+		// - its record (holder index) stays taken: a late done write must not land in
+		//   another consumer's words.
+		bool quarantine =
+			pool_.sync && rec->gpu_drained.load(std::memory_order_seq_cst) == 0 && start_quarantine(c);
+		// Otherwise its GPU work is over: done words first, so an acquire that sees
+		// its bits gone finds nothing to wait for, and no stream waits on it forever.
+		if (pool_.sync && !quarantine)
 			pool_.sync->release_dead_holder(1 + c, published_count);
 		// Clearing a bit is idempotent and only this consumer ever set its bit for
 		// itself: its references are released exactly once, whatever instruction it
 		// died on (docs/design.md, "Invariants").
 		uint32_t bit = 1 + c;
 		for (uint32_t i = 0; i < seg.slot_count; i++) {
+			if (quarantine && seg.slots[i].state.load(std::memory_order_seq_cst) == kSlotExclusive &&
+			    (seg.slots[i].holders[bit / 64].load(std::memory_order_seq_cst) & holder_mask(bit)))
+				continue; // kept held until end_quarantine()
 			uint64_t old =
 				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 			if (old & holder_mask(bit))
@@ -669,6 +704,58 @@ void Publisher::reap(uint32_t c)
 			consumer_event[c].reset();
 		}
 		seg.header->reaped.fetch_add(1, std::memory_order_relaxed);
+		if (quarantine) {
+			rec->state.store(kConsumerQuarantined, std::memory_order_release);
+		} else {
+			consumer_pidfd[c].reset();
+			rec->state.store(kConsumerFree, std::memory_order_release);
+		}
+	}
+	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+	futex_wake_all(&seg.header->progress);
+}
+
+bool Publisher::start_quarantine(uint32_t c)
+{
+	// Until its process has exited: the kernel closes a process's files, the GPU
+	// driver's among them (which ends its queued work), before it reports the exit.
+	int fd = consumer_pidfd[c].get();
+	if (fd < 0) {
+		// No pidfd (another PID namespace, an old kernel): a grace period.
+		consumer_grace[c] = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+		itimerspec t{};
+		t.it_value.tv_sec = time_t(kQuarantineGraceNs / 1'000'000'000);
+		if (!consumer_grace[c].valid() || ::timerfd_settime(consumer_grace[c].get(), 0, &t, nullptr) < 0)
+			return false;
+		fd = consumer_grace[c].get();
+	}
+	epoll_event ev{};
+	ev.events = EPOLLIN;
+	ev.data.u64 = io_data(IoTag::quarantine, c, fd);
+	return ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
+void Publisher::end_quarantine(uint32_t c)
+{
+	ConsumerRecord *rec = seg.consumer(c);
+	{
+		std::lock_guard lock(publish_lock);
+		if (rec->state.load(std::memory_order_acquire) != kConsumerQuarantined)
+			return;
+		// Its process is gone, and its GPU work with it: no stream waits on it forever.
+		pool_.sync->release_dead_holder(1 + c, published_count);
+		uint32_t bit = 1 + c;
+		for (uint32_t i = 0; i < seg.slot_count; i++) {
+			uint64_t old =
+				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+			if (old & holder_mask(bit))
+				try_reclaim(i, kSlotFree);
+		}
+		for (UniqueFd *fd : { &consumer_pidfd[c], &consumer_grace[c] }) {
+			if (fd->valid())
+				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd->get(), nullptr);
+			fd->reset();
+		}
 		rec->state.store(kConsumerFree, std::memory_order_release);
 	}
 	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
@@ -810,6 +897,8 @@ Result<void> Publisher::start(const PoolConfig &config)
 	consumer_queue_size.assign(seg.max_consumers, 0);
 	consumer_conn.resize(seg.max_consumers);
 	consumer_event.resize(seg.max_consumers);
+	consumer_pidfd.resize(seg.max_consumers);
+	consumer_grace.resize(seg.max_consumers);
 	pool_.format.store(std::make_shared<const std::string>());
 	auto fmt = set_format(config.format);
 	if (!fmt)

@@ -50,6 +50,11 @@ private:
 	// when there is none.
 	Result<uint32_t> admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event);
 	void reap(uint32_t consumer_index);
+	// A quarantined consumer's process has exited (or its grace ran out): its record
+	// and the slots it held for writing go back into use.
+	void end_quarantine(uint32_t consumer_index);
+	// Watches consumer C's pidfd (or starts a grace timer); false when neither works.
+	bool start_quarantine(uint32_t c);
 
 	PoolImpl &pool_;
 	ControlSegment &seg;
@@ -70,6 +75,11 @@ private:
 	std::vector<uint32_t> active;
 	std::vector<UniqueFd> consumer_conn;
 	std::vector<UniqueFd> consumer_event;
+	// Device pools: a pidfd of each consumer's process (from SO_PEERCRED; none when
+	// its pid is not visible here), which polls readable once it has exited; while
+	// quarantined without one, a timerfd ends the quarantine after a grace period.
+	std::vector<UniqueFd> consumer_pidfd;
+	std::vector<UniqueFd> consumer_grace;
 	struct Pending {
 		UniqueFd conn;
 		uint64_t deadline_ns;

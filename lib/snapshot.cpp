@@ -25,6 +25,7 @@ static_assert(uint32_t(SlotState::reclaiming) == layout::kSlotReclaiming);
 static_assert(uint32_t(ConsumerState::free) == layout::kConsumerFree);
 static_assert(uint32_t(ConsumerState::active) == layout::kConsumerActive);
 static_assert(uint32_t(ConsumerState::dead) == layout::kConsumerDead);
+static_assert(uint32_t(ConsumerState::quarantined) == layout::kConsumerQuarantined);
 static_assert(uint32_t(PoolState::open) == layout::kPoolOpen);
 static_assert(uint32_t(PoolState::closed) == layout::kPoolClosed);
 

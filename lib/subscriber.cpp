@@ -42,8 +42,11 @@ Subscriber::~Subscriber()
 	drop_parked();
 	// Before the socket closes (and the owner reaps this consumer): GPU reads of
 	// released frames still queued on our streams finish first.
-	if (pool_.sync)
-		pool_.sync->drain_done(pool_.holder_bit, deadline_after(kCloseDrainTimeoutNs));
+	// Then it says so, and the owner reuses its record at once; otherwise (a stream
+	// stuck past the deadline) the owner keeps our GPU writes' targets out of use
+	// until this process has exited.
+	if (pool_.sync && pool_.sync->drain_done(pool_.holder_bit, deadline_after(kCloseDrainTimeoutNs)) && self)
+		self->gpu_drained.store(1, std::memory_order_seq_cst);
 	if (owner_watch.joinable()) {
 		uint64_t one = 1;
 		[[maybe_unused]] ssize_t n = ::write(watch_stop.get(), &one, sizeof(one));

@@ -185,7 +185,7 @@ void Ordering::release_dead_holder(uint32_t holder, uint64_t seq)
 		seg_.done(i, holder).store(seq, std::memory_order_release);
 }
 
-void Ordering::drain_done(uint32_t holder, uint64_t deadline_ns)
+bool Ordering::drain_done(uint32_t holder, uint64_t deadline_ns)
 {
 	std::lock_guard lock(queued_lock_);
 	for (uint32_t i = 0; i < queued_done_.size(); i++) {
@@ -195,11 +195,12 @@ void Ordering::drain_done(uint32_t holder, uint64_t deadline_ns)
 		// Our stream's write of the word comes after its reads of the slot.
 		while (!reached(seg_.done(i, holder).load(std::memory_order_acquire), seq)) {
 			if (monotonic_ns() >= deadline_ns)
-				return; // a stream stuck past the deadline: the owner's reap decides
+				return false; // a stream stuck past the deadline: the owner quarantines us
 			std::this_thread::sleep_for(std::chrono::microseconds(20));
 		}
 		queued_done_[i] = 0;
 	}
+	return true;
 }
 
 void Ordering::release_dead_owner()

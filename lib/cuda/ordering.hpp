@@ -43,7 +43,7 @@ public:
 	// Owner, reaping HOLDER: its done words become SEQ (the newest frame), so no stream
 	// waits on a process that is gone.
 	void release_dead_holder(uint32_t holder, uint64_t seq) override;
-	void drain_done(uint32_t holder, uint64_t deadline_ns) override;
+	bool drain_done(uint32_t holder, uint64_t deadline_ns) override;
 	void release_dead_owner() override;
 	bool died_unready(uint32_t slot, uint64_t seq) const override;
 

@@ -16,6 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -33,6 +37,8 @@ uint32_t tail_word(uint64_t seq)
 	return ~word(seq);
 }
 constexpr uint64_t kTail = 4096;
+// What a late in-place write leaves in a slot (hang-up-writing).
+constexpr uint32_t kLateWord = 0xdeadbeef;
 
 int fail(const std::string &what)
 {
@@ -177,6 +183,66 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	return bad == 0 ? 0 : 1;
 }
 
+// hang-up-writing NAME --gate-ms T --linger-ms L : receives a frame, takes it for
+// writing in place (try_make_writable: this process its only holder) and queues an in-place
+// write on its stream behind a host gate, releases it on the stream, then shuts its
+// pool socket down: the owner sees the hang-up while this process's GPU write is still
+// queued, as when a killed process's device files close after its socket. The gate
+// opens after T ms, the write lands, and the process lingers L ms before it exits.
+int hang_up_writing(const std::string &name, const xmem::test::Options &o)
+{
+	xmem::OpenOptions options;
+	options.timeout = 10s;
+	options.client = "cuda-peer-late";
+	auto pool = xmem::BufferPool::open(name, options);
+	if (!pool)
+		return fail(pool.error().message);
+	auto &p = **pool;
+	Gpu g;
+	if (auto e = gpu_init(g, p.device()); !e.empty())
+		return fail(e);
+	xmem::cuda::ContextScope scope(*g.ctx);
+	auto f = p.receive(10s, g.stream);
+	if (!f)
+		return fail("receive: " + f.error().message);
+	uint32_t index = f->index();
+	if (!f->try_make_writable())
+		return fail("the slot could not be taken for writing in place");
+	auto &w = f;
+	const size_t page = size_t(sysconf(_SC_PAGESIZE));
+	void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (host == MAP_FAILED || g.d->cuMemHostRegister(host, page, CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
+		return fail("cannot register the gate page");
+	auto *gate = static_cast<uint64_t *>(host);
+	CUdeviceptr gate_dev = 0;
+	if (g.d->cuMemHostGetDevicePointer(&gate_dev, gate, 0) != CUDA_SUCCESS ||
+	    g.d->cuStreamWaitValue64(g.stream, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
+	    g.d->cuMemsetD32Async(w->device_ptr(), kLateWord, p.slot_size() / 4, g.stream) != CUDA_SUCCESS)
+		return fail("cannot queue the gated in-place write");
+	if (auto r = w->release(g.stream); !r)
+		return fail("release: " + r.error().message);
+	// The pool's socket is this process's only one.
+	int sockets = 0;
+	for (int fd = 3; fd < 1024; fd++) {
+		char link[64] = {};
+		std::string proc = "/proc/self/fd/" + std::to_string(fd);
+		if (::readlink(proc.c_str(), link, sizeof(link) - 1) > 0 && std::strncmp(link, "socket:", 7) == 0 &&
+		    ::shutdown(fd, SHUT_RDWR) == 0)
+			sockets++;
+	}
+	std::printf("hung-up slot=%u sockets=%d\n", index, sockets);
+	std::fflush(stdout);
+	std::this_thread::sleep_for(std::chrono::milliseconds(number_option(o, "gate-ms", 1000)));
+	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+	if (g.d->cuStreamSynchronize(g.stream) != CUDA_SUCCESS)
+		return fail("cuStreamSynchronize");
+	std::printf("landed\n");
+	std::fflush(stdout);
+	std::this_thread::sleep_for(std::chrono::milliseconds(number_option(o, "linger-ms", 0)));
+	// Exits without closing anything: as a killed process would.
+	std::_Exit(0);
+}
+
 // create NAME [--device D] [--size B] : prints "ok" or "error MESSAGE" for a CUDA pool.
 int create(const std::string &name, const xmem::test::Options &o)
 {
@@ -208,5 +274,7 @@ int main(int argc, char **argv)
 		return consume(name, o);
 	if (mode == "create")
 		return create(name, o);
+	if (mode == "hang-up-writing")
+		return hang_up_writing(name, o);
 	return 2;
 }

@@ -998,3 +998,81 @@ TEST(CudaPool, CopiesAndStreamLessCallsReachEveryContext)
 	EXPECT_EQ(destroy(own), CUDA_SUCCESS); // and pops it
 	dlclose(lib);
 }
+
+// A consumer whose socket hangs up while a GPU write of its own is still queued (a
+// killed process's device files may close after its socket): it took a slot for
+// writing in place, queued the write behind a host gate, released the slot on its
+// stream (a done write queued after the write) and hung up. Until its process has
+// exited the owner leaves its done words alone, so the owner's stream, rewriting that
+// slot, waits for the late write; and it keeps the consumer's record taken, so a late
+// done write cannot land in another consumer's words: the record is "quarantined".
+// Once the process is gone the record comes back. Before issue 15 the reaper stored
+// the done words at the hang-up, the owner's rewrite ran at once, and the late write
+// landed on top of it.
+TEST(CudaCrash, AHungUpConsumersLateGpuWritesLandBeforeTheSlotIsRewritten)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto config = cuda_config(kSize, 1); // one slot: the owner rewrites the one written
+	config.max_consumers = 1;
+	auto owner = xmem::BufferPool::create("late-write", config);
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto &p = **owner;
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream stream;
+	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	// Page-locked host memory to read the slot back on the owner's stream.
+	void *host = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(host, MAP_FAILED);
+	ASSERT_EQ(d->cuMemHostRegister(host, kSize, 0), CUDA_SUCCESS);
+
+	Process late = peer({}, { "hang-up-writing", "late-write", "--gate-ms", "1500", "--linger-ms", "500" });
+	ASSERT_TRUE(eventually([&] { return p.stats().consumers == 1; })) << late.output();
+	auto f = p.acquire(5s, stream);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0x11111111, kSize / 4, stream), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	ASSERT_TRUE(p.publish(std::move(f.value()), stream).ok());
+	ASSERT_TRUE(late.wait_output("hung-up slot=0 sockets=1")) << late.output();
+	ASSERT_TRUE(eventually([&] { return p.stats().consumers == 0; })) << "the hang-up was not reaped";
+	EXPECT_EQ(late.output().find("landed"), std::string::npos) << "the gate opened too early";
+
+	// The owner rewrites the slot on its stream while the late write is still queued.
+	auto again = p.acquire(5s, stream);
+	ASSERT_TRUE(again.ok()) << xmem::test::why(again);
+	ASSERT_EQ(d->cuMemsetD32Async(again->device_ptr(), 0x33333333, kSize / 4, stream), CUDA_SUCCESS);
+	// No new consumer takes the record while the late writes may land.
+	xmem::OpenOptions quick;
+	quick.timeout = 200ms;
+	EXPECT_EQ(xmem::BufferPool::open("late-write", quick).code(), Errc::full)
+		<< "the quarantined record was given to a new consumer";
+	const char *inspect = std::getenv("XMEM_INSPECT");
+	ASSERT_TRUE(inspect);
+	Process tool({ inspect, "--json", "late-write" });
+	EXPECT_EQ(tool.wait(10s), 0) << tool.output();
+	EXPECT_NE(tool.output().find("\"state\":\"quarantined\""), std::string::npos) << tool.output();
+
+	// The late write lands, the process exits; the owner's rewrite came after it.
+	EXPECT_EQ(late.wait(20s), 0) << late.output();
+	EXPECT_NE(late.output().find("landed"), std::string::npos) << late.output();
+	ASSERT_EQ(d->cuMemcpyDtoHAsync(host, again->device_ptr(), kSize, stream), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamSynchronize(stream), CUDA_SUCCESS);
+	const auto *words = static_cast<const uint32_t *>(host);
+	for (size_t i = 0; i < kSize / 4; i++)
+		ASSERT_EQ(words[i], 0x33333333u) << "word " << i << ": the late in-place write landed on the rewrite";
+	again->reset();
+	// And the record comes back.
+	xmem::OpenOptions patient;
+	patient.timeout = 10s;
+	auto consumer = xmem::BufferPool::open("late-write", patient);
+	EXPECT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	consumer = xmem::Error{};
+	owner->reset();
+	d->cuStreamDestroy(stream);
+	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
+	munmap(host, kSize);
+}

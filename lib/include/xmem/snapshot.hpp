@@ -14,7 +14,9 @@ namespace xmem {
 // The states the segment records. A snapshot keeps the value another process wrote,
 // which may be none of these: state_name() calls that "invalid".
 enum class SlotState : uint32_t { free = 0, writing = 1, published = 2, exclusive = 3, reclaiming = 4 };
-enum class ConsumerState : uint32_t { free = 0, active = 1, dead = 2 };
+// quarantined: a device pool's consumer that hung up with GPU writes possibly still
+// queued; its record and the slots it held for writing wait for its process to exit.
+enum class ConsumerState : uint32_t { free = 0, active = 1, dead = 2, quarantined = 3 };
 enum class PoolState : uint32_t { open = 0, closed = 1 };
 
 // The constants the owner wrote at create, as the segment holds them now.
@@ -169,6 +171,8 @@ inline const char *state_name(ConsumerState state)
 		return "active";
 	case ConsumerState::dead:
 		return "dead";
+	case ConsumerState::quarantined:
+		return "quarantined";
 	}
 	return "invalid";
 }
