@@ -1076,3 +1076,144 @@ TEST(CudaCrash, AHungUpConsumersLateGpuWritesLandBeforeTheSlotIsRewritten)
 	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
 	munmap(host, kSize);
 }
+
+namespace {
+
+// A page of page-locked host memory: a gate word streams wait on (device address
+// gate_dev) and a destination for asynchronous copies that stay asynchronous on a real
+// GPU (a pageable destination makes a device-to-host copy synchronous there).
+struct GatedHost {
+	explicit GatedHost(size_t bytes) : size(page + bytes)
+	{
+		d = xmem::cuda::driver().value();
+		base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		ok = base != MAP_FAILED &&
+		     d->cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) ==
+			     CUDA_SUCCESS &&
+		     d->cuMemHostGetDevicePointer(&gate_dev, base, 0) == CUDA_SUCCESS;
+	}
+	~GatedHost()
+	{
+		if (base == MAP_FAILED)
+			return;
+		d->cuMemHostUnregister(base);
+		munmap(base, size);
+	}
+	uint64_t *gate() const { return static_cast<uint64_t *>(base); }
+	uint32_t *data() const { return reinterpret_cast<uint32_t *>(static_cast<char *>(base) + page); }
+	void open() const { __atomic_store_n(gate(), 1, __ATOMIC_RELEASE); }
+
+	const size_t page = size_t(sysconf(_SC_PAGESIZE));
+	size_t size;
+	const xmem::cuda::Driver *d = nullptr;
+	void *base = MAP_FAILED;
+	CUdeviceptr gate_dev = 0;
+	bool ok = false;
+};
+
+} // namespace
+
+// GPU ordering, with the streams held at the interesting moment by a wait on a host
+// word, so that the same test proves the waits on a real GPU, where copies finish in
+// microseconds and an ordering test without a hold passes whether or not they are
+// right. Here: the producer's writes are held; the consumer's stream, which received
+// the frame, must not read the slot before them.
+TEST(CudaOrdering, AConsumersStreamWaitsForTheProducersHeldWrites)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("held-writes", cuda_config(kSize, 2));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("held-writes");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream produce, read;
+	ASSERT_EQ(d->cuStreamCreate(&produce, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamCreate(&read, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	GatedHost host(kSize);
+	ASSERT_TRUE(host.ok);
+	std::memset(host.data(), 0, kSize);
+
+	auto f = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuStreamWaitValue64(produce, host.gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0xabababab, kSize / 4, produce), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	ASSERT_TRUE((*owner)->publish(std::move(f.value()), produce).ok());
+
+	// Received on a stream: returns at once, the stream waits for the writes.
+	auto r = (*consumer)->receive(5s, read);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	ASSERT_EQ(d->cuMemcpyDtoHAsync(host.data(), r->device_ptr(), kSize, read), CUDA_SUCCESS);
+	std::this_thread::sleep_for(200ms);
+	EXPECT_EQ(d->cuStreamQuery(read), CUDA_ERROR_NOT_READY) << "the read ran before the producer's held writes";
+	EXPECT_EQ(__atomic_load_n(&host.data()[0], __ATOMIC_ACQUIRE), 0u) << "the slot was read before its writes";
+
+	host.open();
+	ASSERT_EQ(d->cuStreamSynchronize(read), CUDA_SUCCESS);
+	for (size_t i = 0; i < kSize / 4; i++)
+		ASSERT_EQ(host.data()[i], 0xababababu) << "word " << i;
+	ASSERT_TRUE(r->release(read).ok());
+	ASSERT_EQ(d->cuStreamSynchronize(produce), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamSynchronize(read), CUDA_SUCCESS);
+	consumer->reset();
+	owner->reset();
+	d->cuStreamDestroy(produce);
+	d->cuStreamDestroy(read);
+}
+
+// The other way: a consumer's reads of a frame are held on its stream, and it released
+// the frame on that stream. The owner takes the slot back for the next frame (one
+// slot) and rewrites it on its stream, which must wait for the held reads.
+TEST(CudaOrdering, TheProducersStreamWaitsForAConsumersHeldReads)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("held-reads", cuda_config(kSize, 1));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("held-reads");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream produce, read;
+	ASSERT_EQ(d->cuStreamCreate(&produce, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamCreate(&read, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	GatedHost host(kSize);
+	ASSERT_TRUE(host.ok);
+
+	auto f = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0x11111111, kSize / 4, produce), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	ASSERT_TRUE((*owner)->publish(std::move(f.value()), produce).ok());
+	auto r = (*consumer)->receive(5s, read);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	ASSERT_EQ(d->cuStreamWaitValue64(read, host.gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuMemcpyDtoHAsync(host.data(), r->device_ptr(), kSize, read), CUDA_SUCCESS);
+	ASSERT_TRUE(r->release(read).ok());
+
+	auto again = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(again.ok()) << xmem::test::why(again);
+	ASSERT_EQ(d->cuMemsetD32Async(again->device_ptr(), 0x22222222, kSize / 4, produce), CUDA_SUCCESS);
+	std::this_thread::sleep_for(200ms);
+	EXPECT_EQ(d->cuStreamQuery(produce), CUDA_ERROR_NOT_READY) << "the rewrite ran before the held reads";
+
+	host.open();
+	ASSERT_EQ(d->cuStreamSynchronize(read), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamSynchronize(produce), CUDA_SUCCESS);
+	for (size_t i = 0; i < kSize / 4; i++)
+		ASSERT_EQ(host.data()[i], 0x11111111u)
+			<< "word " << i << ": the slot was rewritten under the held read";
+	again->reset();
+	consumer->reset();
+	owner->reset();
+	d->cuStreamDestroy(produce);
+	d->cuStreamDestroy(read);
+}
