@@ -183,7 +183,7 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	return bad == 0 ? 0 : 1;
 }
 
-// hang-up-writing NAME --gate-ms T --linger-ms L : receives a frame, takes it for
+// hang-up-writing NAME --gate-ms T --linger-ms L [--keep] : receives a frame, takes it for
 // writing in place (try_make_writable: this process its only holder) and queues an in-place
 // write on its stream behind a host gate, releases it on the stream, then shuts its
 // pool socket down: the owner sees the hang-up while this process's GPU write is still
@@ -219,8 +219,11 @@ int hang_up_writing(const std::string &name, const xmem::test::Options &o)
 	    g.d->cuStreamWaitValue64(g.stream, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
 	    g.d->cuMemsetD32Async(w->device_ptr(), kLateWord, p.slot_size() / 4, g.stream) != CUDA_SUCCESS)
 		return fail("cannot queue the gated in-place write");
-	if (auto r = w->release(g.stream); !r)
-		return fail("release: " + r.error().message);
+	// --keep: still held for writing when the socket goes (as a process killed while
+	// writing in place): no done write follows the queued write.
+	if (!o.count("keep"))
+		if (auto r = w->release(g.stream); !r)
+			return fail("release: " + r.error().message);
 	// The pool's socket is this process's only one.
 	int sockets = 0;
 	for (int fd = 3; fd < 1024; fd++) {

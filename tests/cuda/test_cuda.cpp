@@ -1217,3 +1217,58 @@ TEST(CudaOrdering, TheProducersStreamWaitsForAConsumersHeldReads)
 	d->cuStreamDestroy(produce);
 	d->cuStreamDestroy(read);
 }
+
+// As above, but the consumer still holds the slot for writing when its socket goes (a
+// process killed while writing in place): no done write follows its queued write, so
+// the owner must keep the slot itself out of use until the process has exited. Before
+// issue 15 the reaper freed it at once, and the late write landed on the next frame.
+TEST(CudaCrash, ASlotHeldForWritingAtAHangUpStaysOutOfUseUntilTheExit)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("late-held", cuda_config(kSize, 1));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto &p = **owner;
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream stream;
+	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	GatedHost host(kSize);
+	ASSERT_TRUE(host.ok);
+
+	Process late =
+		peer({}, { "hang-up-writing", "late-held", "--gate-ms", "1000", "--linger-ms", "300", "--keep" });
+	ASSERT_TRUE(eventually([&] { return p.stats().consumers == 1; })) << late.output();
+	auto f = p.acquire(5s, stream);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0x11111111, kSize / 4, stream), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	ASSERT_TRUE(p.publish(std::move(f.value()), stream).ok());
+	ASSERT_TRUE(late.wait_output("hung-up slot=0 sockets=1")) << late.output();
+	ASSERT_TRUE(eventually([&] { return p.stats().consumers == 0; })) << "the hang-up was not reaped";
+
+	auto early = p.acquire(300ms, stream);
+	EXPECT_EQ(early.code(), Errc::timed_out) << "the slot was handed out under a queued in-place write";
+	bool handed_out = early.ok();
+	if (handed_out) { // the old code: rewrite it now, as a producer would
+		EXPECT_EQ(d->cuMemsetD32Async(early->device_ptr(), 0x33333333, kSize / 4, stream), CUDA_SUCCESS);
+	}
+	EXPECT_EQ(late.wait(20s), 0) << late.output();
+	EXPECT_NE(late.output().find("landed"), std::string::npos) << late.output();
+	xmem::Result<xmem::BufferGuard> again = handed_out ? std::move(early) : p.acquire(10s, stream);
+	ASSERT_TRUE(again.ok()) << "the slot did not come back after the exit: " << xmem::test::why(again);
+	if (!handed_out) {
+		ASSERT_EQ(d->cuMemsetD32Async(again->device_ptr(), 0x33333333, kSize / 4, stream), CUDA_SUCCESS);
+	}
+	ASSERT_EQ(d->cuMemcpyDtoHAsync(host.data(), again->device_ptr(), kSize, stream), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamSynchronize(stream), CUDA_SUCCESS);
+	for (size_t i = 0; i < kSize / 4; i++)
+		ASSERT_EQ(host.data()[i], 0x33333333u)
+			<< "word " << i << ": the late in-place write landed on the rewrite";
+	again->reset();
+	owner->reset();
+	d->cuStreamDestroy(stream);
+}
