@@ -20,22 +20,30 @@ std::unique_ptr<Ordering> Ordering::create(const ControlSegment &seg, std::share
 	ContextScope scope(*o->ctx_);
 	// The whole segment: the words sit between other records, and registration is
 	// by page. Device-mapped, so streams can wait on and write them.
+	// The segment is mapped read-write (the driver pins pages for the device to write
+	// them, and refuses a read-only mapping). Pinning can fail where the device supports
+	// it (the kernel locks no more pages: CUDA_ERROR_OUT_OF_MEMORY); then the CPU orders.
 	void *base = const_cast<std::byte *>(seg.bytes().data());
-	CUresult r = o->d_->cuMemHostRegister(base, seg.bytes().size(),
-					      CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+	size_t size = seg.bytes().size();
+	CUresult r = o->d_->cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
 	if (r != CUDA_SUCCESS) {
 		if (fallback)
-			*fallback = o->d_->describe("cuMemHostRegister", r);
+			*fallback = "the pool's control segment (" + std::to_string(size) +
+				    " bytes) could not be page-locked for stream memory operations: " +
+				    o->d_->describe("cuMemHostRegister", r);
 		return o;
 	}
-	o->registered_ = base;
 	CUdeviceptr dev = 0;
 	r = o->d_->cuMemHostGetDevicePointer(&dev, base, 0);
 	if (r != CUDA_SUCCESS) {
 		if (fallback)
-			*fallback = o->d_->describe("cuMemHostGetDevicePointer", r);
+			*fallback = "the pool's control segment has no device address: " +
+				    o->d_->describe("cuMemHostGetDevicePointer", r);
+		// Nothing was queued on it: no stream needs the registration.
+		o->d_->cuMemHostUnregister(base);
 		return o;
 	}
+	o->registered_ = base;
 	o->dev_base_ = dev;
 	return o;
 }

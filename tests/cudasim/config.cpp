@@ -200,6 +200,8 @@ Config read_config()
 		bad_setting("XMEM_CUDASIM_GRANULARITY", std::getenv("XMEM_CUDASIM_GRANULARITY"),
 			    "must be a power of two, at least the page size");
 
+	config.pin_limit = read_number("XMEM_CUDASIM_HOST_PIN_LIMIT", config.pin_limit, true);
+
 	config.delay_us = read_number("XMEM_CUDASIM_DELAY_US", config.delay_us, false);
 	if (config.delay_us > 10000000)
 		bad_setting("XMEM_CUDASIM_DELAY_US", std::getenv("XMEM_CUDASIM_DELAY_US"), "at most 10 s");

@@ -62,6 +62,9 @@ struct Config {
 	uint64_t granularity = uint64_t(2) << 20;
 	uint64_t delay_us = 300;
 	uint64_t seed = 0;
+	// Host memory the process may page-lock (XMEM_CUDASIM_HOST_PIN_LIMIT): registrations
+	// and cuMemAllocHost past it fail with CUDA_ERROR_OUT_OF_MEMORY.
+	uint64_t pin_limit = UINT64_MAX;
 	bool verbose = false;
 	FailSwitches fail;
 };

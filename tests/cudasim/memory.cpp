@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <fcntl.h>
@@ -134,6 +135,70 @@ std::vector<std::map<uintptr_t, Mapping>::iterator> whole_mappings(State &s, uin
 	if (pos != ptr + size)
 		return {};
 	return run;
+}
+
+// Host memory page-locked in this process (host registrations and cuMemAllocHost, by
+// whole pages), held against XMEM_CUDASIM_HOST_PIN_LIMIT. Changed under State::lock.
+uint64_t pinned_bytes = 0;
+
+// Charges size bytes of page-locked host memory, or false when the pin limit forbids it.
+// Caller holds State::lock.
+bool pin(State &s, size_t size)
+{
+	if (size > s.config.pin_limit || pinned_bytes > s.config.pin_limit - size)
+		return false;
+	pinned_bytes += size;
+	return true;
+}
+
+// Caller holds State::lock.
+void unpin(size_t size)
+{
+	pinned_bytes -= std::min<uint64_t>(size, pinned_bytes);
+}
+
+// Whether every page of [start, start + size) is mapped readable, and writable unless
+// read_only, as the process's memory map (/proc/self/maps) says. The driver pins the
+// pages of a registration for the device to write (get_user_pages with FOLL_WRITE) unless
+// CU_MEMHOSTREGISTER_READ_ONLY says it will only read them, so a read-only or PROT_NONE
+// mapping fails. False with why set otherwise.
+bool pinnable(uintptr_t start, size_t size, bool read_only, std::string &why)
+{
+	FILE *maps = std::fopen("/proc/self/maps", "re");
+	if (!maps) {
+		why = std::string("cannot read /proc/self/maps: ") + std::strerror(errno);
+		return false;
+	}
+	uintptr_t pos = start;
+	uintptr_t end = start + size;
+	// Whole lines, however long their path: a line's tail must not parse as a range.
+	char *line = nullptr;
+	size_t capacity = 0;
+	while (pos < end && getline(&line, &capacity, maps) > 0) {
+		unsigned long lo = 0, hi = 0;
+		char perms[5] = {};
+		if (std::sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 || hi <= pos)
+			continue;
+		if (lo > pos)
+			break; // a hole at pos
+		if (perms[0] != 'r') {
+			why = "not readable (PROT_NONE or write-only)";
+			break;
+		}
+		if (perms[1] != 'w' && !read_only) {
+			why = "mapped read-only: the driver pins pages for the device to write unless "
+			      "CU_MEMHOSTREGISTER_READ_ONLY is given";
+			break;
+		}
+		pos = hi;
+	}
+	std::free(line);
+	std::fclose(maps);
+	if (pos >= end)
+		return true;
+	if (why.empty())
+		why = "not mapped memory";
+	return false;
 }
 
 void retire(State &s, uintptr_t base, size_t size)
@@ -272,6 +337,7 @@ void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<
 			++it;
 			continue;
 		}
+		unpin(it->second.alias_size);
 		s.host_aliases.erase(it->second.alias_base);
 		retire(s, it->second.alias_base, it->second.alias_size);
 		it = s.host_registrations.erase(it);
@@ -282,6 +348,7 @@ void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<
 			++it;
 			continue;
 		}
+		unpin(it->second.size);
 		retire_host(s, it->first, it->second.size);
 		it = s.host_allocations.erase(it);
 	}
@@ -784,15 +851,25 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "null pointer, zero size or flags 0x%x", Flags);
 		if (Flags & CU_MEMHOSTREGISTER_IOMEMORY)
 			return fail(CUDA_ERROR_NOT_SUPPORTED, call, "CU_MEMHOSTREGISTER_IOMEMORY is not simulated");
+		int read_only_supported = 0;
+		if ((Flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
+		    (cuDeviceGetAttribute(&read_only_supported, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+					  ctx->device) != CUDA_SUCCESS ||
+		     !read_only_supported))
+			return fail(CUDA_ERROR_NOT_SUPPORTED, call,
+				    "CU_MEMHOSTREGISTER_READ_ONLY on a device without "
+				    "CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED");
 
 		uintptr_t host = reinterpret_cast<uintptr_t>(p);
 		if (host + bytesize < host)
 			return CUDA_ERROR_INVALID_VALUE;
 		uintptr_t first_page = host & ~uintptr_t(page_size() - 1);
 		size_t alias_size = round_up(host + bytesize - first_page, page_size());
-		// Pinning needs every page to exist.
-		if (msync(reinterpret_cast<void *>(first_page), alias_size, MS_ASYNC) < 0)
-			return fail(CUDA_ERROR_INVALID_VALUE, call, "[%p, +%zu) is not mapped memory", p, bytesize);
+		// Pinning needs every page to exist, readable, and writable unless READ_ONLY. The
+		// driver's error for a read-only mapping is not documented; INVALID_VALUE here.
+		std::string why;
+		if (!pinnable(first_page, alias_size, Flags & CU_MEMHOSTREGISTER_READ_ONLY, why))
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "[%p, +%zu): %s", p, bytesize, why.c_str());
 
 		uintptr_t alias = reserve_va(alias_size, page_size());
 		if (!alias)
@@ -807,6 +884,15 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 				return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is device memory", p);
 			return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, call,
 				    "[%p, +%zu) overlaps a registration or cuMemAllocHost memory", p, bytesize);
+		}
+		// Pinning can fail, as it does for the real driver when the kernel will not
+		// lock more pages (CUDA_ERROR_OUT_OF_MEMORY).
+		if (!pin(s, alias_size)) {
+			::munmap(reinterpret_cast<void *>(alias), alias_size);
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call,
+				    "%zu more bytes would pass XMEM_CUDASIM_HOST_PIN_LIMIT=%" PRIu64 " (%" PRIu64
+				    " pinned)",
+				    alias_size, s.config.pin_limit, pinned_bytes);
 		}
 		HostRegistration reg;
 		reg.size = bytesize;
@@ -835,6 +921,7 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
 		if (it == s.host_registrations.end())
 			return fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, call, "%p is not the base of a registration",
 				    p);
+		unpin(it->second.alias_size);
 		s.host_aliases.erase(it->second.alias_base);
 		retire(s, it->second.alias_base, it->second.alias_size);
 		s.host_registrations.erase(it);
@@ -879,6 +966,12 @@ CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize)
 			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
 		State &s = *state();
 		std::lock_guard<std::mutex> guard(s.lock);
+		if (!pin(s, size)) {
+			::munmap(p, size);
+			return fail(CUDA_ERROR_OUT_OF_MEMORY, call,
+				    "%zu more bytes would pass XMEM_CUDASIM_HOST_PIN_LIMIT=%" PRIu64, size,
+				    s.config.pin_limit);
+		}
 		s.host_allocations[reinterpret_cast<uintptr_t>(p)] = HostAllocation{ size, ctx };
 		*pp = p;
 		return CUDA_SUCCESS;
@@ -899,6 +992,7 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
 		auto it = s.host_allocations.find(reinterpret_cast<uintptr_t>(p));
 		if (it == s.host_allocations.end())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is not a cuMemAllocHost allocation", p);
+		unpin(it->second.size);
 		retire_host(s, it->first, it->second.size);
 		s.host_allocations.erase(it);
 		return CUDA_SUCCESS;

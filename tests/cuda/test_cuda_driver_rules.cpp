@@ -1,0 +1,82 @@
+// test_cuda_driver_rules.cpp - CUDA pools where the driver refuses: the control segment that
+// cannot be page-locked, devices in an exclusive or prohibited compute mode, MIG devices.
+// Against the CUDA driver simulator only (its XMEM_CUDASIM_* settings make the refusals).
+#include "../common.hpp"
+
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+using xmem::test::on_cuda_simulator;
+using xmem::test::Process;
+using xmem::test::RuntimeDir;
+
+namespace {
+
+std::string cuda_peer()
+{
+	const char *p = std::getenv("XMEM_CUDA_PEER");
+	return p ? p : "tests/cuda/xmem-cuda-peer";
+}
+
+// Runs the peer with extra environment (VAR=VALUE...), its stderr in output() too: xmem's
+// notices (a fallback and its reason) go there.
+Process peer(const std::vector<std::string> &env, const std::vector<std::string> &args)
+{
+	std::vector<std::string> argv{ "/bin/sh", "-c", "exec \"$@\" 2>&1", "sh", "/usr/bin/env" };
+	argv.insert(argv.end(), env.begin(), env.end());
+	argv.push_back(cuda_peer());
+	argv.insert(argv.end(), args.begin(), args.end());
+	return Process(argv);
+}
+
+bool contains(const std::string &text, const std::string &part)
+{
+	return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+// A producer whose driver cannot page-lock the control segment (pinning fails, as when the
+// kernel locks no more pages) orders on the CPU, says why, and every consumer follows: every
+// byte of every frame is right. A consumer alone failing to pin orders its own reads on the
+// CPU against a producer that orders on the GPU.
+TEST(CudaHostRegistration, PinningFailsAndTheCpuOrdersWithAReason)
+{
+	if (!on_cuda_simulator())
+		GTEST_SKIP() << "the failure is the simulator's (XMEM_CUDASIM_HOST_PIN_LIMIT)";
+	RuntimeDir dir;
+	const std::string frames = "300";
+	const std::string no_pin = "XMEM_CUDASIM_HOST_PIN_LIMIT=0";
+	for (bool producer_pins : { false, true }) {
+		SCOPED_TRACE(producer_pins ? "a consumer cannot pin" : "the producer cannot pin");
+		std::string name = producer_pins ? "pin-consumer" : "pin-producer";
+		std::vector<std::string> producer_env{ "XMEM_CUDASIM_DELAY_US=500" };
+		if (!producer_pins)
+			producer_env.push_back(no_pin);
+		Process producer = peer(producer_env, { "produce", name, "--frames", frames, "--slots", "3",
+							"--wait-consumers", "2", "--linger-ms", "200" });
+		std::string ordering = producer_pins ? "stream-memops" : "cpu";
+		ASSERT_TRUE(producer.wait_output("ready ordering=" + ordering)) << producer.output();
+		if (!producer_pins) {
+			EXPECT_TRUE(contains(producer.output(), "GPU ordering falls back to CPU synchronization: the "
+								"pool's control segment"))
+				<< producer.output();
+			EXPECT_TRUE(contains(producer.output(), "cuMemHostRegister failed: CUDA_ERROR_OUT_OF_MEMORY"))
+				<< producer.output();
+		}
+		Process pinned = peer({ "XMEM_CUDASIM_DELAY_US=500" }, { "consume", name, "--stream" });
+		Process unpinned = peer({ "XMEM_CUDASIM_DELAY_US=500", no_pin }, { "consume", name, "--stream" });
+		for (Process *p : { &pinned, &unpinned }) {
+			EXPECT_EQ(p->wait(120s), 0) << p->output();
+			EXPECT_TRUE(contains(p->output(), "frames=" + frames + " bad=0")) << p->output();
+		}
+		EXPECT_TRUE(contains(pinned.output(), "attached ordering=" + ordering)) << pinned.output();
+		EXPECT_TRUE(contains(unpinned.output(), "attached ordering=cpu")) << unpinned.output();
+		if (producer_pins) {
+			EXPECT_TRUE(contains(unpinned.output(), "cuMemHostRegister failed: CUDA_ERROR_OUT_OF_MEMORY"))
+				<< unpinned.output();
+		}
+		EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+	}
+}
