@@ -80,3 +80,26 @@ TEST(CudaHostRegistration, PinningFailsAndTheCpuOrdersWithAReason)
 		EXPECT_EQ(producer.wait(60s), 0) << producer.output();
 	}
 }
+
+// xmem waits with CU_STREAM_WAIT_VALUE_GEQ and writes with CU_STREAM_WRITE_VALUE_DEFAULT
+// only: on a device without CU_STREAM_WAIT_VALUE_FLUSH and CU_STREAM_WAIT_VALUE_NOR (whose
+// driver refuses them) it still orders on the GPU, and every frame is right.
+TEST(CudaMemopFlags, GpuOrderingNeedsNeitherFlushNorNor)
+{
+	if (!on_cuda_simulator())
+		GTEST_SKIP() << "the device is the simulator's (XMEM_CUDASIM_FAIL=no_flush,no_wait_nor)";
+	RuntimeDir dir;
+	const std::vector<std::string> env{ "XMEM_CUDASIM_FAIL=no_flush,no_wait_nor", "XMEM_CUDASIM_DELAY_US=500" };
+	Process producer = peer(env, { "produce", "flags", "--frames", "300", "--slots", "3", "--wait-consumers", "2",
+				       "--linger-ms", "200" });
+	ASSERT_TRUE(producer.wait_output("ready ordering=stream-memops")) << producer.output();
+	Process streamed = peer(env, { "consume", "flags", "--stream" });
+	Process plain = peer(env, { "consume", "flags", "--no-stream" });
+	for (Process *p : { &streamed, &plain }) {
+		EXPECT_EQ(p->wait(120s), 0) << p->output();
+		EXPECT_TRUE(contains(p->output(), "attached ordering=stream-memops")) << p->output();
+		EXPECT_TRUE(contains(p->output(), "frames=300 bad=0")) << p->output();
+	}
+	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+	EXPECT_FALSE(contains(producer.output(), "falls back")) << producer.output();
+}

@@ -96,6 +96,10 @@ void read_fail_words(Config &config)
 			fail.no_posix_fd = true;
 		else if (word == "no_memops")
 			fail.no_memops = true;
+		else if (word == "no_flush")
+			fail.no_flush = true;
+		else if (word == "no_wait_nor")
+			fail.no_wait_nor = true;
 		else if (word == "no_host_register")
 			fail.no_host_register = true;
 		else if (word == "alloc")
@@ -104,8 +108,8 @@ void read_fail_words(Config &config)
 			fail.prohibited = true;
 		else
 			bad_setting("XMEM_CUDASIM_FAIL", word,
-				    "unknown word (init, no_vmm, no_posix_fd, no_memops, no_host_register, "
-				    "alloc, prohibited)");
+				    "unknown word (init, no_vmm, no_posix_fd, no_memops, no_flush, no_wait_nor, "
+				    "no_host_register, alloc, prohibited)");
 	}
 }
 

@@ -46,6 +46,8 @@ struct FailSwitches {
 	bool no_vmm = false;
 	bool no_posix_fd = false;
 	bool no_memops = false;
+	bool no_flush = false; // CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0
+	bool no_wait_nor = false; // CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR is 0
 	bool no_host_register = false;
 	bool alloc = false;
 	bool prohibited = false;
@@ -252,6 +254,12 @@ void verbose(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Returns err, saying why on stderr when XMEM_CUDASIM_VERBOSE=1.
 CUresult fail(CUresult err, const char *call, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// The flags of cuStreamWaitValue64 and cuStreamWriteValue64: CUDA_ERROR_INVALID_VALUE for a
+// bit cuda.h does not define, CUDA_ERROR_NOT_SUPPORTED for CU_STREAM_WAIT_VALUE_FLUSH or
+// CU_STREAM_WAIT_VALUE_NOR on a device whose attribute says it lacks them.
+CUresult check_wait_flags(const char *call, unsigned flags);
+CUresult check_write_flags(const char *call, unsigned flags);
 
 // The current context of a call that needs one: CUDA_ERROR_NOT_INITIALIZED,
 // CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED, or (when honour_sticky)

@@ -79,9 +79,14 @@ bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevic
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
-	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
-	case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
 		*value = !fail.no_memops;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1:
+		*value = !fail.no_memops && !fail.no_wait_nor;
+		return true;
+	case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
+		*value = !fail.no_memops && !fail.no_flush;
 		return true;
 	case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
 		*value = !fail.no_host_register;
@@ -246,6 +251,30 @@ CUresult fail(CUresult err, const char *call, const char *fmt, ...)
 	va_end(args);
 	std::fprintf(stderr, "cudasim: %s -> %s: %s\n", call, name, line);
 	return err;
+}
+
+CUresult check_wait_flags(const char *call, unsigned flags)
+{
+	const FailSwitches &fail_switch = state()->config.fail;
+	unsigned condition = flags & ~unsigned(CU_STREAM_WAIT_VALUE_FLUSH);
+	if (condition > CU_STREAM_WAIT_VALUE_NOR)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x: not CUstreamWaitValue_flags", flags);
+	// Each needs its device attribute (cuda.h, "Stream Memory Operations"); the driver's
+	// code for one the device lacks is not documented.
+	if (condition == CU_STREAM_WAIT_VALUE_NOR && fail_switch.no_wait_nor)
+		return fail(CUDA_ERROR_NOT_SUPPORTED, call,
+			    "CU_STREAM_WAIT_VALUE_NOR, and CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR is 0");
+	if ((flags & CU_STREAM_WAIT_VALUE_FLUSH) && fail_switch.no_flush)
+		return fail(CUDA_ERROR_NOT_SUPPORTED, call,
+			    "CU_STREAM_WAIT_VALUE_FLUSH, and CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES is 0");
+	return CUDA_SUCCESS;
+}
+
+CUresult check_write_flags(const char *call, unsigned flags)
+{
+	if (flags != CU_STREAM_WRITE_VALUE_DEFAULT && flags != CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x: not CUstreamWriteValue_flags", flags);
+	return CUDA_SUCCESS;
 }
 
 std::string describe(const Context &ctx)

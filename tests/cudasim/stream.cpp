@@ -682,9 +682,9 @@ CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64
 		std::shared_ptr<Stream> st;
 		if (CUresult r = memop_call(call, stream, addr, st))
 			return r;
+		if (CUresult r = check_wait_flags(call, flags))
+			return r;
 		unsigned condition = flags & ~unsigned(CU_STREAM_WAIT_VALUE_FLUSH);
-		if (condition > CU_STREAM_WAIT_VALUE_NOR)
-			return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", flags);
 		enqueue(*st, call, [=](Stream &s) { run_wait(s, call, uintptr_t(addr), value, condition); });
 		return CUDA_SUCCESS;
 	});
@@ -697,8 +697,8 @@ CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint6
 		std::shared_ptr<Stream> st;
 		if (CUresult r = memop_call(call, stream, addr, st))
 			return r;
-		if (flags != CU_STREAM_WRITE_VALUE_DEFAULT && flags != CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
-			return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", flags);
+		if (CUresult r = check_write_flags(call, flags))
+			return r;
 		enqueue(*st, call, [=](Stream &s) { run_write(s, call, uintptr_t(addr), value, flags); });
 		return CUDA_SUCCESS;
 	});

@@ -373,4 +373,114 @@ TEST(DISABLED_Child, PinNothing)
 	EXPECT_EQ(cu().cuMemAllocHost(&host, 4096), CUDA_ERROR_OUT_OF_MEMORY);
 }
 
+// --- stream memory operation flags -----------------------------------------------------
+
+// A registered page whose first word is 1: every wait condition with value 1 (GEQ, EQ, AND,
+// NOR) holds at once, so a wait that is accepted never stalls the stream.
+class WordPage
+{
+public:
+	WordPage() : page_(1)
+	{
+		*reinterpret_cast<uint64_t *>(page_.data()) = 1;
+		EXPECT_EQ(cu().cuMemHostRegister(page_.data(), Pages::page(), CU_MEMHOSTREGISTER_DEVICEMAP),
+			  CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemHostGetDevicePointer(&word_, page_.data(), 0), CUDA_SUCCESS);
+	}
+	~WordPage() { cu().cuMemHostUnregister(page_.data()); }
+	CUdeviceptr word() const { return word_; }
+
+private:
+	Pages page_;
+	CUdeviceptr word_ = 0;
+};
+
+// cuda.h 13 defines CUstreamWaitValue_flags (GEQ, EQ, AND, NOR, each optionally with FLUSH)
+// and CUstreamWriteValue_flags (DEFAULT, NO_MEMORY_BARRIER); the _v2 entry points refuse
+// any other value with CUDA_ERROR_INVALID_VALUE.
+TEST_F(Rules, StreamMemoryOperationsTakeOnlyTheFlagsCudaHDefines)
+{
+	WordPage page;
+	std::vector<unsigned> values{ 4, 5, 7, 0x10, 0x100, 0x8000, 1u << 29, 1u << 31, ~0u };
+	for (unsigned condition = 0; condition < 4; condition++) {
+		values.push_back(condition);
+		values.push_back(condition | CU_STREAM_WAIT_VALUE_FLUSH);
+		values.push_back(condition | 0x100);
+		values.push_back(condition | (1u << 31));
+	}
+	for (unsigned flags : values) {
+		bool known = (flags & ~unsigned(CU_STREAM_WAIT_VALUE_FLUSH)) <= CU_STREAM_WAIT_VALUE_NOR;
+		EXPECT_EQ(cu().cuStreamWaitValue64(stream_, page.word(), 1, flags),
+			  known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE)
+			<< "wait flags 0x" << std::hex << flags;
+		bool write_known =
+			flags == CU_STREAM_WRITE_VALUE_DEFAULT || flags == CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+		EXPECT_EQ(cu().cuStreamWriteValue64(stream_, page.word(), 1, flags),
+			  write_known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE)
+			<< "write flags 0x" << std::hex << flags;
+	}
+	EXPECT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+
+	// Both attributes that say whether NOR is supported answer (the old simulator knew only
+	// the current one); this device has NOR and FLUSH.
+	for (CUdevice_attribute a :
+	     { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1,
+	       CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES }) {
+		int value = -1;
+		EXPECT_EQ(cu().cuDeviceGetAttribute(&value, a, 0), CUDA_SUCCESS) << "attribute " << int(a);
+		EXPECT_EQ(value, 1) << "attribute " << int(a);
+	}
+}
+
+// CU_STREAM_WAIT_VALUE_FLUSH and CU_STREAM_WAIT_VALUE_NOR each need their device attribute
+// (x86 platforms commonly lack the flush): XMEM_CUDASIM_FAIL=no_flush and no_wait_nor make
+// a device without them, where the flag is refused and the other operations still work. The
+// old simulator could not describe such a device.
+TEST(MemopCapabilities, FlushAndNorNeedTheirAttributes)
+{
+	for (const char *words : { "no_flush", "no_wait_nor", "no_flush,no_wait_nor" }) {
+		ChildResult child = run_child("MemopCapabilities", { std::string("XMEM_CUDASIM_FAIL=") + words });
+		EXPECT_TRUE(exited_cleanly(child)) << words << ":\n" << child.output;
+	}
+}
+
+TEST(DISABLED_Child, MemopCapabilities)
+{
+	const std::string words = std::getenv("XMEM_CUDASIM_FAIL");
+	bool flush = words.find("no_flush") == std::string::npos;
+	bool nor = words.find("no_wait_nor") == std::string::npos;
+	push_primary();
+	auto attribute = [](CUdevice_attribute a) {
+		int value = -1;
+		EXPECT_EQ(cu().cuDeviceGetAttribute(&value, a, 0), CUDA_SUCCESS);
+		return value;
+	};
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS), 1);
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES), int(flush));
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR), int(nor));
+	EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1), int(nor));
+
+	CUstream stream;
+	ASSERT_EQ(cu().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	{
+		WordPage page;
+		for (unsigned condition : { CU_STREAM_WAIT_VALUE_GEQ, CU_STREAM_WAIT_VALUE_EQ, CU_STREAM_WAIT_VALUE_AND,
+					    CU_STREAM_WAIT_VALUE_NOR }) {
+			bool supported = condition != CU_STREAM_WAIT_VALUE_NOR || nor;
+			EXPECT_EQ(cu().cuStreamWaitValue64(stream, page.word(), 1, condition),
+				  supported ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED)
+				<< "condition " << condition;
+			EXPECT_EQ(cu().cuStreamWaitValue64(stream, page.word(), 1,
+							   condition | CU_STREAM_WAIT_VALUE_FLUSH),
+				  supported && flush ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED)
+				<< "condition " << condition << " with FLUSH";
+		}
+		EXPECT_EQ(cu().cuStreamWaitValue64(stream, page.word(), 1, 0x10), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_EQ(cu().cuStreamWriteValue64(stream, page.word(), 1, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+			  CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuStreamSynchronize(stream), CUDA_SUCCESS);
+	}
+	EXPECT_EQ(cu().cuStreamDestroy(stream), CUDA_SUCCESS);
+}
+
 } // namespace
