@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 namespace xmem {
 
@@ -32,11 +33,28 @@ CUmemAllocationProp allocation_prop(CUdevice device)
 	return prop;
 }
 
+// The device's allocation granularity, MINIMUM or RECOMMENDED: cuMemCreate's sizes and
+// cuMemMap's addresses, sizes and offsets must be multiples of the minimum (cuda.h); the
+// recommended one is for performance. Current context: the device's.
+Result<uint64_t> granularity(const Driver &d, CUdevice device, CUmemAllocationGranularity_flags option,
+			     const std::string &where)
+{
+	CUmemAllocationProp prop = allocation_prop(device);
+	size_t g = 0;
+	CUresult r = d.cuMemGetAllocationGranularity(&g, &prop, option);
+	if (r != CUDA_SUCCESS || g == 0)
+		return cuda_error(where, "cuMemGetAllocationGranularity",
+				  r == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : r);
+	return uint64_t(g);
+}
+
 class CudaArena final : public Arena
 {
 public:
-	CudaArena(std::shared_ptr<PrimaryContext> ctx, uint32_t ordinal, uint32_t count, uint64_t stride)
-		: d_(cuda::driver().value()), ctx_(std::move(ctx)), ordinal_(ordinal), count_(count), stride_(stride)
+	CudaArena(std::shared_ptr<PrimaryContext> ctx, uint32_t ordinal, uint32_t count, uint64_t stride,
+		  uint64_t alignment)
+		: d_(cuda::driver().value()), ctx_(std::move(ctx)), ordinal_(ordinal), count_(count), stride_(stride),
+		  alignment_(alignment)
 	{
 	}
 
@@ -123,9 +141,11 @@ public:
 	}
 
 private:
+	// Aligned to the minimum granularity asked for explicitly: the default alignment (0) is
+	// not documented, and every slot's mapping starts at base_ + i * stride_.
 	Result<void> reserve(const std::string &where)
 	{
-		if (CUresult r = d_->cuMemAddressReserve(&base_, size(), 0, 0, 0); r != CUDA_SUCCESS)
+		if (CUresult r = d_->cuMemAddressReserve(&base_, size(), alignment_, 0, 0); r != CUDA_SUCCESS)
 			return cuda_error(where + ": " + std::to_string(size()) + " bytes of device address space",
 					  "cuMemAddressReserve", r);
 		return {};
@@ -155,6 +175,7 @@ private:
 	uint32_t ordinal_;
 	uint32_t count_;
 	uint64_t stride_;
+	uint64_t alignment_; // the device's minimum granularity, which stride_ is a multiple of
 	CUdeviceptr base_ = 0;
 	uint32_t mapped_ = 0; // slots [0, mapped_) are mapped
 	uint32_t pitch_alignment_ = kMinPitchAlignment;
@@ -171,14 +192,18 @@ Result<std::unique_ptr<Arena>> create_cuda_arena(const ArenaSpec &spec)
 	if (!ctx)
 		return ctx.error();
 	const Driver *d = cuda::driver().value();
-	CUmemAllocationProp prop = allocation_prop((*ctx)->device());
-	size_t granularity = 0;
 	ContextScope scope(**ctx);
-	if (CUresult r = d->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-	    r != CUDA_SUCCESS || granularity == 0)
-		return cuda_error(where, "cuMemGetAllocationGranularity", r);
-	uint64_t stride = layout::round_up(spec.slot_size, granularity);
-	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride);
+	auto minimum = granularity(*d, (*ctx)->device(), CU_MEM_ALLOC_GRANULARITY_MINIMUM, where);
+	if (!minimum)
+		return minimum.error();
+	auto recommended = granularity(*d, (*ctx)->device(), CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, where);
+	if (!recommended)
+		return recommended.error();
+	// Slots are recommended-sized for speed, and must be multiples of the minimum: cuda.h
+	// does not promise that one is a multiple of the other.
+	uint64_t stride = layout::round_up(spec.slot_size, std::lcm(*minimum, *recommended));
+	auto arena =
+		std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride, *minimum);
 	if (auto info = cuda::check_device(spec.device, where))
 		arena->set_pitch_alignment(info->pitch_alignment);
 	if (auto r = arena->allocate(where); !r)
@@ -192,7 +217,27 @@ Result<std::unique_ptr<Arena>> import_cuda_arena(const ArenaSpec &spec, uint64_t
 	auto ctx = PrimaryContext::retain(spec.device, where);
 	if (!ctx)
 		return ctx.error();
-	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride);
+	uint64_t minimum = 0;
+	{
+		ContextScope scope(**ctx);
+		auto g =
+			granularity(*cuda::driver().value(), (*ctx)->device(), CU_MEM_ALLOC_GRANULARITY_MINIMUM, where);
+		if (!g)
+			return g.error();
+		minimum = *g;
+	}
+	// The owner wrote the stride: each slot is mapped at a multiple of it, which the
+	// driver takes only at its minimum granularity.
+	uint64_t bytes = 0;
+	if (__builtin_mul_overflow(stride, uint64_t(spec.slot_count), &bytes))
+		return make_error(Errc::not_a_pool, where + ": the pool's slot stride (" + std::to_string(stride) +
+							    " bytes) times its slot count overflows");
+	if (stride == 0 || stride % minimum != 0)
+		return make_error(Errc::not_a_pool,
+				  where + ": the pool's slot stride (" + std::to_string(stride) +
+					  " bytes) is not a multiple of CUDA device " + std::to_string(spec.device) +
+					  "'s allocation granularity (" + std::to_string(minimum) + " bytes)");
+	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride, minimum);
 	if (auto info = cuda::check_device(spec.device, where))
 		arena->set_pitch_alignment(info->pitch_alignment);
 	if (auto r = arena->import(std::move(fds), where); !r)

@@ -3,8 +3,12 @@
 // Against the CUDA driver simulator only (its XMEM_CUDASIM_* settings make the refusals).
 #include "../common.hpp"
 
+#include "arena.hpp"
+
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 using namespace std::chrono_literals;
 using xmem::test::on_cuda_simulator;
@@ -102,4 +106,50 @@ TEST(CudaMemopFlags, GpuOrderingNeedsNeitherFlushNorNor)
 	}
 	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
 	EXPECT_FALSE(contains(producer.output(), "falls back")) << producer.output();
+}
+
+// A device whose minimum and recommended allocation granularities differ (64 KiB and 1 MiB):
+// slots are a multiple of both, the arena is reserved aligned to the minimum (the simulator
+// aligns no more than asked), and every frame crosses processes intact.
+TEST(CudaGranularity, SlotsFollowBothGranularities)
+{
+	if (!on_cuda_simulator())
+		GTEST_SKIP() << "the granularities are the simulator's (XMEM_CUDASIM_RECOMMENDED_GRANULARITY)";
+	RuntimeDir dir;
+	const std::vector<std::string> env{ "XMEM_CUDASIM_GRANULARITY=64k", "XMEM_CUDASIM_RECOMMENDED_GRANULARITY=1M",
+					    "XMEM_CUDASIM_DELAY_US=300" };
+	Process producer = peer(env, { "produce", "gran", "--frames", "200", "--slots", "3", "--size", "100000",
+				       "--wait-consumers", "1", "--linger-ms", "200" });
+	ASSERT_TRUE(producer.wait_output("ready ordering=stream-memops")) << producer.output();
+	const char *inspect = std::getenv("XMEM_INSPECT");
+	ASSERT_TRUE(inspect) << "XMEM_INSPECT must name the built xmem-inspect";
+	Process tool({ inspect, "--json", "gran" });
+	EXPECT_EQ(tool.wait(10s), 0) << tool.output();
+	EXPECT_TRUE(contains(tool.output(), "\"slot_stride\":1048576")) << tool.output();
+	Process consumer = peer(env, { "consume", "gran", "--stream" });
+	EXPECT_EQ(consumer.wait(120s), 0) << consumer.output();
+	EXPECT_TRUE(contains(consumer.output(), "frames=200 bad=0")) << consumer.output();
+	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+}
+
+// The slot stride comes from the owner's segment: one that is not a multiple of the
+// device's minimum granularity (the driver would refuse every mapping) is named as such.
+TEST(CudaGranularity, AStrideOffTheGranularityIsRefusedByName)
+{
+	if (!on_cuda_simulator())
+		GTEST_SKIP() << "the granularity is the simulator's";
+	constexpr uint64_t kStride = (2 << 20) + (64 << 10); // the simulator's 2 MiB, and a bit
+	std::vector<xmem::UniqueFd> fds;
+	for (int i = 0; i < 2; i++) {
+		int fd = ::memfd_create("not-cuda", MFD_CLOEXEC);
+		ASSERT_GE(fd, 0);
+		fds.emplace_back(fd);
+	}
+	xmem::ArenaSpec spec{ "odd", xmem::Storage::cuda, 0, 2, 4096, 0600 };
+	auto arena = xmem::import_cuda_arena(spec, kStride, std::move(fds), "pool 'odd'");
+	ASSERT_FALSE(arena.ok());
+	EXPECT_EQ(arena.code(), xmem::Errc::not_a_pool);
+	EXPECT_TRUE(contains(arena.error().message, "slot stride (2162688 bytes) is not a multiple of CUDA device "
+						    "0's allocation granularity (2097152 bytes)"))
+		<< arena.error().message;
 }

@@ -203,6 +203,11 @@ Config read_config()
 	if (g < page_size() || (g & (g - 1)))
 		bad_setting("XMEM_CUDASIM_GRANULARITY", std::getenv("XMEM_CUDASIM_GRANULARITY"),
 			    "must be a power of two, at least the page size");
+	config.recommended_granularity = read_number("XMEM_CUDASIM_RECOMMENDED_GRANULARITY", g, true);
+	uint64_t r = config.recommended_granularity;
+	if (r < g || (r & (r - 1)))
+		bad_setting("XMEM_CUDASIM_RECOMMENDED_GRANULARITY", std::getenv("XMEM_CUDASIM_RECOMMENDED_GRANULARITY"),
+			    "must be a power of two, at least XMEM_CUDASIM_GRANULARITY");
 
 	config.pin_limit = read_number("XMEM_CUDASIM_HOST_PIN_LIMIT", config.pin_limit, true);
 

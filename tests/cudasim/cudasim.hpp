@@ -61,7 +61,10 @@ struct Config {
 	std::vector<int> visible{ 0 };
 	int devices = 1;
 	uint64_t memory = uint64_t(1) << 30;
-	uint64_t granularity = uint64_t(2) << 20;
+	uint64_t granularity = uint64_t(2) << 20; // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+	// CU_MEM_ALLOC_GRANULARITY_RECOMMENDED (XMEM_CUDASIM_RECOMMENDED_GRANULARITY): a power-of-two
+	// multiple of granularity, equal to it unless set.
+	uint64_t recommended_granularity = uint64_t(2) << 20;
 	uint64_t delay_us = 300;
 	uint64_t seed = 0;
 	// Host memory the process may page-lock (XMEM_CUDASIM_HOST_PIN_LIMIT): registrations

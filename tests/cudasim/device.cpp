@@ -342,10 +342,10 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
 		global_state.store(s, std::memory_order_release);
 		init_result = CUDA_SUCCESS;
 
-		verbose("%d of %d device(s) visible, %" PRIu64 " bytes each, granularity %" PRIu64 ", delay 0..%" PRIu64
-			" us, seed %" PRIu64,
-			config.devices, config.physical, config.memory, config.granularity, config.delay_us,
-			config.seed);
+		verbose("%d of %d device(s) visible, %" PRIu64 " bytes each, granularity %" PRIu64
+			" (recommended %" PRIu64 "), delay 0..%" PRIu64 " us, seed %" PRIu64,
+			config.devices, config.physical, config.memory, config.granularity,
+			config.recommended_granularity, config.delay_us, config.seed);
 		return init_result;
 	});
 }

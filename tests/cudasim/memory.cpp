@@ -100,15 +100,19 @@ std::shared_ptr<Backing> make_backing(const char *call, const char *name, size_t
 	return std::make_shared<Backing>(fd, static_cast<char *>(alias), size, device, handle_types, usage);
 }
 
-// A PROT_NONE range of size bytes aligned to align (a power of two, at least a page).
-uintptr_t reserve_va(size_t size, size_t align)
+// A PROT_NONE range of size bytes aligned to align (a power of two, at least a page). With
+// exactly, aligned to align and never to twice align: code that assumes more alignment than
+// it asked for (or than the driver's default) fails here, whatever addresses the kernel picks.
+uintptr_t reserve_va(size_t size, size_t align, bool exactly = false)
 {
-	size_t span = size + align - page_size();
+	size_t span = size + (exactly ? 2 * align : align) - page_size();
 	void *p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return 0;
 	uintptr_t start = uintptr_t(p);
 	uintptr_t aligned = round_up(start, align);
+	if (exactly && aligned % (2 * align) == 0)
+		aligned += align;
 	if (aligned > start)
 		::munmap(p, aligned - start);
 	uintptr_t tail = aligned + size;
@@ -398,7 +402,8 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
 		return fail(CUDA_ERROR_INVALID_VALUE, "cuMemGetAllocationGranularity", "option %d", int(option));
 	if (CUresult r = check_prop("cuMemGetAllocationGranularity", s, prop))
 		return r;
-	*granularity = size_t(s.config.granularity);
+	*granularity = size_t(option == CU_MEM_ALLOC_GRANULARITY_MINIMUM ? s.config.granularity
+									 : s.config.recommended_granularity);
 	return CUDA_SUCCESS;
 }
 
@@ -578,12 +583,20 @@ CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
 				    size, s.config.granularity);
 		if (alignment & (alignment - 1))
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "alignment %zu is not a power of two", alignment);
+		// cuda.h says only "a power of two or zero"; what the driver makes of one below the
+		// granularity is not documented. Strict: refused, since cuMemMap needs the start of
+		// a mapping aligned to the minimum granularity.
+		if (alignment % s.config.granularity)
+			return fail(CUDA_ERROR_INVALID_VALUE, call,
+				    "alignment %zu is not 0 or a multiple of the minimum granularity %" PRIu64,
+				    alignment, s.config.granularity);
 		if (addr % page_size())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "hint 0x%llx is not page aligned", addr);
 
-		// The hint is only a hint; the simulator ignores it.
+		// The hint is only a hint; the simulator ignores it. The reservation is aligned as
+		// asked (0: to the minimum granularity, the least any mapping needs) and no more.
 		size_t align = std::max<size_t>(alignment, size_t(s.config.granularity));
-		uintptr_t va = reserve_va(size, align);
+		uintptr_t va = reserve_va(size, align, true);
 		if (!va)
 			return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "mmap: %s", std::strerror(errno));
 

@@ -483,4 +483,89 @@ TEST(DISABLED_Child, MemopCapabilities)
 	EXPECT_EQ(cu().cuStreamDestroy(stream), CUDA_SUCCESS);
 }
 
+// --- VMM granularity and alignment ------------------------------------------------------
+
+CUmemAllocationProp device_prop()
+{
+	CUmemAllocationProp prop = {};
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	return prop;
+}
+
+// Reservations are aligned as asked (0: to the minimum granularity) and never more, so code
+// that leans on the alignment the kernel happens to give fails; an alignment that is not a
+// multiple of the minimum granularity is refused (cuda.h says only "a power of two", and
+// cuMemMap needs the granularity). The old simulator took 4096 and gave whatever alignment
+// mmap gave, often more.
+void check_reservations(size_t minimum)
+{
+	for (size_t alignment : { size_t(0), minimum, 4 * minimum }) {
+		size_t want = std::max(alignment, minimum);
+		std::vector<CUdeviceptr> reserved;
+		for (int i = 0; i < 8; i++) {
+			CUdeviceptr va = 0;
+			ASSERT_EQ(cu().cuMemAddressReserve(&va, 2 * minimum, alignment, 0, 0), CUDA_SUCCESS);
+			EXPECT_EQ(va % want, 0u) << "alignment " << alignment;
+			EXPECT_NE(va % (2 * want), 0u) << "alignment " << alignment << ": aligned to twice it";
+			reserved.push_back(va);
+		}
+		for (CUdeviceptr va : reserved)
+			EXPECT_EQ(cu().cuMemAddressFree(va, 2 * minimum), CUDA_SUCCESS);
+	}
+	CUdeviceptr va = 0;
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, minimum, 4096, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, minimum, minimum / 2, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, minimum, 3 * minimum, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemAddressReserve(&va, minimum + 4096, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(Rules, ReservationsAreAlignedAsAskedAndNoMore)
+{
+	check_reservations(granularity);
+}
+
+// The minimum and the recommended granularity differ (XMEM_CUDASIM_RECOMMENDED_GRANULARITY):
+// sizes, mapping addresses and offsets need only the minimum. The old simulator answered its
+// one granularity for both.
+TEST(Granularity, MinimumAndRecommendedDiffer)
+{
+	ChildResult child = run_child("Granularity",
+				      { "XMEM_CUDASIM_GRANULARITY=64k", "XMEM_CUDASIM_RECOMMENDED_GRANULARITY=256k" });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+}
+
+TEST(DISABLED_Child, Granularity)
+{
+	constexpr size_t minimum = 64 * 1024, recommended = 256 * 1024;
+	push_primary();
+	CUmemAllocationProp prop = device_prop();
+	size_t g = 0;
+	EXPECT_EQ(cu().cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+	EXPECT_EQ(g, minimum);
+	EXPECT_EQ(cu().cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+	EXPECT_EQ(g, recommended);
+	check_reservations(minimum);
+
+	CUmemGenericAllocationHandle h = 0, bad = 0;
+	EXPECT_EQ(cu().cuMemCreate(&bad, minimum + 4096, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	ASSERT_EQ(cu().cuMemCreate(&h, 2 * minimum, &prop, 0), CUDA_SUCCESS) << "a multiple of the minimum";
+	CUdeviceptr va = 0;
+	ASSERT_EQ(cu().cuMemAddressReserve(&va, 4 * minimum, 0, 0, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemMap(va + 4096, minimum, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemMap(va, minimum + 4096, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemMap(va, minimum, 4096, h, 0), CUDA_ERROR_INVALID_VALUE);
+	ASSERT_EQ(cu().cuMemMap(va + minimum, 2 * minimum, 0, h, 0), CUDA_SUCCESS);
+	CUmemAccessDesc access = {};
+	access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	access.location.id = 0;
+	access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	EXPECT_EQ(cu().cuMemSetAccess(va + minimum, 2 * minimum, &access, 1), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemUnmap(va + minimum, 2 * minimum), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemAddressFree(va, 4 * minimum), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemRelease(h), CUDA_SUCCESS);
+}
+
 } // namespace
