@@ -1,9 +1,11 @@
 // driver.cpp - loading the CUDA driver at run time and checking what a device can
 // do, so one libxmem runs on machines with and without a GPU.
 #include "driver.hpp"
+#include "../device_sync.hpp"
 #include "contexts.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include <dlfcn.h>
@@ -86,6 +88,45 @@ Error cuda_error(const std::string &where, const char *call, CUresult r)
 	return make_error(r == CUDA_ERROR_OUT_OF_MEMORY ? Errc::no_memory : Errc::system, where + ": " + what);
 }
 
+namespace {
+
+// "CUDA device N (NAME, GPU-…)": the ordinal of this process, and the UUID nvidia-smi shows
+// and takes (nvidia-smi's indices differ from ordinals under CUDA_VISIBLE_DEVICES).
+std::string device_label(const Driver &d, CUdevice device, uint32_t ordinal, const std::string &name,
+			 std::string *uuid_text)
+{
+	CUuuid id{};
+	std::string uuid = "its UUID unknown";
+	if (d.cuDeviceGetUuid(&id, device) == CUDA_SUCCESS) {
+		DeviceUuid bytes;
+		std::memcpy(bytes.data(), id.bytes, bytes.size());
+		uuid = format_device_uuid(bytes);
+		if (uuid_text)
+			*uuid_text = uuid;
+	}
+	return "CUDA device " + std::to_string(ordinal) + " (" + (name.empty() ? "" : name + ", ") + uuid + ")";
+}
+
+// Why no context can be had on a device in compute mode MODE, if that is why: the compute
+// mode named, and what an administrator can do about it. Empty for DEFAULT.
+std::string compute_mode_refusal(const Driver &d, CUdevice device, uint32_t ordinal, const std::string &name, int mode)
+{
+	std::string uuid = "<uuid>";
+	std::string label = device_label(d, device, ordinal, name, &uuid);
+	std::string fix = "; an administrator can change that with nvidia-smi -i " + uuid + " -c DEFAULT";
+	if (mode == CU_COMPUTEMODE_PROHIBITED)
+		return label + " is in compute mode prohibited (PROHIBITED): no process may use it" + fix;
+	if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS)
+		return label +
+		       " is in EXCLUSIVE_PROCESS compute mode: only one process may use it at a time, and another "
+		       "process (or another CUDA context of this one) holds it, so a pool's producer and consumers "
+		       "cannot share it" +
+		       fix;
+	return {};
+}
+
+} // namespace
+
 Result<DeviceInfo> check_device(uint32_t ordinal, const std::string &where)
 {
 	auto loaded = driver();
@@ -112,8 +153,9 @@ Result<DeviceInfo> check_device(uint32_t ordinal, const std::string &where)
 		return d.cuDeviceGetAttribute(&v, a, info.device) == CUDA_SUCCESS ? v : 0;
 	};
 	std::string device = "CUDA device " + std::to_string(ordinal) + " (" + info.name + ")";
-	if (attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE) == CU_COMPUTEMODE_PROHIBITED)
-		return make_error(Errc::permission_denied, where + ": " + device + " is in compute mode prohibited");
+	if (int mode = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE); mode == CU_COMPUTEMODE_PROHIBITED)
+		return make_error(Errc::permission_denied,
+				  where + ": " + compute_mode_refusal(d, info.device, ordinal, info.name, mode));
 	if (!attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED))
 		return make_error(Errc::invalid_argument,
 				  where + ": " + device + " lacks virtual memory management (cuMemCreate)");
@@ -133,8 +175,19 @@ Result<std::shared_ptr<PrimaryContext>> PrimaryContext::retain(uint32_t ordinal,
 		return info.error();
 	const Driver *d = driver().value();
 	CUcontext ctx = nullptr;
-	if (CUresult r = d->cuDevicePrimaryCtxRetain(&ctx, info->device); r != CUDA_SUCCESS)
-		return cuda_error(where, "cuDevicePrimaryCtxRetain", r);
+	if (CUresult r = d->cuDevicePrimaryCtxRetain(&ctx, info->device); r != CUDA_SUCCESS) {
+		// The driver's code for a device another process holds in EXCLUSIVE_PROCESS mode is
+		// CUDA_ERROR_DEVICE_UNAVAILABLE by its description, but no call documents it: the
+		// compute mode, not the code, says why.
+		int mode = CU_COMPUTEMODE_DEFAULT;
+		if (d->cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, info->device) != CUDA_SUCCESS)
+			mode = CU_COMPUTEMODE_DEFAULT;
+		std::string why = compute_mode_refusal(*d, info->device, ordinal, info->name, mode);
+		if (why.empty())
+			return cuda_error(where, "cuDevicePrimaryCtxRetain", r);
+		return make_error(Errc::permission_denied,
+				  where + ": " + why + " (" + d->describe("cuDevicePrimaryCtxRetain", r) + ")");
+	}
 	return std::shared_ptr<PrimaryContext>(new PrimaryContext(d, info->device, ctx));
 }
 

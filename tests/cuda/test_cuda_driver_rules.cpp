@@ -153,3 +153,29 @@ TEST(CudaGranularity, AStrideOffTheGranularityIsRefusedByName)
 						    "0's allocation granularity (2097152 bytes)"))
 		<< arena.error().message;
 }
+
+// A device in EXCLUSIVE_PROCESS compute mode takes one process's context at a time: the
+// producer has it, so a consumer in another process cannot map the pool, and its error names
+// the compute mode, the device and the fix instead of a bare driver code. PROHIBITED takes
+// none; the producer's error says so the same way.
+TEST(CudaComputeMode, AnExclusiveOrProhibitedDeviceIsNamedWithTheFix)
+{
+	if (!on_cuda_simulator())
+		GTEST_SKIP() << "the compute modes are the simulator's (XMEM_CUDASIM_DEVICES)";
+	RuntimeDir dir; // its XDG_RUNTIME_DIR holds the simulated machine's device locks
+	const std::vector<std::string> exclusive{ "XMEM_CUDASIM_DEVICES=exclusive_process" };
+	Process producer = peer(exclusive, { "produce", "excl", "--frames", "1", "--linger-ms", "3000" });
+	ASSERT_TRUE(producer.wait_output("ready ordering=stream-memops")) << producer.output();
+	Process consumer = peer(exclusive, { "consume", "excl" });
+	EXPECT_EQ(consumer.wait(30s), 1) << consumer.output();
+	for (const char *part : { "CUDA device 0 (xmem cudasim device 0, GPU-", "is in EXCLUSIVE_PROCESS compute mode",
+				  "only one process may use it at a time", "nvidia-smi -i GPU-", "-c DEFAULT" })
+		EXPECT_TRUE(contains(consumer.output(), part)) << part << " in:\n" << consumer.output();
+	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+
+	Process prohibited = peer({ "XMEM_CUDASIM_DEVICES=default,prohibited" }, { "create", "proh", "--device", "1" });
+	EXPECT_EQ(prohibited.wait(30s), 1) << prohibited.output();
+	for (const char *part : { "CUDA device 1 (xmem cudasim device 1, GPU-", "compute mode prohibited",
+				  "no process may use it", "nvidia-smi -i GPU-", "-c DEFAULT" })
+		EXPECT_TRUE(contains(prohibited.output(), part)) << part << " in:\n" << prohibited.output();
+}

@@ -4,6 +4,7 @@
 #include "cudasim.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -149,6 +150,54 @@ std::vector<int> read_visible(const char *value, int physical)
 	return visible;
 }
 
+// XMEM_CUDASIM_DEVICES: a number of GPUs in the default compute mode, or a comma list with
+// one entry per GPU: its compute mode, default, exclusive_process or prohibited.
+std::vector<MachineDevice> read_machine()
+{
+	const char *name = "XMEM_CUDASIM_DEVICES";
+	const char *value = std::getenv(name);
+	std::vector<MachineDevice> machine;
+	if (!value || !*value || std::isdigit(static_cast<unsigned char>(*value))) {
+		uint64_t count = read_number(name, 1, false);
+		if (count > 64)
+			bad_setting(name, value, "at most 64 devices");
+		machine.resize(count);
+		return machine;
+	}
+	std::string_view rest(value);
+	while (!rest.empty() || machine.empty()) {
+		size_t comma = rest.find(',');
+		std::string_view entry = rest.substr(0, comma);
+		rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+		MachineDevice device;
+		if (entry == "default")
+			device.compute_mode = CU_COMPUTEMODE_DEFAULT;
+		else if (entry == "exclusive_process")
+			device.compute_mode = CU_COMPUTEMODE_EXCLUSIVE_PROCESS;
+		else if (entry == "prohibited")
+			device.compute_mode = CU_COMPUTEMODE_PROHIBITED;
+		else
+			bad_setting(name, entry,
+				    "a number of devices, or one entry per device: default, "
+				    "exclusive_process or prohibited");
+		machine.push_back(device);
+		if (machine.size() > 64)
+			bad_setting(name, value, "at most 64 devices");
+	}
+	return machine;
+}
+
+// Where the simulated machine's processes meet: XMEM_CUDASIM_STATE_DIR, else cudasim in
+// XDG_RUNTIME_DIR, else /tmp/cudasim-<uid>.
+std::string read_state_dir()
+{
+	if (const char *dir = std::getenv("XMEM_CUDASIM_STATE_DIR"); dir && *dir)
+		return dir;
+	if (const char *runtime = std::getenv("XDG_RUNTIME_DIR"); runtime && *runtime)
+		return std::string(runtime) + "/cudasim";
+	return "/tmp/cudasim-" + std::to_string(getuid());
+}
+
 } // namespace
 
 CUuuid physical_uuid(int physical)
@@ -181,10 +230,9 @@ Config read_config()
 {
 	Config config;
 
-	uint64_t physical = read_number("XMEM_CUDASIM_DEVICES", uint64_t(config.physical), false);
-	if (physical > 64)
-		bad_setting("XMEM_CUDASIM_DEVICES", std::getenv("XMEM_CUDASIM_DEVICES"), "at most 64 devices");
-	config.physical = int(physical);
+	config.machine = read_machine();
+	config.physical = int(config.machine.size());
+	config.state_dir = read_state_dir();
 	config.visible.clear();
 	for (int d = 0; d < config.physical; d++)
 		config.visible.push_back(d);

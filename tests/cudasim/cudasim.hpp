@@ -53,13 +53,22 @@ struct FailSwitches {
 	bool prohibited = false;
 };
 
+// One GPU of the simulated machine, as XMEM_CUDASIM_DEVICES describes it.
+struct MachineDevice {
+	CUcomputemode compute_mode = CU_COMPUTEMODE_DEFAULT;
+};
+
 struct Config {
 	// The simulated machine's devices (XMEM_CUDASIM_DEVICES), numbered 0..physical-1
 	// as nvidia-smi would; the ones this process sees, in its ordinal order
 	// (CUDA_VISIBLE_DEVICES, honoured when XMEM_CUDASIM_DEVICES is set); their count.
 	int physical = 1;
+	std::vector<MachineDevice> machine{ MachineDevice{} }; // one per device of the machine
 	std::vector<int> visible{ 0 };
 	int devices = 1;
+	// Where processes of the simulated machine meet: the lock files of devices in
+	// EXCLUSIVE_PROCESS compute mode (XMEM_CUDASIM_STATE_DIR).
+	std::string state_dir;
 	uint64_t memory = uint64_t(1) << 30;
 	uint64_t granularity = uint64_t(2) << 20; // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 	// CU_MEM_ALLOC_GRANULARITY_RECOMMENDED (XMEM_CUDASIM_RECOMMENDED_GRANULARITY): a power-of-two

@@ -3,10 +3,15 @@
 
 #include "cudasim.hpp"
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace cudasim {
@@ -46,6 +51,70 @@ Context *find_context(State &s, CUcontext handle)
 {
 	std::lock_guard<std::mutex> guard(s.lock);
 	return find_context_locked(s, handle);
+}
+
+// The compute mode of the device of ordinal dev.
+CUcomputemode compute_mode(const Config &config, CUdevice dev)
+{
+	if (config.fail.prohibited)
+		return CU_COMPUTEMODE_PROHIBITED;
+	return config.machine[size_t(config.visible[size_t(dev)])].compute_mode;
+}
+
+// This process's contexts on a device, and (EXCLUSIVE_PROCESS) its hold on the device's lock.
+// "Only one CUDA context may be created on the device across all processes in the system"
+// (CUDA C++ Programming Guide, "Compute Modes"): a lock file per device of the machine under
+// the state directory, flock()ed while this process has its one context there; the kernel
+// drops the lock when the process dies.
+struct DeviceHold {
+	unsigned contexts = 0; // live contexts: a retained primary context, each created one
+	int lock_fd = -1;
+};
+std::vector<DeviceHold> device_holds; // per ordinal; sized by cuInit, guarded by State::lock
+
+// Before a new context on dev (a primary context's first retain, or cuCtxCreate): refuses
+// what the device's compute mode forbids. Caller holds State::lock.
+CUresult enter_device(const char *call, State &s, CUdevice dev)
+{
+	CUcomputemode mode = compute_mode(s.config, dev);
+	if (mode == CU_COMPUTEMODE_PROHIBITED)
+		return fail(CUDA_ERROR_DEVICE_UNAVAILABLE, call, "device %d is in compute mode prohibited%s", dev,
+			    s.config.fail.prohibited ? " (XMEM_CUDASIM_FAIL=prohibited)" : "");
+	DeviceHold &hold = device_holds[size_t(dev)];
+	if (mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS) {
+		if (hold.contexts)
+			return fail(CUDA_ERROR_DEVICE_UNAVAILABLE, call,
+				    "device %d is in EXCLUSIVE_PROCESS compute mode and this process has a context "
+				    "on it already",
+				    dev);
+		::mkdir(s.config.state_dir.c_str(), 0700);
+		std::string path = s.config.state_dir + "/exclusive-" +
+				   format_uuid(physical_uuid(s.config.visible[size_t(dev)])) + ".lock";
+		int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return fail(CUDA_ERROR_OPERATING_SYSTEM, call, "%s: %s", path.c_str(), std::strerror(errno));
+		if (::flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int why = errno;
+			::close(fd);
+			return fail(CUDA_ERROR_DEVICE_UNAVAILABLE, call,
+				    "device %d is in EXCLUSIVE_PROCESS compute mode and another process has a "
+				    "context on it (%s: %s)",
+				    dev, path.c_str(), std::strerror(why));
+		}
+		hold.lock_fd = fd;
+	}
+	hold.contexts++;
+	return CUDA_SUCCESS;
+}
+
+// A context on dev is gone. Caller holds State::lock.
+void leave_device(CUdevice dev)
+{
+	DeviceHold &hold = device_holds[size_t(dev)];
+	if (hold.contexts && --hold.contexts == 0 && hold.lock_fd >= 0) {
+		::close(hold.lock_fd);
+		hold.lock_fd = -1;
+	}
 }
 
 CUresult initialized(const char *call, State **out)
@@ -97,7 +166,7 @@ bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevic
 		*value = 1;
 		return true;
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
-		*value = fail.prohibited ? CU_COMPUTEMODE_PROHIBITED : CU_COMPUTEMODE_DEFAULT;
+		*value = compute_mode(config, dev);
 		return true;
 	case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
 		*value = 32;
@@ -169,9 +238,6 @@ CUresult create_context(const char *call, CUcontext *pctx, unsigned flags, CUdev
 		return fail(CUDA_ERROR_INVALID_VALUE, call, "null pctx or flags 0x%x", flags);
 	if (CUresult r = valid_device(call, *s, dev))
 		return r;
-	if (s->config.fail.prohibited)
-		return fail(CUDA_ERROR_DEVICE_UNAVAILABLE, call,
-			    "compute mode is prohibited (XMEM_CUDASIM_FAIL=prohibited)");
 	if (context_depth == max_stack_depth)
 		return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "context stack deeper than %d", max_stack_depth);
 
@@ -183,6 +249,8 @@ CUresult create_context(const char *call, CUcontext *pctx, unsigned flags, CUdev
 	Context *created = ctx.get();
 	{
 		std::lock_guard<std::mutex> guard(s->lock);
+		if (CUresult r = enter_device(call, *s, dev))
+			return r;
 		s->created.push_back(std::move(ctx));
 	}
 	context_stack[context_depth++] = created;
@@ -339,6 +407,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
 			ctx->device = dev;
 			s->contexts.push_back(std::move(ctx));
 		}
+		device_holds.resize(size_t(config.devices));
 		global_state.store(s, std::memory_order_release);
 		init_result = CUDA_SUCCESS;
 
@@ -470,12 +539,13 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 			return CUDA_ERROR_INVALID_VALUE;
 		if (CUresult r = valid_device("cuDevicePrimaryCtxRetain", *s, dev))
 			return r;
-		if (s->config.fail.prohibited)
-			return fail(CUDA_ERROR_DEVICE_UNAVAILABLE, "cuDevicePrimaryCtxRetain",
-				    "compute mode is prohibited (XMEM_CUDASIM_FAIL=prohibited)");
-
 		Context *ctx = s->contexts[size_t(dev)].get();
 		std::lock_guard<std::mutex> guard(s->lock);
+		// The first retain makes the context; later ones share it.
+		if (ctx->refs == 0) {
+			if (CUresult r = enter_device("cuDevicePrimaryCtxRetain", *s, dev))
+				return r;
+		}
 		ctx->refs++;
 		*pctx = reinterpret_cast<CUcontext>(ctx);
 		return CUDA_SUCCESS;
@@ -497,8 +567,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 		if (ctx->refs == 0)
 			return fail(CUDA_ERROR_INVALID_CONTEXT, "cuDevicePrimaryCtxRelease",
 				    "primary context of device %d is not retained", dev);
-		if (--ctx->refs == 0)
+		if (--ctx->refs == 0) {
 			destroy_context(*s, *ctx, dead);
+			leave_device(dev);
+		}
 		return CUDA_SUCCESS;
 	});
 }
@@ -597,6 +669,7 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
 					    describe(*context).c_str());
 			context->refs = 0;
 			destroy_context(*s, *context, dead);
+			leave_device(context->device);
 		}
 		// As documented: popped when current to the calling thread. Other threads keep it
 		// current, and their calls fail with CUDA_ERROR_CONTEXT_IS_DESTROYED.

@@ -568,4 +568,125 @@ TEST(DISABLED_Child, Granularity)
 	EXPECT_EQ(cu().cuMemRelease(h), CUDA_SUCCESS);
 }
 
+// --- compute modes ------------------------------------------------------------------------
+
+// A private directory for the simulated machine's lock files, removed at the end.
+class StateDir
+{
+public:
+	StateDir()
+	{
+		char tmpl[] = "/tmp/cudasim-rules-XXXXXX";
+		EXPECT_NE(mkdtemp(tmpl), nullptr);
+		path_ = tmpl;
+	}
+	~StateDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+	std::string env() const { return "XMEM_CUDASIM_STATE_DIR=" + path_; }
+
+private:
+	std::string path_;
+};
+
+int compute_mode(CUdevice dev)
+{
+	int mode = -1;
+	EXPECT_EQ(cu().cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev), CUDA_SUCCESS);
+	return mode;
+}
+
+// XMEM_CUDASIM_DEVICES gives each device a compute mode. EXCLUSIVE_PROCESS: one context on
+// the device in the whole machine (CUDA C++ Programming Guide, "Compute Modes"), so another
+// context of this process, or any in another process, is CUDA_ERROR_DEVICE_UNAVAILABLE until
+// it goes; PROHIBITED: none at all. The old simulator read only a number of devices.
+TEST(ComputeMode, ExclusiveProcessAllowsOneContextOnTheMachine)
+{
+	StateDir dir;
+	ChildResult child = run_child("ExclusiveHolder",
+				      { "XMEM_CUDASIM_DEVICES=default,exclusive_process,prohibited", dir.env() });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+}
+
+// Checks, in a new process, whether the exclusive device 1 is free (CUDASIM_RULES_FREE=1).
+void expect_other_process(bool free)
+{
+	ChildResult other = run_child("ExclusiveOther", { std::string("CUDASIM_RULES_FREE=") + (free ? "1" : "0") });
+	EXPECT_TRUE(exited_cleanly(other)) << (free ? "free" : "busy") << ":\n" << other.output;
+}
+
+TEST(DISABLED_Child, ExclusiveHolder)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	EXPECT_EQ(compute_mode(0), CU_COMPUTEMODE_DEFAULT);
+	EXPECT_EQ(compute_mode(1), CU_COMPUTEMODE_EXCLUSIVE_PROCESS);
+	EXPECT_EQ(compute_mode(2), CU_COMPUTEMODE_PROHIBITED);
+	CUcontext primary, again, created;
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRetain(&primary, 2), CUDA_ERROR_DEVICE_UNAVAILABLE);
+	EXPECT_EQ(cu().cuCtxCreate_v2(&created, 0, 2), CUDA_ERROR_DEVICE_UNAVAILABLE);
+	expect_other_process(true);
+
+	// The primary context is the one context: retaining it again shares it, a created
+	// context would be a second one.
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&primary, 1), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&again, 1), CUDA_SUCCESS);
+	EXPECT_EQ(again, primary);
+	EXPECT_EQ(cu().cuCtxCreate_v2(&created, 0, 1), CUDA_ERROR_DEVICE_UNAVAILABLE);
+	expect_other_process(false);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+	expect_other_process(false);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+	expect_other_process(true);
+
+	// A created context holds the device the same way, until cuCtxDestroy.
+	ASSERT_EQ(cu().cuCtxCreate_v2(&created, 0, 1), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRetain(&primary, 1), CUDA_ERROR_DEVICE_UNAVAILABLE);
+	expect_other_process(false);
+	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+	expect_other_process(true);
+
+	// Another device is not held.
+	ASSERT_EQ(cu().cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+}
+
+TEST(DISABLED_Child, ExclusiveOther)
+{
+	bool free = std::string(std::getenv("CUDASIM_RULES_FREE")) == "1";
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	CUcontext ctx;
+	CUresult want = free ? CUDA_SUCCESS : CUDA_ERROR_DEVICE_UNAVAILABLE;
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 1), want);
+	if (free) {
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+	}
+	CUcontext created;
+	EXPECT_EQ(cu().cuCtxCreate_v2(&created, 0, 1), want);
+	if (free) {
+		EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+	}
+	// The default device stays usable.
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+}
+
+// A process that dies holding the device frees it (the kernel drops its lock).
+TEST(ComputeMode, AnExclusiveDeviceIsFreedWhenItsHolderDies)
+{
+	StateDir dir;
+	ChildResult child = run_child("ExclusiveDies", { "XMEM_CUDASIM_DEVICES=default,exclusive_process", dir.env() });
+	EXPECT_FALSE(exited_cleanly(child)) << child.output;
+	child = run_child("ExclusiveOther",
+			  { "XMEM_CUDASIM_DEVICES=default,exclusive_process", dir.env(), "CUDASIM_RULES_FREE=1" });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+}
+
+TEST(DISABLED_Child, ExclusiveDies)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	CUcontext ctx;
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, 1), CUDA_SUCCESS);
+	std::_Exit(3);
+}
+
 } // namespace
