@@ -54,11 +54,18 @@ Result<DeviceUuid> device_uuid(uint32_t ordinal, const std::string &where);
 // and CUDA_VISIBLE_DEVICES when this process does not see it.
 Result<uint32_t> device_ordinal(const DeviceUuid &uuid, const std::string &where);
 
-// UUID as nvidia-smi -L prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
-inline std::string format_device_uuid(const DeviceUuid &uuid)
+// That UUID is a MIG device's (a compute instance of a GPU in MIG mode): learnt from the
+// driver (cuda::read_device_uuid) or from a pool's segment, it is true in every process,
+// since no GPU shares a MIG device's UUID. Thread-safe.
+void note_mig_device(const DeviceUuid &uuid);
+bool is_mig_device(const DeviceUuid &uuid);
+
+// UUID as nvidia-smi -L prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", or "MIG-…"
+// for a MIG device (what CUDA_VISIBLE_DEVICES takes too).
+inline std::string format_device_uuid(const DeviceUuid &uuid, bool mig)
 {
 	static constexpr char kHex[] = "0123456789abcdef";
-	std::string s = "GPU-";
+	std::string s = mig ? "MIG-" : "GPU-";
 	for (size_t i = 0; i < uuid.size(); i++) {
 		if (i == 4 || i == 6 || i == 8 || i == 10)
 			s += '-';
@@ -66,6 +73,12 @@ inline std::string format_device_uuid(const DeviceUuid &uuid)
 		s += kHex[uuid[i] & 0xf];
 	}
 	return s;
+}
+
+// The same, "MIG-…" where this process knows the UUID for a MIG device's (is_mig_device).
+inline std::string format_device_uuid(const DeviceUuid &uuid)
+{
+	return format_device_uuid(uuid, is_mig_device(uuid));
 }
 
 // Private device memory for copies (copy-on-write, copy_to_*): BYTES on DEVICE, freed

@@ -42,6 +42,13 @@ enum SyncMode : uint32_t {
 	kSyncCpu = 2, // streams synchronized on the CPU before publish and release
 };
 
+// What a CUDA pool's device UUID names: a GPU, or a MIG device (a compute instance of a GPU
+// in MIG mode), whose UUID nvidia-smi and CUDA_VISIBLE_DEVICES write "MIG-…", not "GPU-…".
+enum DeviceKind : uint32_t {
+	kDeviceGpu = 0,
+	kDeviceMig = 1,
+};
+
 enum ConsumerState : uint32_t {
 	kConsumerFree = 0,
 	kConsumerActive = 1,
@@ -87,10 +94,13 @@ struct ControlConstants {
 	// since ordinals depend on each process's CUDA_VISIBLE_DEVICES. All zero for
 	// system memory, and from producers older than the field (then device_id is used).
 	uint8_t device_uuid[16];
-	uint64_t reserved[6]; // zero
+	uint32_t device_kind; // DeviceKind of device_uuid; 0 from producers older than the field
+	uint32_t reserved32; // zero
+	uint64_t reserved[5]; // zero
 };
 
 static_assert(sizeof(ControlConstants) == 216);
+static_assert(offsetof(ControlConstants, device_kind) == offsetof(ControlConstants, device_uuid) + 16);
 static_assert(std::is_trivially_copyable_v<ControlConstants>);
 
 struct alignas(64) ControlHeader : ControlConstants {

@@ -859,6 +859,7 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 		if (!uuid)
 			return uuid.error();
 		params.device_uuid = *uuid;
+		params.device_is_mig = is_mig_device(*uuid); // device_uuid() noted it
 	}
 	auto seg = ControlSegment::create(impl->name, params);
 	if (!seg)

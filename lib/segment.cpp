@@ -1,6 +1,7 @@
 // segment.cpp - creating a pool's control segment, and the checks a consumer makes
 // on one an owner sent before it trusts a single size in it.
 #include "segment.hpp"
+#include "device_sync.hpp"
 
 #include <cstring>
 
@@ -41,6 +42,8 @@ Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, cons
 	} else if (k.sync_mode != kSyncNone || k.sync_offset != 0 || k.sync_record_size != 0) {
 		return segment_error(where, "sync records in a system-memory pool");
 	}
+	if (k.device_kind != kDeviceGpu && (k.device_kind != kDeviceMig || !cuda))
+		return segment_error(where, "device kind " + std::to_string(k.device_kind) + " unknown");
 	if (k.slot_size == 0 || k.slot_stride < k.slot_size || k.slot_stride % 64 != 0 ||
 	    k.slot_stride > (uint64_t{ 1 } << 41) || k.data_size != k.slot_stride * k.slot_count)
 		return segment_error(where, "slot sizes inconsistent");
@@ -80,6 +83,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.storage_type = uint32_t(p.storage);
 	k.device_id = p.device;
 	std::memcpy(k.device_uuid, p.device_uuid.data(), sizeof(k.device_uuid));
+	k.device_kind = p.device_is_mig ? kDeviceMig : kDeviceGpu;
 	k.policy = uint32_t(p.policy);
 	k.mode = p.mode;
 	k.owner_pid = uint32_t(::getpid());
@@ -139,6 +143,12 @@ Result<ControlSegment> ControlSegment::adopt(UniqueFd fd, const std::string &whe
 	auto valid = validate_constants(seg.k_, seg.map_.size(), where);
 	if (!valid)
 		return valid.error();
+	if (seg.k_.device_kind == kDeviceMig) {
+		// This process names the device "MIG-…" from now on, even where it does not see it.
+		DeviceUuid uuid;
+		std::memcpy(uuid.data(), seg.k_.device_uuid, uuid.size());
+		note_mig_device(uuid);
+	}
 	seg.bind();
 	return seg;
 }

@@ -19,6 +19,7 @@ struct SegmentParams {
 	Storage storage = Storage::system;
 	uint32_t device = 0;
 	DeviceUuid device_uuid{}; // CUDA storage
+	bool device_is_mig = false; // device_uuid is a MIG device's
 	layout::SyncMode sync_mode = layout::kSyncNone;
 	Policy policy = Policy::drop_oldest;
 	uint32_t mode = 0600;

@@ -86,7 +86,7 @@ HeaderSnapshot read_header(const layout::ControlConstants &k)
 	DeviceUuid uuid;
 	std::memcpy(uuid.data(), k.device_uuid, uuid.size());
 	if (uuid != DeviceUuid{})
-		h.device_uuid = format_device_uuid(uuid);
+		h.device_uuid = format_device_uuid(uuid, k.device_kind == layout::kDeviceMig);
 	h.sync_mode = k.sync_mode;
 	h.sync_record_size = k.sync_record_size;
 	h.sync_offset = k.sync_offset;

@@ -269,11 +269,10 @@ Result<DeviceUuid> device_uuid(uint32_t ordinal, const std::string &where)
 	CUdevice dev = 0;
 	if (CUresult r = d.cuDeviceGet(&dev, int(ordinal)); r != CUDA_SUCCESS)
 		return cuda::cuda_error(where, "cuDeviceGet", r);
-	CUuuid id{};
-	if (CUresult r = d.cuDeviceGetUuid(&id, dev); r != CUDA_SUCCESS)
-		return cuda::cuda_error(where, "cuDeviceGetUuid", r);
 	DeviceUuid uuid;
-	std::memcpy(uuid.data(), id.bytes, uuid.size());
+	bool mig = false;
+	if (CUresult r = cuda::read_device_uuid(d, dev, &uuid, &mig); r != CUDA_SUCCESS)
+		return cuda::cuda_error(where, "cuDeviceGetUuid", r);
 	return uuid;
 }
 
@@ -293,10 +292,17 @@ Result<uint32_t> device_ordinal(const DeviceUuid &uuid, const std::string &where
 			return uint32_t(i);
 	}
 	const char *visible = std::getenv("CUDA_VISIBLE_DEVICES"); // NOLINT(concurrency-mt-unsafe): see system.hpp
-	return make_error(Errc::not_found, where + ": the pool's memory is on " + format_device_uuid(uuid) +
+	std::string name = format_device_uuid(uuid);
+	// CUDA shows a process one MIG device at most, and no GPU beside it (NVIDIA's MIG user
+	// guide): without CUDA_VISIBLE_DEVICES naming it, a MIG device is easily not the one.
+	std::string hint = is_mig_device(uuid) ? "; CUDA shows a process one MIG device at most and no GPU beside it: "
+						 "CUDA_VISIBLE_DEVICES=" +
+							 name + " picks this one"
+					       : "";
+	return make_error(Errc::not_found, where + ": the pool's memory is on " + name +
 						   ", which this process does not see (" + std::to_string(count) +
 						   " CUDA device(s) visible, CUDA_VISIBLE_DEVICES " +
-						   (visible ? "'" + std::string(visible) + "'" : "unset") + ")");
+						   (visible ? "'" + std::string(visible) + "'" : "unset") + hint + ")");
 }
 
 } // namespace xmem

@@ -48,6 +48,7 @@ Loaded load()
 	}
 	XMEM_CUDA_CALLS(XMEM_CUDA_LOAD)
 #undef XMEM_CUDA_LOAD
+	d.cuDeviceGetUuid_v1 = reinterpret_cast<decltype(d.cuDeviceGetUuid_v1)>(::dlsym(lib, "cuDeviceGetUuid"));
 	CUresult r = d.cuInit(0);
 	if (r != CUDA_SUCCESS) {
 		l.error = make_error(r == CUDA_ERROR_NO_DEVICE ? Errc::not_found : Errc::system,
@@ -88,19 +89,33 @@ Error cuda_error(const std::string &where, const char *call, CUresult r)
 	return make_error(r == CUDA_ERROR_OUT_OF_MEMORY ? Errc::no_memory : Errc::system, where + ": " + what);
 }
 
+CUresult read_device_uuid(const Driver &d, CUdevice device, DeviceUuid *uuid, bool *mig)
+{
+	CUuuid id{};
+	if (CUresult r = d.cuDeviceGetUuid(&id, device); r != CUDA_SUCCESS)
+		return r;
+	std::memcpy(uuid->data(), id.bytes, uuid->size());
+	CUuuid first{};
+	*mig = d.cuDeviceGetUuid_v1 && d.cuDeviceGetUuid_v1(&first, device) == CUDA_SUCCESS &&
+	       std::memcmp(first.bytes, id.bytes, sizeof(id.bytes)) != 0;
+	if (*mig)
+		note_mig_device(*uuid);
+	return CUDA_SUCCESS;
+}
+
 namespace {
 
 // "CUDA device N (NAME, GPU-…)": the ordinal of this process, and the UUID nvidia-smi shows
-// and takes (nvidia-smi's indices differ from ordinals under CUDA_VISIBLE_DEVICES).
+// and takes (nvidia-smi's indices differ from ordinals under CUDA_VISIBLE_DEVICES); "MIG-…"
+// for a MIG device.
 std::string device_label(const Driver &d, CUdevice device, uint32_t ordinal, const std::string &name,
 			 std::string *uuid_text)
 {
-	CUuuid id{};
+	DeviceUuid bytes;
+	bool mig = false;
 	std::string uuid = "its UUID unknown";
-	if (d.cuDeviceGetUuid(&id, device) == CUDA_SUCCESS) {
-		DeviceUuid bytes;
-		std::memcpy(bytes.data(), id.bytes, bytes.size());
-		uuid = format_device_uuid(bytes);
+	if (read_device_uuid(d, device, &bytes, &mig) == CUDA_SUCCESS) {
+		uuid = format_device_uuid(bytes, mig);
 		if (uuid_text)
 			*uuid_text = uuid;
 	}

@@ -64,6 +64,11 @@ struct Driver {
 	XMEM_CUDA_CALLS(XMEM_CUDA_MEMBER)
 #undef XMEM_CUDA_MEMBER
 
+	// The first cuDeviceGetUuid, which the real driver still exports by its unversioned
+	// name (null where it does not): for a MIG device it answers the GPU's UUID where the
+	// _v2 above answers the MIG device's own.
+	CUresult(CUDAAPI *cuDeviceGetUuid_v1)(CUuuid *uuid, CUdevice dev) = nullptr;
+
 	std::string library; // the path it was loaded from
 	int version = 0; // cuDriverGetVersion
 
@@ -118,6 +123,13 @@ private:
 	const Driver *d_;
 	bool pushed_ = false;
 };
+
+// DEVICE's UUID (cuDeviceGetUuid_v2); MIG says whether it is a MIG device's. cuda.h documents
+// only that the _v2 answers "its MIG UUID" for a device in MIG mode, the reason the _v2 was
+// added: the first version answering another UUID (its GPU's) tells a MIG device. Where the
+// first version is missing, a device counts as a GPU. A MIG device is noted
+// (note_mig_device), so messages name it "MIG-…".
+CUresult read_device_uuid(const Driver &d, CUdevice device, DeviceUuid *uuid, bool *mig);
 
 // An Error for a failed CALL, with Errc::no_memory for out-of-memory.
 Error cuda_error(const std::string &where, const char *call, CUresult r);

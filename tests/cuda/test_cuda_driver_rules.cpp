@@ -51,15 +51,17 @@ TEST(CudaHostRegistration, PinningFailsAndTheCpuOrdersWithAReason)
 		GTEST_SKIP() << "the failure is the simulator's (XMEM_CUDASIM_HOST_PIN_LIMIT)";
 	RuntimeDir dir;
 	const std::string frames = "300";
-	const std::string no_pin = "XMEM_CUDASIM_HOST_PIN_LIMIT=0";
+	// Less than the control segment (tens of KiB), enough for the 8 KiB the consumer peer
+	// page-locks for its own copies.
+	const std::string no_pin = "XMEM_CUDASIM_HOST_PIN_LIMIT=12k";
 	for (bool producer_pins : { false, true }) {
 		SCOPED_TRACE(producer_pins ? "a consumer cannot pin" : "the producer cannot pin");
 		std::string name = producer_pins ? "pin-consumer" : "pin-producer";
 		std::vector<std::string> producer_env{ "XMEM_CUDASIM_DELAY_US=500" };
 		if (!producer_pins)
 			producer_env.push_back(no_pin);
-		Process producer = peer(producer_env, { "produce", name, "--frames", frames, "--slots", "3",
-							"--wait-consumers", "2", "--linger-ms", "200" });
+		Process producer = peer(producer_env, { "produce", name, "--frames", frames, "--slots", "3", "--size",
+							"8192", "--wait-consumers", "2", "--linger-ms", "200" });
 		std::string ordering = producer_pins ? "stream-memops" : "cpu";
 		ASSERT_TRUE(producer.wait_output("ready ordering=" + ordering)) << producer.output();
 		if (!producer_pins) {
@@ -178,4 +180,46 @@ TEST(CudaComputeMode, AnExclusiveOrProhibitedDeviceIsNamedWithTheFix)
 	for (const char *part : { "CUDA device 1 (xmem cudasim device 1, GPU-", "compute mode prohibited",
 				  "no process may use it", "nvidia-smi -i GPU-", "-c DEFAULT" })
 		EXPECT_TRUE(contains(prohibited.output(), part)) << part << " in:\n" << prohibited.output();
+}
+
+// A pool on a MIG device (XMEM_CUDASIM_DEVICES=default,mig:2: GPU 1 in MIG mode). CUDA shows
+// each process one MIG device, whose cuDeviceGetUuid is its own: xmem records and prints it as
+// nvidia-smi does ("MIG-…", in xmem-inspect and errors), a consumer that sees the same MIG
+// device (by default or by CUDA_VISIBLE_DEVICES=MIG-…) maps the pool, and one that sees
+// another device is told which MIG device to pick.
+TEST(CudaMig, APoolOnAMigDeviceIsNamedAndFoundByItsMigUuid)
+{
+	if (!on_cuda_simulator())
+		GTEST_SKIP() << "the MIG devices are the simulator's (XMEM_CUDASIM_DEVICES)";
+	RuntimeDir dir;
+	const std::string machine = "XMEM_CUDASIM_DEVICES=default,mig:2";
+	Process producer = peer({ machine }, { "produce", "mig", "--frames", "100", "--slots", "3", "--wait-consumers",
+					       "2", "--linger-ms", "200" });
+	ASSERT_TRUE(producer.wait_output("ready ordering=stream-memops")) << producer.output();
+	const char *inspect = std::getenv("XMEM_INSPECT");
+	ASSERT_TRUE(inspect) << "XMEM_INSPECT must name the built xmem-inspect";
+	Process tool({ inspect, "--json", "mig" });
+	EXPECT_EQ(tool.wait(10s), 0) << tool.output();
+	const std::string key = "\"device_uuid\":\"";
+	size_t at = tool.output().find(key);
+	ASSERT_NE(at, std::string::npos) << tool.output();
+	std::string uuid = tool.output().substr(at + key.size(), 40);
+	ASSERT_EQ(uuid.substr(0, 4), "MIG-") << tool.output();
+
+	Process elsewhere = peer({ machine, "CUDA_VISIBLE_DEVICES=0" }, { "consume", "mig" });
+	EXPECT_EQ(elsewhere.wait(30s), 1) << elsewhere.output();
+	const std::vector<std::string> parts{ "the pool's memory is on " + uuid + ", which this process does not see",
+					      "CUDA shows a process one MIG device at most",
+					      "CUDA_VISIBLE_DEVICES=" + uuid + " picks this one" };
+	for (const std::string &part : parts)
+		EXPECT_TRUE(contains(elsewhere.output(), part)) << part << " in:\n" << elsewhere.output();
+
+	Process picked = peer({ machine, "CUDA_VISIBLE_DEVICES=" + uuid }, { "consume", "mig", "--stream" });
+	Process by_default = peer({ machine }, { "consume", "mig", "--stream" });
+	for (Process *p : { &picked, &by_default }) {
+		EXPECT_EQ(p->wait(120s), 0) << p->output();
+		EXPECT_TRUE(contains(p->output(), "attached ordering=stream-memops device=0")) << p->output();
+		EXPECT_TRUE(contains(p->output(), "frames=100 bad=0")) << p->output();
+	}
+	EXPECT_EQ(producer.wait(60s), 0) << producer.output();
 }

@@ -53,17 +53,25 @@ struct FailSwitches {
 	bool prohibited = false;
 };
 
-// One GPU of the simulated machine, as XMEM_CUDASIM_DEVICES describes it.
+// One device of the simulated machine, as XMEM_CUDASIM_DEVICES describes it and nvidia-smi -L
+// would list it: a GPU, or a MIG device (a compute instance of a GPU instance) of a GPU in
+// MIG mode.
 struct MachineDevice {
+	int gpu = 0; // the GPU's number on the machine, nvidia-smi's index
+	int mig = -1; // the MIG device's index on its GPU; -1 for the GPU itself
+	int gpu_instance = 0; // a MIG device's GI and CI ids (MIG-GPU-<uuid>/<gi>/<ci>)
+	int compute_instance = 0;
+	int mig_devices = 0; // a GPU in MIG mode: how many MIG devices it has (CUDA uses only those)
 	CUcomputemode compute_mode = CU_COMPUTEMODE_DEFAULT;
 };
 
 struct Config {
-	// The simulated machine's devices (XMEM_CUDASIM_DEVICES), numbered 0..physical-1
-	// as nvidia-smi would; the ones this process sees, in its ordinal order
-	// (CUDA_VISIBLE_DEVICES, honoured when XMEM_CUDASIM_DEVICES is set); their count.
+	// The simulated machine's GPUs (XMEM_CUDASIM_DEVICES), numbered 0..physical-1 as
+	// nvidia-smi would; its devices, the GPUs first, then the MIG devices; the ones this
+	// process sees (indices into machine), in its ordinal order (CUDA_VISIBLE_DEVICES,
+	// honoured when XMEM_CUDASIM_DEVICES is set); their count.
 	int physical = 1;
-	std::vector<MachineDevice> machine{ MachineDevice{} }; // one per device of the machine
+	std::vector<MachineDevice> machine{ MachineDevice{} };
 	std::vector<int> visible{ 0 };
 	int devices = 1;
 	// Where processes of the simulated machine meet: the lock files of devices in
@@ -87,11 +95,15 @@ struct Config {
 // word prints why and aborts: a typo in a test must not silently test nothing.
 Config read_config();
 
-// The UUID of the simulated machine's device PHYSICAL: the same in every process,
-// whatever ordinal CUDA_VISIBLE_DEVICES gives it there.
+// The UUID of the simulated machine's GPU PHYSICAL: the same in every process, whatever
+// ordinal CUDA_VISIBLE_DEVICES gives it there.
 CUuuid physical_uuid(int physical);
+// A device's UUID (cuDeviceGetUuid_v2): its GPU's, or its own for a MIG device.
+CUuuid machine_uuid(const MachineDevice &device);
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L and CUDA_VISIBLE_DEVICES write it.
-std::string format_uuid(const CUuuid &uuid);
+std::string format_uuid(const CUuuid &uuid, const char *prefix = "GPU-");
+// A device's UUID as nvidia-smi -L writes it: "GPU-…", or "MIG-…" for a MIG device.
+std::string machine_uuid_text(const MachineDevice &device);
 
 // The bytes of one allocation: a memfd, and the simulator's own read-write alias of it.
 // Device addresses are PROT_NONE elsewhere; only the simulator touches the bytes, through

@@ -89,7 +89,7 @@ CUresult enter_device(const char *call, State &s, CUdevice dev)
 				    dev);
 		::mkdir(s.config.state_dir.c_str(), 0700);
 		std::string path = s.config.state_dir + "/exclusive-" +
-				   format_uuid(physical_uuid(s.config.visible[size_t(dev)])) + ".lock";
+				   machine_uuid_text(s.config.machine[size_t(s.config.visible[size_t(dev)])]) + ".lock";
 		int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0)
 			return fail(CUDA_ERROR_OPERATING_SYSTEM, call, "%s: %s", path.c_str(), std::strerror(errno));
@@ -179,7 +179,7 @@ bool attribute_value(const Config &config, CUdevice_attribute attribute, CUdevic
 		*value = 0;
 		return true;
 	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-		*value = 0x10 + config.visible[size_t(dev)];
+		*value = 0x10 + config.machine[size_t(config.visible[size_t(dev)])].gpu; // a MIG device's GPU's
 		return true;
 	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
 	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
@@ -462,7 +462,11 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 	if (CUresult r = valid_device("cuDeviceGetName", *s, dev))
 		return r;
 	// The machine's number for it, as nvidia-smi would list it, not the ordinal.
-	std::snprintf(name, size_t(len), "xmem cudasim device %d", s->config.visible[size_t(dev)]);
+	const MachineDevice &device = s->config.machine[size_t(s->config.visible[size_t(dev)])];
+	if (device.mig >= 0)
+		std::snprintf(name, size_t(len), "xmem cudasim device %d MIG %d", device.gpu, device.mig);
+	else
+		std::snprintf(name, size_t(len), "xmem cudasim device %d", device.gpu);
 	return CUDA_SUCCESS;
 }
 
@@ -475,13 +479,19 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (CUresult r = valid_device("cuDeviceGetUuid", *s, dev))
 		return r;
-	*uuid = physical_uuid(s->config.visible[size_t(dev)]);
+	*uuid = machine_uuid(s->config.machine[size_t(s->config.visible[size_t(dev)])]);
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev)
 {
-	return cuDeviceGetUuid(uuid, dev);
+	// cuda.h documents only the _v2's MIG UUID "if the device is in MIG mode", the change
+	// the _v2 was added for: the first version answers the MIG device's GPU's UUID.
+	if (CUresult r = cuDeviceGetUuid(uuid, dev))
+		return r;
+	const MachineDevice &device = state()->config.machine[size_t(state()->config.visible[size_t(dev)])];
+	*uuid = physical_uuid(device.gpu);
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev)

@@ -539,11 +539,14 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "fd %d does not hold %zu bytes", fd, size);
 		// This process's ordinal of the machine's device N.
 		int physical = device;
+		if (physical < 0 || size_t(physical) >= s.config.machine.size())
+			return fail(CUDA_ERROR_INVALID_DEVICE, call,
+				    "fd %d is memory of device %d, not of this machine", fd, physical);
 		auto seen = std::find(s.config.visible.begin(), s.config.visible.end(), physical);
 		if (seen == s.config.visible.end())
 			return fail(CUDA_ERROR_INVALID_DEVICE, call,
 				    "fd %d is memory of the machine's device %d (%s), which this process does not see",
-				    fd, physical, format_uuid(physical_uuid(physical)).c_str());
+				    fd, physical, machine_uuid_text(s.config.machine[size_t(physical)]).c_str());
 		device = int(seen - s.config.visible.begin());
 
 		// The caller keeps its fd: the allocation holds a duplicate.

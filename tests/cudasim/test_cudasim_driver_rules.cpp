@@ -689,4 +689,138 @@ TEST(DISABLED_Child, ExclusiveDies)
 	std::_Exit(3);
 }
 
+// --- MIG devices -------------------------------------------------------------------------
+
+std::string hex_uuid(const CUuuid &uuid)
+{
+	static constexpr char hex[] = "0123456789abcdef";
+	std::string s;
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			s += '-';
+		auto byte = static_cast<unsigned char>(uuid.bytes[i]);
+		s += hex[byte >> 4];
+		s += hex[byte & 0xf];
+	}
+	return s;
+}
+
+// What a process sees of the machine default,mig:2,default: per ordinal its name, its UUID
+// (cuDeviceGetUuid_v2, without the GPU- or MIG- a tool would print), the first version's
+// UUID and its PCI bus.
+struct Seen {
+	std::string name, uuid, v1;
+	int bus = -1;
+};
+
+std::vector<Seen> probe(const std::string &visible)
+{
+	std::vector<std::string> env{ "XMEM_CUDASIM_DEVICES=default,mig:2,default" };
+	env.push_back(visible == "unset" ? "CUDA_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES=" + visible);
+	ChildResult child = run_child("MigProbe", env);
+	EXPECT_TRUE(exited_cleanly(child)) << visible << ":\n" << child.output;
+	std::vector<Seen> seen;
+	for (size_t at = child.output.find("seen|"); at != std::string::npos; at = child.output.find("seen|", at + 1)) {
+		std::string line = child.output.substr(at + 5, child.output.find('\n', at) - at - 5);
+		Seen d;
+		std::vector<std::string> fields;
+		for (size_t start = 0; start <= line.size();) {
+			size_t bar = std::min(line.find('|', start), line.size());
+			fields.push_back(line.substr(start, bar - start));
+			start = bar + 1;
+		}
+		if (fields.size() == 4) {
+			d.name = fields[0];
+			d.uuid = fields[1];
+			d.v1 = fields[2];
+			d.bus = std::atoi(fields[3].c_str());
+		}
+		seen.push_back(d);
+	}
+	return seen;
+}
+
+std::vector<std::string> names(const std::vector<Seen> &seen)
+{
+	std::vector<std::string> out;
+	for (const Seen &d : seen)
+		out.push_back(d.name);
+	return out;
+}
+
+TEST(DISABLED_Child, MigProbe)
+{
+	CUresult init = cu().cuInit(0);
+	if (init == CUDA_ERROR_NO_DEVICE)
+		return;
+	ASSERT_EQ(init, CUDA_SUCCESS);
+	ASSERT_NE(cu().cuDeviceGetUuid_v1, nullptr) << "the first cuDeviceGetUuid is exported";
+	int count = 0;
+	ASSERT_EQ(cu().cuDeviceGetCount(&count), CUDA_SUCCESS);
+	for (int ordinal = 0; ordinal < count; ordinal++) {
+		char name[128] = {};
+		CUuuid v2{}, v1{};
+		int bus = -1;
+		ASSERT_EQ(cu().cuDeviceGetName(name, sizeof(name), ordinal), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuDeviceGetUuid(&v2, ordinal), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuDeviceGetUuid_v1(&v1, ordinal), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, ordinal), CUDA_SUCCESS);
+		std::printf("seen|%s|%s|%s|%d\n", name, hex_uuid(v2).c_str(), hex_uuid(v1).c_str(), bus);
+		// A context works on it.
+		CUcontext ctx;
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx, ordinal), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(ordinal), CUDA_SUCCESS);
+	}
+}
+
+// XMEM_CUDASIM_DEVICES=mig:N puts a GPU in MIG mode with N MIG devices. CUDA sees only MIG
+// devices of it, one at most per process and no GPU beside it (NVIDIA's MIG user guide, "CUDA
+// Device Enumeration"); cuDeviceGetUuid_v2 answers the MIG device's own UUID ("If the device
+// is in MIG mode, returns its MIG UUID", cuda.h), the first version its GPU's. In
+// CUDA_VISIBLE_DEVICES, MIG-<uuid> and MIG-GPU-<uuid>/<gi>/<ci> name one; an index or GPU- UUID
+// of a GPU in MIG mode names nothing (not documented: strict). The old simulator read only a
+// number of devices.
+TEST(Mig, MigDevicesAreSeenAsTheDriverShowsThem)
+{
+	const std::string mig0 = "xmem cudasim device 1 MIG 0", mig1 = "xmem cudasim device 1 MIG 1";
+	const std::string gpu0 = "xmem cudasim device 0", gpu2 = "xmem cudasim device 2";
+
+	// Without CUDA_VISIBLE_DEVICES: the first MIG device alone.
+	std::vector<Seen> seen = probe("unset");
+	ASSERT_EQ(names(seen), std::vector<std::string>{ mig0 });
+	std::string mig0_uuid = seen[0].uuid, gpu1_uuid = seen[0].v1;
+	EXPECT_NE(mig0_uuid, gpu1_uuid) << "the MIG device's UUID is its own";
+	EXPECT_EQ(seen[0].bus, 0x11) << "its GPU's PCI bus";
+
+	// The older form, by the GPU's UUID and the GPU and compute instance ids.
+	seen = probe("MIG-GPU-" + gpu1_uuid + "/2/0");
+	ASSERT_EQ(names(seen), std::vector<std::string>{ mig1 });
+	std::string mig1_uuid = seen[0].uuid;
+	EXPECT_EQ(seen[0].v1, gpu1_uuid);
+
+	seen = probe("2,0");
+	ASSERT_EQ(names(seen), (std::vector<std::string>{ gpu2, gpu0 }));
+	EXPECT_EQ(seen[0].uuid, seen[0].v1) << "a GPU's UUID, both versions";
+	std::string gpu0_uuid = seen[1].uuid;
+
+	EXPECT_EQ(names(probe("MIG-" + mig1_uuid)), std::vector<std::string>{ mig1 });
+	EXPECT_EQ(names(probe("MIG-" + mig0_uuid)), std::vector<std::string>{ mig0 });
+	// No GPU beside a MIG device, and one MIG device at most.
+	EXPECT_EQ(names(probe("0,MIG-" + mig1_uuid + ",2")), std::vector<std::string>{ mig1 });
+	EXPECT_EQ(names(probe("MIG-" + mig1_uuid + ",MIG-" + mig0_uuid)), std::vector<std::string>{ mig1 });
+	// A GPU in MIG mode is no CUDA device: the list ends there.
+	EXPECT_TRUE(probe("1").empty());
+	EXPECT_EQ(names(probe("0,1,2")), std::vector<std::string>{ gpu0 });
+	EXPECT_TRUE(probe("GPU-" + gpu1_uuid).empty());
+	EXPECT_EQ(names(probe("GPU-" + gpu0_uuid + ",MIG-" + mig0_uuid)), std::vector<std::string>{ mig0 });
+	// A MIG device by its whole UUID only; the older form by the GPU's whole UUID and ids
+	// that exist. A MIG UUID is never a GPU's.
+	EXPECT_TRUE(probe("MIG-" + mig1_uuid.substr(0, 13)).empty());
+	EXPECT_TRUE(probe("MIG-GPU-" + gpu1_uuid.substr(0, 8) + "/2/0").empty());
+	EXPECT_TRUE(probe("MIG-GPU-" + gpu1_uuid + "/3/0").empty());
+	EXPECT_TRUE(probe("MIG-GPU-" + gpu1_uuid + "/2/0x").empty());
+	EXPECT_TRUE(probe("GPU-" + mig1_uuid).empty());
+	EXPECT_TRUE(probe("MIG-" + gpu0_uuid).empty());
+}
+
 } // namespace
