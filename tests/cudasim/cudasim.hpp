@@ -36,6 +36,8 @@ extern "C" CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm
 #include <new>
 #include <string>
 #include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace cudasim {
@@ -145,7 +147,11 @@ struct Context {
 	// Guarded by State::lock. A created context holds one reference until cuCtxDestroy.
 	unsigned refs = 0;
 	unsigned flags = 0; // cuCtxCreate's, or cuDevicePrimaryCtxSetFlags'
-	std::shared_ptr<Stream> default_stream;
+	// The legacy default stream (0, CU_STREAM_LEGACY) and each thread's per-thread default
+	// stream (CU_STREAM_PER_THREAD), made on first use; every stream of the context,
+	// these too.
+	std::shared_ptr<Stream> legacy_stream;
+	std::map<std::thread::id, std::shared_ptr<Stream>> per_thread;
 	std::vector<std::weak_ptr<Stream>> streams;
 
 	// Set by a stream worker on an illegal access and read by every call without a lock;
@@ -160,6 +166,9 @@ struct Op {
 	std::function<void(Stream &)> run;
 	// A host callback runs after an illegal access too, and is told of the error.
 	bool runs_after_fault = false;
+	// The legacy stream's implicit synchronization, captured when the operation is queued:
+	// it starts only once each of these streams has completed the ticket given.
+	std::vector<std::pair<std::shared_ptr<Stream>, uint64_t>> after;
 };
 
 struct Stream {
@@ -167,6 +176,10 @@ struct Stream {
 	CUstream handle = nullptr;
 	Context *ctx = nullptr;
 	int device = 0;
+	// Blocking streams (made without CU_STREAM_NON_BLOCKING, and the per-thread default
+	// streams) synchronize with the context's legacy stream; legacy is that stream.
+	bool blocking = true;
+	bool legacy = false;
 
 	// Guards the fields below. Never held while an operation runs; taken after
 	// State::lock when both are needed.

@@ -1,6 +1,6 @@
 // stream.cpp - streams and events of the CUDA driver simulator: one worker thread per
 // stream, running copies, memsets, 64-bit stream memory operations and event records late,
-// in order, at execution time.
+// in order, at execution time, with the legacy default stream's implicit synchronization.
 //
 // Each operation starts after a random delay, and resolves its addresses only when it
 // executes, so a missing wait shows up as stale or torn data and freed or unmapped memory
@@ -28,6 +28,17 @@ uint64_t mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+// Holds an operation of stream until other has completed ticket: the legacy stream's
+// implicit synchronization. Both are streams of one context, so abandoning it wakes this.
+void wait_for_other(const Stream &stream, Stream &other, uint64_t ticket)
+{
+	std::unique_lock<std::mutex> guard(other.lock);
+	other.cv.wait(guard, [&] {
+		return other.completed >= ticket || other.abandoned.load(std::memory_order_acquire) ||
+		       stream.abandoned.load(std::memory_order_acquire);
+	});
+}
+
 void worker_main(std::shared_ptr<Stream> stream, uint64_t delay_us, uint64_t seed)
 {
 	executing_context = stream->ctx; // a worker serves one stream of one context
@@ -45,6 +56,8 @@ void worker_main(std::shared_ptr<Stream> stream, uint64_t delay_us, uint64_t see
 			stream->queue.pop_front();
 		}
 
+		for (const auto &[other, ticket] : op.after)
+			wait_for_other(*stream, *other, ticket);
 		if (delay_us)
 			std::this_thread::sleep_for(std::chrono::microseconds(delay(random)));
 		// A context with a sticky error executes nothing more, as a faulted device, but
@@ -64,7 +77,7 @@ void worker_main(std::shared_ptr<Stream> stream, uint64_t delay_us, uint64_t see
 }
 
 // Creates a stream of ctx and starts its worker. Caller holds State::lock.
-std::shared_ptr<Stream> start_stream(State &s, Context *ctx)
+std::shared_ptr<Stream> start_stream(State &s, Context *ctx, bool blocking, bool legacy = false)
 {
 	auto stream = std::make_shared<Stream>();
 	stream->id = s.next_stream_id++;
@@ -72,6 +85,8 @@ std::shared_ptr<Stream> start_stream(State &s, Context *ctx)
 	stream->handle = reinterpret_cast<CUstream>(uintptr_t(0x5000000) + stream->id * 0x10);
 	stream->ctx = ctx;
 	stream->device = ctx->device;
+	stream->blocking = blocking;
+	stream->legacy = legacy;
 
 	// Detached: the process may exit with a worker blocked in a wait.
 	std::thread(worker_main, stream, s.config.delay_us, mix(s.config.seed ^ stream->id)).detach();
@@ -86,16 +101,51 @@ bool is_default_stream(CUstream handle)
 	return handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD;
 }
 
-// The stream a call names, in the calling thread's context ctx. The default stream (0,
-// CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is one asynchronous stream per context.
+// The per-thread default streams this thread made. When it exits they close: the work
+// queued on them still runs, and a later thread that gets the same id gets a new stream.
+struct ThreadStreams {
+	std::vector<std::weak_ptr<Stream>> streams;
+	~ThreadStreams()
+	{
+		for (const auto &weak : streams) {
+			if (auto stream = weak.lock()) {
+				{
+					std::lock_guard<std::mutex> guard(stream->lock);
+					stream->closing = true;
+				}
+				stream->cv.notify_all();
+			}
+		}
+	}
+};
+thread_local ThreadStreams thread_streams;
+
+bool is_closing(Stream &stream)
+{
+	std::lock_guard<std::mutex> guard(stream.lock);
+	return stream.closing;
+}
+
+// The stream a call names, in the calling thread's context ctx: 0 and CU_STREAM_LEGACY
+// are the context's legacy stream, CU_STREAM_PER_THREAD this thread's own blocking stream
+// of the context.
 CUresult find_stream(const char *call, Context *ctx, CUstream handle, std::shared_ptr<Stream> &out)
 {
 	State &s = *state();
 	std::lock_guard<std::mutex> guard(s.lock);
+	if (handle == CU_STREAM_PER_THREAD) {
+		std::shared_ptr<Stream> &mine = ctx->per_thread[std::this_thread::get_id()];
+		if (!mine || is_closing(*mine)) {
+			mine = start_stream(s, ctx, true);
+			thread_streams.streams.push_back(mine);
+		}
+		out = mine;
+		return CUDA_SUCCESS;
+	}
 	if (is_default_stream(handle)) {
-		if (!ctx->default_stream)
-			ctx->default_stream = start_stream(s, ctx);
-		out = ctx->default_stream;
+		if (!ctx->legacy_stream)
+			ctx->legacy_stream = start_stream(s, ctx, true, true);
+		out = ctx->legacy_stream;
 		return CUDA_SUCCESS;
 	}
 	auto it = s.streams.find(handle);
@@ -105,17 +155,51 @@ CUresult find_stream(const char *call, Context *ctx, CUstream handle, std::share
 	return CUDA_SUCCESS;
 }
 
-// Queues an operation; returns its ticket, the completed count once it has executed.
-uint64_t enqueue(Stream &stream, const char *name, std::function<void(Stream &)> run, bool runs_after_fault = false)
+// The ticket of the last operation queued on stream when it has not executed yet, else 0.
+uint64_t pending(Stream &stream)
 {
+	std::lock_guard<std::mutex> guard(stream.lock);
+	return stream.completed < stream.enqueued ? stream.enqueued : 0;
+}
+
+// Queues an operation; returns its ticket, the completed count once it has executed. An
+// operation on the legacy stream starts after the work queued so far on every blocking
+// stream of its context; one on a blocking stream after the work queued so far on the
+// legacy stream. Those tickets are taken now, under State::lock, which the caller holds:
+// each names work queued before this operation, so the waits never form a cycle.
+uint64_t enqueue_locked(State &, Stream &stream, const char *name, std::function<void(Stream &)> run,
+			bool runs_after_fault = false)
+{
+	Op op{ name, std::move(run), runs_after_fault, {} };
+	Context &ctx = *stream.ctx;
+	if (stream.legacy) {
+		for (const auto &weak : ctx.streams) {
+			auto other = weak.lock();
+			if (!other || other.get() == &stream || !other->blocking)
+				continue;
+			if (uint64_t ticket = pending(*other))
+				op.after.emplace_back(std::move(other), ticket);
+		}
+	} else if (stream.blocking && ctx.legacy_stream) {
+		if (uint64_t ticket = pending(*ctx.legacy_stream))
+			op.after.emplace_back(ctx.legacy_stream, ticket);
+	}
+
 	uint64_t ticket;
 	{
 		std::lock_guard<std::mutex> guard(stream.lock);
-		stream.queue.push_back(Op{ name, std::move(run), runs_after_fault });
+		stream.queue.push_back(std::move(op));
 		ticket = ++stream.enqueued;
 	}
 	stream.cv.notify_all();
 	return ticket;
+}
+
+uint64_t enqueue(Stream &stream, const char *name, std::function<void(Stream &)> run, bool runs_after_fault = false)
+{
+	State &s = *state();
+	std::lock_guard<std::mutex> guard(s.lock);
+	return enqueue_locked(s, stream, name, std::move(run), runs_after_fault);
 }
 
 // Waits until the operation with this ticket, and so every one before it, has executed.
@@ -162,7 +246,8 @@ struct Endpoint {
 	size_t pitch = 0;
 };
 
-void run_copy(Stream &stream, const char *name, Endpoint dst, Endpoint src, size_t width, size_t height)
+// Copies height rows; false after an illegal access.
+bool run_copy(Stream &stream, const char *name, Endpoint dst, Endpoint src, size_t width, size_t height)
 {
 	State &s = *state();
 	Segments to, from;
@@ -181,7 +266,7 @@ void run_copy(Stream &stream, const char *name, Endpoint dst, Endpoint src, size
 	if (whole) {
 		for (size_t y = 0; y < height; y++)
 			std::memmove(to[0].data + y * dst.pitch, from[0].data + y * src.pitch, width);
-		return;
+		return true;
 	}
 
 	// Rows that straddle mappings, or a gap between rows: only the bytes a row touches
@@ -197,10 +282,11 @@ void run_copy(Stream &stream, const char *name, Endpoint dst, Endpoint src, size
 		}
 		if (!ok) {
 			raise_illegal(stream, name, fault);
-			return;
+			return false;
 		}
 		copy_segments(to, from);
 	}
+	return true;
 }
 
 void run_memset(Stream &stream, const char *name, uintptr_t dst, uint32_t value, size_t unit, size_t count)
@@ -362,31 +448,8 @@ CUresult memop_call(const char *call, CUstream handle, CUdeviceptr addr, std::sh
 	return CUDA_SUCCESS;
 }
 
-// A copy of bytes bytes enqueued on the stream; ticket is 0 when there is nothing to copy.
-CUresult linear_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes, CUstream handle,
-		     std::shared_ptr<Stream> &stream, uint64_t &ticket)
-{
-	ticket = 0;
-	if (CUresult r = enqueue_call(call, handle, stream))
-		return r;
-	if (bytes == 0)
-		return CUDA_SUCCESS;
-	if (!dst.addr || !src.addr)
-		return fail(CUDA_ERROR_INVALID_VALUE, call, "null address");
-	dst.pitch = src.pitch = bytes;
-	ticket = enqueue(*stream, call, [=](Stream &st) { run_copy(st, call, dst, src, bytes, 1); });
-	return CUDA_SUCCESS;
-}
-
-CUresult async_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes, CUstream handle)
-{
-	std::shared_ptr<Stream> stream;
-	uint64_t ticket;
-	return linear_copy(call, dst, src, bytes, handle, stream, ticket);
-}
-
-// Waits for the copy with this ticket on the stream a synchronous copy used (none when 0),
-// and reports a fault it, or earlier work, caused.
+// Waits for the operation with this ticket on the stream a call used (none when 0), and
+// reports a fault it, or earlier work, caused.
 CUresult finish_synchronous(const char *call, Stream &stream, uint64_t ticket)
 {
 	if (ticket)
@@ -396,28 +459,122 @@ CUresult finish_synchronous(const char *call, Stream &stream, uint64_t ticket)
 	return CUDA_SUCCESS;
 }
 
-// cuMemcpy and its HtoD, DtoH and DtoD forms: on the context's default stream, so after the
-// work queued there. They return when the copy has executed, except between two device
-// addresses, where cuda.h's "API synchronization behavior" promises no host-side
-// synchronization: those return at once, and a caller that reads too early sees old bytes.
-CUresult synchronous_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes)
+// Bytes from pos to the end of the entry of map (keyed by start, with a size) that holds
+// pos; 0 when none does.
+template<typename Map>
+uintptr_t covered(const Map &map, uintptr_t pos)
 {
-	if (dst.space == Space::unified || src.space == Space::unified) {
-		// Resolved now, for the choice only; the copy looks its addresses up as it runs.
-		State &s = *state();
+	auto it = map.upper_bound(pos);
+	if (it == map.begin())
+		return 0;
+	--it;
+	return pos - it->first < it->second.size ? it->first + it->second.size - pos : 0;
+}
+
+// Whether every byte of [addr, addr + size) is page-locked: cuMemAllocHost memory or a
+// cuMemHostRegister range. Caller holds State::lock.
+bool page_locked(const State &s, uintptr_t addr, size_t size)
+{
+	for (uintptr_t pos = addr, end = addr + size; pos < end;) {
+		uintptr_t n = covered(s.host_allocations, pos);
+		if (!n)
+			n = covered(s.host_registrations, pos);
+		if (!n)
+			return false;
+		pos += std::min(n, end - pos);
+	}
+	return true;
+}
+
+// One side of a copy as the call sees it: host memory (unified addresses looked up now),
+// and then whether any byte of it is pageable.
+struct Side {
+	bool host = false;
+	bool pageable = false;
+};
+
+Side side_of(const State &s, const Endpoint &e, size_t width, size_t height)
+{
+	size_t span = (height - 1) * e.pitch + width;
+	Side side;
+	side.host = e.space == Space::host || (e.space == Space::unified && !in_device_space(s, e.addr, span));
+	side.pageable = side.host && !page_locked(s, e.addr, span);
+	return side;
+}
+
+// Queues a copy of height rows of width bytes on the stream and returns as cuda.h's "API
+// synchronization behavior" says for its sides; synchronous is true for cuMemcpy,
+// cuMemcpyHtoD, cuMemcpyDtoH, cuMemcpyDtoD and cuMemcpy2D, false for the Async calls.
+// - Device to device: no host-side synchronization, either way.
+// - Device to host: an Async call into page-locked memory returns at once; into pageable
+//   memory, or from a synchronous call, once the copy has executed.
+// - Host to device: an Async call from page-locked memory returns at once; a synchronous
+//   one once the copy has executed. From pageable memory either returns once the stream
+//   has run its earlier work and the source has been read into a staging buffer, whose
+//   bytes reach the device later, as a DMA the driver has not finished.
+// - Host to host: once the copy has executed.
+// So a pageable copy behind a stream that waits blocks the calling thread, as it does on
+// a GPU, and page-locked memory is what makes a copy asynchronous.
+CUresult submit_copy(const char *call, Stream &stream, Endpoint dst, Endpoint src, size_t width, size_t height,
+		     bool synchronous)
+{
+	State &s = *state();
+	uint64_t wait = 0;
+	// Set when a pageable source was read into the staging buffer without a fault.
+	std::shared_ptr<std::atomic<bool>> staged;
+	{
 		std::lock_guard<std::mutex> guard(s.lock);
-		for (Endpoint *e : { &dst, &src }) {
-			if (e->space == Space::unified)
-				e->space = in_device_space(s, e->addr, bytes ? bytes : 1) ? Space::device : Space::host;
+		Side to = side_of(s, dst, width, height);
+		Side from = side_of(s, src, width, height);
+		if (from.pageable && !to.host) {
+			size_t bytes;
+			if (__builtin_mul_overflow(width, height, &bytes))
+				return fail(CUDA_ERROR_INVALID_VALUE, call, "%zu rows of %zu bytes", height, width);
+			std::shared_ptr<char[]> staging(new char[bytes]);
+			Endpoint buffer{ Space::host, reinterpret_cast<uintptr_t>(staging.get()), width };
+			staged = std::make_shared<std::atomic<bool>>(false);
+			// Both operations keep the buffer.
+			wait = enqueue_locked(s, stream, call, [=, keep = staging](Stream &st) {
+				if (run_copy(st, call, buffer, src, width, height))
+					staged->store(true, std::memory_order_release);
+			});
+			enqueue_locked(s, stream, call, [=, keep = staging](Stream &st) {
+				run_copy(st, call, dst, buffer, width, height);
+			});
+		} else {
+			uint64_t ticket = enqueue_locked(
+				s, stream, call, [=](Stream &st) { run_copy(st, call, dst, src, width, height); });
+			bool device_to_device = !to.host && !from.host;
+			if ((synchronous && !device_to_device) || (to.host && from.host) || to.pageable)
+				wait = ticket;
 		}
 	}
+	if (staged) {
+		// The call reports a fault of its own staging, or of earlier work (which skips
+		// the staging), but not one of the copy to the device: that may still be queued.
+		wait_for(stream, wait);
+		if (!staged->load(std::memory_order_acquire))
+			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", stream.device);
+		return CUDA_SUCCESS;
+	}
+	if (!wait && !synchronous)
+		return CUDA_SUCCESS;
+	return finish_synchronous(call, stream, wait);
+}
+
+// cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync and cuMemcpyAsync, and with
+// synchronous the calls without Async, which use the context's legacy stream.
+CUresult linear_copy(const char *call, Endpoint dst, Endpoint src, size_t bytes, CUstream handle, bool synchronous)
+{
 	std::shared_ptr<Stream> stream;
-	uint64_t ticket;
-	if (CUresult r = linear_copy(call, dst, src, bytes, nullptr, stream, ticket))
+	if (CUresult r = enqueue_call(call, handle, stream))
 		return r;
-	if (dst.space == Space::device && src.space == Space::device)
-		ticket = 0;
-	return finish_synchronous(call, *stream, ticket);
+	if (bytes == 0)
+		return synchronous ? finish_synchronous(call, *stream, 0) : CUDA_SUCCESS;
+	if (!dst.addr || !src.addr)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "null address");
+	dst.pitch = src.pitch = bytes;
+	return submit_copy(call, *stream, dst, src, bytes, 1, synchronous);
 }
 
 CUresult memset_call(const char *call, CUdeviceptr dst, uint32_t value, size_t unit, size_t count, CUstream handle)
@@ -475,37 +632,25 @@ CUresult plane(const char *call, const char *side, CUmemorytype type, const void
 	return CUDA_SUCCESS;
 }
 
-// A 2D copy checked at enqueue time, ready for run_copy.
-struct Copy2D {
-	Endpoint dst, src;
-	size_t width = 0, height = 0;
-};
-
-// cuMemcpy2D and cuMemcpy2DAsync: enqueues the copy on the stream; ticket is 0 when there
-// is nothing to copy.
-CUresult copy_2d(const char *call, const CUDA_MEMCPY2D *pCopy, CUstream handle, std::shared_ptr<Stream> &stream,
-		 uint64_t &ticket)
+// cuMemcpy2D (synchronous, on the legacy stream) and cuMemcpy2DAsync.
+CUresult copy_2d(const char *call, const CUDA_MEMCPY2D *pCopy, CUstream handle, bool synchronous)
 {
-	ticket = 0;
+	std::shared_ptr<Stream> stream;
 	if (CUresult r = enqueue_call(call, handle, stream))
 		return r;
 	if (!pCopy)
 		return CUDA_ERROR_INVALID_VALUE;
 	const CUDA_MEMCPY2D &c = *pCopy;
 	if (c.WidthInBytes == 0 || c.Height == 0)
-		return CUDA_SUCCESS;
-	Copy2D copy;
+		return synchronous ? finish_synchronous(call, *stream, 0) : CUDA_SUCCESS;
+	Endpoint dst, src;
 	if (CUresult r = plane(call, "source", c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY,
-			       c.srcPitch, c.WidthInBytes, c.Height, copy.src))
+			       c.srcPitch, c.WidthInBytes, c.Height, src))
 		return r;
 	if (CUresult r = plane(call, "destination", c.dstMemoryType, c.dstHost, c.dstDevice, c.dstXInBytes, c.dstY,
-			       c.dstPitch, c.WidthInBytes, c.Height, copy.dst))
+			       c.dstPitch, c.WidthInBytes, c.Height, dst))
 		return r;
-	copy.width = c.WidthInBytes;
-	copy.height = c.Height;
-	ticket = enqueue(*stream, call,
-			 [=](Stream &st) { run_copy(st, call, copy.dst, copy.src, copy.width, copy.height); });
-	return CUDA_SUCCESS;
+	return submit_copy(call, *stream, dst, src, c.WidthInBytes, c.Height, synchronous);
 }
 
 // The event a handle names. Caller holds State::lock.
@@ -539,7 +684,8 @@ void abandon_streams(State &s, Context &ctx)
 			close(*stream);
 	}
 	ctx.streams.clear();
-	ctx.default_stream.reset();
+	ctx.legacy_stream.reset();
+	ctx.per_thread.clear();
 	std::erase_if(s.events, [&](const auto &entry) { return entry.second.ctx == &ctx; });
 }
 
@@ -586,7 +732,9 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "null phStream or flags 0x%x", Flags);
 		State &s = *state();
 		std::lock_guard<std::mutex> guard(s.lock);
-		auto stream = start_stream(s, ctx);
+		// A blocking stream unless CU_STREAM_NON_BLOCKING: it synchronizes with the
+		// legacy stream.
+		auto stream = start_stream(s, ctx, Flags != CU_STREAM_NON_BLOCKING);
 		s.streams[stream->handle] = stream;
 		*phStream = stream->handle;
 		return CUDA_SUCCESS;
@@ -707,88 +855,78 @@ CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint6
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
 	return guarded([&] {
-		return async_copy("cuMemcpyHtoDAsync", { Space::device, uintptr_t(dstDevice) },
-				  { Space::host, reinterpret_cast<uintptr_t>(srcHost) }, ByteCount, hStream);
+		return linear_copy("cuMemcpyHtoDAsync", { Space::device, uintptr_t(dstDevice) },
+				   { Space::host, reinterpret_cast<uintptr_t>(srcHost) }, ByteCount, hStream, false);
 	});
 }
 
 CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
 	return guarded([&] {
-		return async_copy("cuMemcpyDtoHAsync", { Space::host, reinterpret_cast<uintptr_t>(dstHost) },
-				  { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream);
+		return linear_copy("cuMemcpyDtoHAsync", { Space::host, reinterpret_cast<uintptr_t>(dstHost) },
+				   { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream, false);
 	});
 }
 
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
 	return guarded([&] {
-		return async_copy("cuMemcpyDtoDAsync", { Space::device, uintptr_t(dstDevice) },
-				  { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream);
+		return linear_copy("cuMemcpyDtoDAsync", { Space::device, uintptr_t(dstDevice) },
+				   { Space::device, uintptr_t(srcDevice) }, ByteCount, hStream, false);
 	});
 }
 
 CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-	return guarded([&] {
-		std::shared_ptr<Stream> stream;
-		uint64_t ticket;
-		return copy_2d("cuMemcpy2DAsync", pCopy, hStream, stream, ticket);
-	});
+	return guarded([&] { return copy_2d("cuMemcpy2DAsync", pCopy, hStream, false); });
 }
 
 CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *pCopy)
 {
-	return guarded([&] {
-		const char *call = "cuMemcpy2D";
-		// On the context's default stream, so after the work queued there, as the legacy
-		// stream orders it; then wait for it.
-		std::shared_ptr<Stream> stream;
-		uint64_t ticket;
-		if (CUresult r = copy_2d(call, pCopy, nullptr, stream, ticket))
-			return r;
-		return finish_synchronous(call, *stream, ticket);
-	});
+	// On the context's legacy stream, so after the work queued there and on the blocking
+	// streams.
+	return guarded([&] { return copy_2d("cuMemcpy2D", pCopy, nullptr, true); });
 }
 
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
 	return guarded([&] {
-		// Unified addressing: each side is looked up, device or host, as the copy runs.
-		return async_copy("cuMemcpyAsync", { Space::unified, uintptr_t(dst) },
-				  { Space::unified, uintptr_t(src) }, ByteCount, hStream);
+		// Unified addressing: each side is looked up, device or host, now to choose how
+		// the call returns, and again as the copy runs.
+		return linear_copy("cuMemcpyAsync", { Space::unified, uintptr_t(dst) },
+				   { Space::unified, uintptr_t(src) }, ByteCount, hStream, false);
 	});
 }
 
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
 	return guarded([&] {
-		return synchronous_copy("cuMemcpy", { Space::unified, uintptr_t(dst) },
-					{ Space::unified, uintptr_t(src) }, ByteCount);
+		return linear_copy("cuMemcpy", { Space::unified, uintptr_t(dst) }, { Space::unified, uintptr_t(src) },
+				   ByteCount, nullptr, true);
 	});
 }
 
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	return guarded([&] {
-		return synchronous_copy("cuMemcpyHtoD", { Space::device, uintptr_t(dstDevice) },
-					{ Space::host, reinterpret_cast<uintptr_t>(srcHost) }, ByteCount);
+		return linear_copy("cuMemcpyHtoD", { Space::device, uintptr_t(dstDevice) },
+				   { Space::host, reinterpret_cast<uintptr_t>(srcHost) }, ByteCount, nullptr, true);
 	});
 }
 
 CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	return guarded([&] {
-		return synchronous_copy("cuMemcpyDtoH", { Space::host, reinterpret_cast<uintptr_t>(dstHost) },
-					{ Space::device, uintptr_t(srcDevice) }, ByteCount);
+		return linear_copy("cuMemcpyDtoH", { Space::host, reinterpret_cast<uintptr_t>(dstHost) },
+				   { Space::device, uintptr_t(srcDevice) }, ByteCount, nullptr, true);
 	});
 }
 
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	return guarded([&] {
-		return synchronous_copy("cuMemcpyDtoD", { Space::device, uintptr_t(dstDevice) },
-					{ Space::device, uintptr_t(srcDevice) }, ByteCount);
+		return linear_copy("cuMemcpyDtoD", { Space::device, uintptr_t(dstDevice) },
+				   { Space::device, uintptr_t(srcDevice) }, ByteCount, nullptr, true);
 	});
 }
 
@@ -873,7 +1011,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 			return CUDA_ERROR_INVALID_HANDLE;
 		}
 		// A marker in the stream: the event completes when the worker gets past it.
-		event->ticket = enqueue(*stream, call, [](Stream &) {});
+		event->ticket = enqueue_locked(s, *stream, call, [](Stream &) {});
 		event->stream = std::move(stream);
 		return CUDA_SUCCESS;
 	});

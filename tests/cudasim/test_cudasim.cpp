@@ -301,6 +301,32 @@ private:
 	CUdeviceptr dptr_ = 0;
 };
 
+// Page-locked host memory from cuMemAllocHost, of the current context: copies to and from it
+// stay asynchronous, where pageable memory (a std::vector) makes a copy wait for its stream.
+class Pinned
+{
+public:
+	explicit Pinned(size_t size, unsigned char fill = 0) : size_(size)
+	{
+		void *mem = nullptr;
+		EXPECT_EQ(cu().cuMemAllocHost(&mem, size), CUDA_SUCCESS);
+		data_ = static_cast<unsigned char *>(mem);
+		if (data_)
+			std::memset(data_, fill, size);
+	}
+	// Fails harmlessly when a destroyed context already freed it.
+	~Pinned() { cu().cuMemFreeHost(data_); }
+	Pinned(const Pinned &) = delete;
+	Pinned &operator=(const Pinned &) = delete;
+
+	unsigned char *data() const { return data_; }
+	size_t size() const { return size_; }
+
+private:
+	unsigned char *data_ = nullptr;
+	size_t size_ = 0;
+};
+
 template<typename Body>
 void on_fresh_thread(Body body)
 {
@@ -1150,15 +1176,16 @@ TEST_F(Sim, CopiesRunLaterAndReadTheirSourceWhenTheyExecute)
 {
 	HostPage gate;
 	VmmBuffer buffer = make_vmm(granularity);
-	std::vector<char> source(4096, 'a');
-	std::vector<char> result(4096, 0);
+	// Page-locked: a copy from or to pageable memory would wait for the stream.
+	Pinned source(4096, 'a');
+	Pinned result(4096, 0);
 
 	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, source.data(), source.size(), stream_), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data(), buffer.va, result.size(), stream_), CUDA_SUCCESS);
 	EXPECT_EQ(cu().cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
 
-	std::fill(source.begin(), source.end(), 'b'); // not read yet
+	std::memset(source.data(), 'b', source.size()); // not read yet
 	std::this_thread::sleep_for(std::chrono::milliseconds(20));
 	EXPECT_TRUE(all_equal(result.data(), result.size(), 0));
 
@@ -1199,7 +1226,7 @@ TEST_F(Sim, WaitValueHoldsLaterWorkUntilTheWordIsWritten)
 {
 	HostPage gate;
 	VmmBuffer buffer = make_vmm(granularity);
-	std::vector<char> result(4096, 0);
+	Pinned result(4096, 0);
 	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0x5a, result.size(), stream_), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 7, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data(), buffer.va, result.size(), stream_), CUDA_SUCCESS);
@@ -1280,7 +1307,7 @@ TEST_F(Sim, WriteValueLandsAfterEarlierWork)
 	HostPage flag;
 	constexpr size_t size = 8 * MiB, chunk = 512 * 1024;
 	VmmBuffer buffer = make_vmm(size);
-	std::vector<unsigned char> result(size, 0);
+	Pinned result(size, 0); // pageable memory would make each copy complete on return
 	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0xab, size, stream_), CUDA_SUCCESS);
 	for (size_t offset = 0; offset < size; offset += chunk)
 		ASSERT_EQ(cu().cuMemcpyDtoHAsync(result.data() + offset, buffer.va + offset, chunk, stream_),
@@ -1310,7 +1337,7 @@ TEST_F(Sim, DestroyReturnsAtOnceAndQueuedWorkStillRuns)
 {
 	HostPage gate;
 	VmmBuffer buffer = make_vmm(granularity);
-	std::vector<char> result(4096, 0);
+	Pinned result(4096, 0);
 	CUstream stream;
 	ASSERT_EQ(cu().cuStreamCreate(&stream, CU_STREAM_DEFAULT), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0x11, result.size(), stream), CUDA_SUCCESS);
@@ -1339,9 +1366,10 @@ TEST_F(Sim, TheDefaultStreamIsAsynchronousAndCtxSynchronizeWaitsForEveryStream)
 	HostPage gate;
 	ASSERT_EQ(cu().cuStreamWaitValue64(nullptr, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuStreamWriteValue64(CU_STREAM_LEGACY, gate.device_word(1), 1, 0), CUDA_SUCCESS);
-	EXPECT_EQ(cu().cuStreamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY); // the same stream
+	EXPECT_EQ(cu().cuStreamQuery(CU_STREAM_LEGACY), CUDA_ERROR_NOT_READY); // the same stream
 
-	// Not modelled: the legacy stream's implicit synchronization with other streams.
+	// stream_ is non-blocking: it does not wait for the legacy stream (see
+	// test_cudasim_streams.cpp for the streams that do).
 	ASSERT_EQ(cu().cuStreamWriteValue64(stream_, gate.device_word(2), 1, 0), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
 	EXPECT_EQ(gate.word(2).load(std::memory_order_acquire), 1u);
@@ -1669,10 +1697,12 @@ TEST_F(Sim, SynchronousCopiesReturnAfterTheirCopyExceptDeviceToDevice)
 		  CUDA_SUCCESS);
 	EXPECT_EQ(cu().cuMemcpyHtoD(0, source.data(), 1), CUDA_ERROR_INVALID_VALUE);
 
-	// One that touches freed memory reports the sticky error at once.
+	// One that touches freed memory reports the sticky error at once: from page-locked
+	// memory, since from pageable memory it returns once its source is staged.
 	EXPECT_EQ(cu().cuMemFree(a), CUDA_SUCCESS);
+	Pinned pinned(1);
 	expect_illegal("cuMemcpyHtoD",
-		       [&] { EXPECT_EQ(cu().cuMemcpyHtoD(a, source.data(), 1), CUDA_ERROR_ILLEGAL_ADDRESS); });
+		       [&] { EXPECT_EQ(cu().cuMemcpyHtoD(a, pinned.data(), 1), CUDA_ERROR_ILLEGAL_ADDRESS); });
 }
 
 TEST_F(Sim, MemcpyAsyncLooksUpEachSideAsItRuns)
@@ -1681,7 +1711,7 @@ TEST_F(Sim, MemcpyAsyncLooksUpEachSideAsItRuns)
 	constexpr size_t size = 4096;
 	ASSERT_EQ(cu().cuMemAlloc(&a, size), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuMemAlloc(&b, size), CUDA_SUCCESS);
-	std::vector<unsigned char> source(size, 0x33), result(size, 0);
+	Pinned source(size, 0x33), result(size, 0); // pageable memory would make the copies wait
 	ASSERT_EQ(cu().cuMemcpyAsync(a, reinterpret_cast<CUdeviceptr>(source.data()), size, stream_), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuMemcpyAsync(b, a, size, stream_), CUDA_SUCCESS);
 	ASSERT_EQ(cu().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(result.data()), b, size, stream_), CUDA_SUCCESS);
@@ -1894,7 +1924,8 @@ TEST_F(Sim, ImportAcceptsOnlyExportedAllocations)
 TEST_F(Sim, AnExportedFdWorksInAnotherProcess)
 {
 	VmmBuffer buffer = make_vmm(granularity);
-	std::vector<unsigned char> first(4096), second(4096, 0);
+	std::vector<unsigned char> first(4096);
+	Pinned second(4096, 0); // the copy into it waits behind the child's word
 	for (size_t i = 0; i < first.size(); i++)
 		first[i] = static_cast<unsigned char>(i * 7);
 	ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, first.data(), first.size(), stream_), CUDA_SUCCESS);
@@ -1929,7 +1960,7 @@ TEST_F(Sim, AnExportedFdWorksInAnotherProcess)
 	}
 	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
 	for (size_t i = 0; i < second.size(); i++)
-		ASSERT_EQ(second[i], static_cast<unsigned char>(i * 13)) << i;
+		ASSERT_EQ(second.data()[i], static_cast<unsigned char>(i * 13)) << i;
 	free_vmm(buffer);
 }
 
@@ -2007,8 +2038,14 @@ TEST_F(Sim, IllegalAccessMappedWithoutAccess)
 	CUmemAccessDesc none = access_for(0, CU_MEM_ACCESS_FLAGS_PROT_NONE);
 	EXPECT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &other, 1), CUDA_ERROR_INVALID_DEVICE);
 	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &none, 1), CUDA_SUCCESS);
+	Pinned pinned(1);
 	expect_illegal("cuMemcpyDtoHAsync",
-		       [&] { ASSERT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer.va, 1, stream_), CUDA_SUCCESS); });
+		       [&] { ASSERT_EQ(cu().cuMemcpyDtoHAsync(pinned.data(), buffer.va, 1, stream_), CUDA_SUCCESS); });
+	// Into pageable memory the call returns once the copy has executed, so it reports
+	// the fault itself.
+	expect_illegal("cuMemcpyDtoHAsync", [&] {
+		EXPECT_EQ(cu().cuMemcpyDtoHAsync(&byte, buffer.va, 1, stream_), CUDA_ERROR_ILLEGAL_ADDRESS);
+	});
 	free_vmm(buffer);
 }
 
@@ -2041,11 +2078,11 @@ TEST_F(Sim, IllegalAccessWorkQueuedBeforeAnUnmapOrFree)
 {
 	HostPage gate;
 	VmmBuffer buffer = make_vmm(granularity);
-	char byte = 1;
+	Pinned byte(1, 1); // from pageable memory the copy would wait for the gate
 	expect_illegal("cuMemcpyHtoDAsync", [&] {
 		// Valid when enqueued; the unmap comes before it executes.
 		ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, 0), CUDA_SUCCESS);
-		ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, &byte, 1, stream_), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemcpyHtoDAsync(buffer.va, byte.data(), 1, stream_), CUDA_SUCCESS);
 		ASSERT_EQ(cu().cuMemUnmap(buffer.va, buffer.size), CUDA_SUCCESS);
 		gate.word(0).store(1, std::memory_order_release);
 	});
@@ -2067,9 +2104,10 @@ TEST_F(Sim, IllegalAccessDeviceAddressAsAHostPointer)
 {
 	VmmBuffer a = make_vmm(granularity);
 	VmmBuffer b = make_vmm(granularity);
+	// Not page-locked memory, so the call stages the source itself and reports the fault.
 	expect_illegal("cuMemcpyHtoDAsync", [&] {
-		ASSERT_EQ(cu().cuMemcpyHtoDAsync(a.va, reinterpret_cast<const void *>(b.va), 64, stream_),
-			  CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemcpyHtoDAsync(a.va, reinterpret_cast<const void *>(b.va), 64, stream_),
+			  CUDA_ERROR_ILLEGAL_ADDRESS);
 	});
 	free_vmm(a);
 	free_vmm(b);
