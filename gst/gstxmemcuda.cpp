@@ -184,7 +184,9 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 	}
 	GstCudaContext *ctx = cuda_context(have);
 #ifdef XMEM_GST_CUDA_WRAP
-	/* A GstCudaStream, so the memory we wrap can say which stream it is ready on. */
+	/* A GstCudaStream, so the memory we wrap can say which stream it is ready on. It is
+	 * a blocking stream (gst_cuda_stream_new takes no flags: CU_STREAM_DEFAULT), so here
+	 * legacy-stream work of the context waits behind our waits for consumers. */
 	GstCudaStream *owner = gst_cuda_stream_new(ctx);
 	if (!owner) {
 		*why = "gst_cuda_stream_new failed";
@@ -197,8 +199,13 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 		*why = "cannot make GStreamer's CUDA context current (cuCtxPushCurrent failed)";
 		return false;
 	}
+	/* Non-blocking: our stream waits on the GPU for consumers (their done words), and a
+	 * blocking stream would hold every legacy-stream call of the shared context behind
+	 * those waits (GStreamer's synchronous copies, its CPU maps of CUDA memory). Nothing
+	 * of ours relies on the legacy stream's implicit synchronization: GStreamer 1.22's
+	 * CUDA memory is complete when it is pushed, and we synchronize ours before we push. */
 	CUstream stream = nullptr;
-	CUresult r = CuStreamCreate(&stream, CU_STREAM_DEFAULT);
+	CUresult r = CuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
 	gst_cuda_context_pop(nullptr);
 	if (r != CUDA_SUCCESS) {
 		const char *name = nullptr;

@@ -137,9 +137,21 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	std::fflush(stdout);
 	bool use_stream = !o.count("no-stream");
 	CUstream stream = use_stream ? g.stream : nullptr;
-	std::vector<uint32_t> host(p.slot_size() / 4);
 	uint64_t frames = 0, bad = 0, last = 0, limit = number_option(o, "frames", UINT64_MAX);
 	xmem::cuda::ContextScope scope(*g.ctx);
+	// Page-locked, so the copy stays queued on the stream: into pageable memory a GPU
+	// finishes it before cuMemcpyDtoHAsync returns, and a held read would be over. Where
+	// pinning fails (XMEM_CUDASIM_HOST_PIN_LIMIT) the copies go to pageable memory.
+	void *pinned = mmap(nullptr, p.slot_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (pinned == MAP_FAILED)
+		return fail("mmap");
+	std::vector<uint32_t> pageable;
+	auto *host = static_cast<uint32_t *>(pinned);
+	if (g.d->cuMemHostRegister(pinned, p.slot_size(), 0) != CUDA_SUCCESS) {
+		munmap(pinned, p.slot_size());
+		pageable.resize(p.slot_size() / 4);
+		host = pageable.data();
+	}
 	std::vector<xmem::BufferGuard> held;
 	while (frames < limit) {
 		auto f = p.receive(10s, stream);
@@ -151,7 +163,7 @@ int consume(const std::string &name, const xmem::test::Options &o)
 		if (f->device() != p.device())
 			return fail("frame " + std::to_string(seq) + " says device " + std::to_string(f->device()) +
 				    ", the pool is on " + std::to_string(p.device()));
-		if (g.d->cuMemcpyDtoHAsync(host.data(), f->device_ptr(), size, g.stream) != CUDA_SUCCESS)
+		if (g.d->cuMemcpyDtoHAsync(host, f->device_ptr(), size, g.stream) != CUDA_SUCCESS)
 			return fail("cuMemcpyDtoHAsync");
 		if (o.count("hold")) {
 			// A read still queued on the GPU when the process is killed.

@@ -21,6 +21,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <dlfcn.h>
+#include <sys/mman.h>
+
 using namespace std::chrono_literals;
 using xmem::gsttest::by_offset;
 using xmem::gsttest::Consumer;
@@ -570,6 +573,146 @@ TEST_F(Nvcodec, SinkNeverHoldsTheLastBufferOfABoundedUpstreamPool)
 	EXPECT_EQ(stat_string(sink, "memory"), "cuda");
 	EXPECT_EQ(stat_u64(sink, "device-copied"), guint64(pushed));
 	gst_object_unref(sink);
+	gst_harness_teardown(h);
+	gst_buffer_pool_set_active(upstream, FALSE);
+	gst_object_unref(upstream);
+	gst_caps_unref(caps);
+	gst_object_unref(ctx);
+}
+
+// The driver entry points a consumer's gate needs beyond GStreamer's loader, from the
+// libcuda.so.1 GStreamer and xmem loaded (one module: the same file).
+struct GateDriver {
+	decltype(&::cuStreamCreate) stream_create = nullptr;
+	decltype(&::cuStreamDestroy) stream_destroy = nullptr;
+	decltype(&::cuStreamSynchronize) stream_synchronize = nullptr;
+	decltype(&::cuStreamWaitValue64) wait_value = nullptr;
+	decltype(&::cuMemHostRegister) host_register = nullptr;
+	decltype(&::cuMemHostUnregister) host_unregister = nullptr;
+	decltype(&::cuMemHostGetDevicePointer) host_device_pointer = nullptr;
+
+	bool load()
+	{
+		const char *path = std::getenv("XMEM_CUDA_DRIVER");
+		void *module = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+		if (!module)
+			return false;
+			// cuda.h renames most of these (cuStreamWaitValue64 to cuStreamWaitValue64_v2):
+			// the strings are the ABI names.
+#define XMEM_ABI_NAME(fn) #fn
+#define XMEM_LOAD(field, fn) field = reinterpret_cast<decltype(field)>(dlsym(module, XMEM_ABI_NAME(fn)))
+		XMEM_LOAD(stream_create, cuStreamCreate);
+		XMEM_LOAD(stream_destroy, cuStreamDestroy);
+		XMEM_LOAD(stream_synchronize, cuStreamSynchronize);
+		XMEM_LOAD(wait_value, cuStreamWaitValue64);
+		XMEM_LOAD(host_register, cuMemHostRegister);
+		XMEM_LOAD(host_unregister, cuMemHostUnregister);
+		XMEM_LOAD(host_device_pointer, cuMemHostGetDevicePointer);
+#undef XMEM_LOAD
+#undef XMEM_ABI_NAME
+		return stream_create && stream_destroy && stream_synchronize && wait_value && host_register &&
+		       host_unregister && host_device_pointer;
+	}
+};
+
+// A consumer released a frame on its own stream, which a wait holds back, so its done word
+// is not written yet; xmemsink takes the slot again and its stream waits (on the GPU) for
+// that word. Meanwhile GStreamer maps CUDA memory of the same context for the CPU, a copy on
+// the legacy default stream: it must not wait for the sink. It would on a blocking sink
+// stream, which the legacy stream synchronizes with: every legacy copy in the pipeline's
+// context would stall for as long as any consumer's stream holds a frame.
+TEST_F(Nvcodec, LegacyStreamWorkDoesNotWaitForTheSinksHeldStream)
+{
+	GateDriver cu;
+	ASSERT_TRUE(cu.load()) << "the CUDA driver's stream memory operations cannot be loaded";
+	const char *caps_text = "video/x-raw(memory:CUDAMemory),format=NV12,width=64,height=48,framerate=30/1";
+	ASSERT_TRUE(gst_cuda_load_library());
+	GstCudaContext *ctx = gst_cuda_context_new(0);
+	ASSERT_NE(ctx, nullptr);
+	GstCaps *caps = gst_caps_from_string(caps_text);
+	GstVideoInfo info;
+	ASSERT_TRUE(gst_video_info_from_caps(&info, caps));
+	GstBufferPool *upstream = gst_cuda_buffer_pool_new(ctx);
+	GstStructure *config = gst_buffer_pool_get_config(upstream);
+	gst_buffer_pool_config_set_params(config, caps, guint(info.size), 2, 0);
+	ASSERT_TRUE(gst_buffer_pool_set_config(upstream, config));
+	ASSERT_TRUE(gst_buffer_pool_set_active(upstream, TRUE));
+	GstHarness *h = gst_harness_new_parse("xmemsink pool-name=held memory=cuda buffers=1");
+	ASSERT_NE(h, nullptr);
+	GstContext *shared = gst_context_new_cuda_context(ctx);
+	gst_element_set_context(h->element, shared);
+	gst_context_unref(shared);
+	gst_harness_set_src_caps(h, gst_caps_ref(caps));
+	auto push = [&](int i) {
+		GstBuffer *buffer = nullptr;
+		if (gst_buffer_pool_acquire_buffer(upstream, &buffer, nullptr) != GST_FLOW_OK)
+			return GST_FLOW_ERROR;
+		GST_BUFFER_PTS(buffer) = GST_SECOND * guint64(i) / 30;
+		return gst_harness_push(h, buffer);
+	};
+	ASSERT_EQ(push(0), GST_FLOW_OK); // makes the pool
+
+	// The consumer's stream and gate live in GStreamer's context; the stream does not
+	// block the legacy stream itself.
+	xmem::OpenOptions options;
+	options.timeout = 5s;
+	auto consumer = xmem::BufferPool::open("held", options);
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	if (std::string((*consumer)->gpu_ordering()) != "stream-memops")
+		GTEST_SKIP() << "no GPU ordering here: the sink would wait on the CPU";
+	ASSERT_TRUE(gst_cuda_context_push(ctx));
+	CUstream held = nullptr;
+	ASSERT_EQ(cu.stream_create(&held, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	const size_t page = size_t(sysconf(_SC_PAGESIZE));
+	void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(host, MAP_FAILED);
+	ASSERT_EQ(cu.host_register(host, page, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+	auto *gate = static_cast<uint64_t *>(host);
+	CUdeviceptr gate_dev = 0;
+	ASSERT_EQ(cu.host_device_pointer(&gate_dev, gate, 0), CUDA_SUCCESS);
+	ASSERT_TRUE(gst_cuda_context_pop(nullptr));
+
+	// No ASSERT from here until the gate opens: the streams would stay held.
+	EXPECT_EQ(push(1), GST_FLOW_OK);
+	auto frame = (*consumer)->receive(5s, held);
+	EXPECT_TRUE(frame.ok()) << xmem::test::why(frame);
+	gst_cuda_context_push(ctx);
+	EXPECT_EQ(cu.wait_value(held, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	gst_cuda_context_pop(nullptr);
+	if (frame.ok()) {
+		EXPECT_TRUE(frame->release(held).ok());
+	}
+	// The sink's only slot again: its stream waits for the consumer's release.
+	EXPECT_EQ(push(2), GST_FLOW_OK);
+
+	// GStreamer's CPU map of CUDA memory written on the device: a download on the legacy
+	// stream.
+	GstBuffer *other = nullptr;
+	EXPECT_EQ(gst_buffer_pool_acquire_buffer(upstream, &other, nullptr), GST_FLOW_OK);
+	GstMapInfo map;
+	if (other && gst_buffer_map(other, &map, GstMapFlags(GST_MAP_WRITE | GST_MAP_CUDA)))
+		gst_buffer_unmap(other, &map);
+	std::atomic<bool> mapped{ false };
+	std::thread reader([&] {
+		GstMapInfo cpu;
+		if (other && gst_buffer_map(other, &cpu, GST_MAP_READ))
+			gst_buffer_unmap(other, &cpu);
+		mapped.store(true);
+	});
+	bool in_time = eventually([&] { return mapped.load(); }, 3s);
+	EXPECT_TRUE(in_time) << "a legacy-stream copy waited for the sink's stream, held by a consumer";
+	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+	reader.join();
+	if (other)
+		gst_buffer_unref(other);
+
+	gst_cuda_context_push(ctx);
+	EXPECT_EQ(cu.stream_synchronize(held), CUDA_SUCCESS);
+	EXPECT_EQ(cu.stream_destroy(held), CUDA_SUCCESS);
+	EXPECT_EQ(cu.host_unregister(host), CUDA_SUCCESS);
+	gst_cuda_context_pop(nullptr);
+	munmap(host, page);
+	consumer = xmem::Error{};
 	gst_harness_teardown(h);
 	gst_buffer_pool_set_active(upstream, FALSE);
 	gst_object_unref(upstream);
