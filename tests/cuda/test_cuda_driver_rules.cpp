@@ -51,8 +51,9 @@ TEST(CudaHostRegistration, PinningFailsAndTheCpuOrdersWithAReason)
 		GTEST_SKIP() << "the failure is the simulator's (XMEM_CUDASIM_HOST_PIN_LIMIT)";
 	RuntimeDir dir;
 	const std::string frames = "300";
-	// Less than the control segment (tens of KiB), enough for the 8 KiB the consumer peer
-	// page-locks for its own copies.
+	// Less than the control segment (tens of KiB). The consumer peer's own copy buffer
+	// (a slot, rounded to the VMM granularity) does not fit either: it falls back to
+	// pageable memory for it, which changes nothing here.
 	const std::string no_pin = "XMEM_CUDASIM_HOST_PIN_LIMIT=12k";
 	for (bool producer_pins : { false, true }) {
 		SCOPED_TRACE(producer_pins ? "a consumer cannot pin" : "the producer cannot pin");

@@ -174,7 +174,9 @@ public:
 	Result<BufferGuard> copy_to_cpu(CudaStream stream = nullptr) const;
 	// A private copy on CUDA device DEVICE (from system or device memory), queued on
 	// STREAM: use it on that stream, or after it. Without a stream it is complete on
-	// return. Read-only, like the frame; freed with the last guard on it.
+	// return. From a system-memory frame (pageable memory) the call waits, as the CUDA
+	// driver does, for STREAM's earlier work before it returns; the device write stays
+	// queued. Read-only, like the frame; freed with the last guard on it.
 	Result<BufferGuard> copy_to_cuda(uint32_t device, CudaStream stream = nullptr) const;
 	// The seed API's name for the same copy.
 	Result<BufferGuard> copy_to_device(uint32_t device, CudaStream stream = nullptr) const;
@@ -305,7 +307,10 @@ struct Region2D {
 // least one side on the device), through the CUDA driver xmem loaded: what an
 // element or app uses to fill a device slot or read one without linking CUDA
 // itself. Queued on STREAM, in the stream's own context (DEVICE's primary context
-// without a stream, and then complete on return).
+// without a stream, and then complete on return). A pageable host side (memory not
+// page-locked with cuMemAllocHost or cuMemHostRegister) makes the call wait for
+// STREAM, as the CUDA driver does: into pageable memory it returns once the copy ran,
+// from it once the stream's earlier work is done and the bytes are staged.
 Result<void> cuda_copy_2d(const Region2D &dst, const Region2D &src, uint64_t width_bytes, uint64_t height,
 			  uint32_t device, CudaStream stream = nullptr);
 // Checks that CUDA device DEVICE can hold a device pool (driver, device, virtual
