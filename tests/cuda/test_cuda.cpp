@@ -727,6 +727,38 @@ TEST(CudaErrors, AnFdThatIsNotACudaHandleIsRefused)
 
 namespace {
 
+// A page of page-locked host memory: a gate word streams wait on (device address
+// gate_dev) and a destination for asynchronous copies that stay asynchronous on a real
+// GPU (a pageable destination makes a device-to-host copy synchronous there).
+struct GatedHost {
+	explicit GatedHost(size_t bytes) : size(page + bytes)
+	{
+		d = xmem::cuda::driver().value();
+		base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		ok = base != MAP_FAILED &&
+		     d->cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) ==
+			     CUDA_SUCCESS &&
+		     d->cuMemHostGetDevicePointer(&gate_dev, base, 0) == CUDA_SUCCESS;
+	}
+	~GatedHost()
+	{
+		if (base == MAP_FAILED)
+			return;
+		d->cuMemHostUnregister(base);
+		munmap(base, size);
+	}
+	uint64_t *gate() const { return static_cast<uint64_t *>(base); }
+	uint32_t *data() const { return reinterpret_cast<uint32_t *>(static_cast<char *>(base) + page); }
+	void open() const { __atomic_store_n(gate(), 1, __ATOMIC_RELEASE); }
+
+	const size_t page = size_t(sysconf(_SC_PAGESIZE));
+	size_t size;
+	const xmem::cuda::Driver *d = nullptr;
+	void *base = MAP_FAILED;
+	CUdeviceptr gate_dev = 0;
+	bool ok = false;
+};
+
 // A consumer that never blocks in receive(): receive(0), then poll() its fd, as
 // xmemsrc, Python's frames() and event-loop applications do. Returns the frames'
 // sequence numbers and first words, or stops at DEADLINE.
@@ -788,13 +820,10 @@ TEST(CudaPool, APollingConsumerKeepsAFrameWhoseWritesAreLate)
 	CUstream produce;
 	ASSERT_EQ(d->cuStreamCreate(&produce, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
 	// A page-locked host word the producer's stream waits on.
-	const size_t page = size_t(sysconf(_SC_PAGESIZE));
-	void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(host, MAP_FAILED);
-	ASSERT_EQ(d->cuMemHostRegister(host, page, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
-	auto *gate = static_cast<uint64_t *>(host);
-	CUdeviceptr gate_dev;
-	ASSERT_EQ(d->cuMemHostGetDevicePointer(&gate_dev, gate, 0), CUDA_SUCCESS);
+	GatedHost host(0);
+	ASSERT_TRUE(host.ok);
+	uint64_t *gate = host.gate();
+	CUdeviceptr gate_dev = host.gate_dev;
 
 	auto f = (*owner)->acquire(5s, produce);
 	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
@@ -840,8 +869,6 @@ TEST(CudaPool, APollingConsumerKeepsAFrameWhoseWritesAreLate)
 		<< (*owner)->stats().slots_free << " of 2 slots free after the consumer closed";
 	owner->reset();
 	d->cuStreamDestroy(produce);
-	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
-	munmap(host, page);
 }
 
 // The reproduction: 300 frames written and published on a stream while the
@@ -1026,9 +1053,8 @@ TEST(CudaCrash, AHungUpConsumersLateGpuWritesLandBeforeTheSlotIsRewritten)
 	CUstream stream;
 	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
 	// Page-locked host memory to read the slot back on the owner's stream.
-	void *host = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(host, MAP_FAILED);
-	ASSERT_EQ(d->cuMemHostRegister(host, kSize, 0), CUDA_SUCCESS);
+	GatedHost host(kSize);
+	ASSERT_TRUE(host.ok);
 
 	Process late = peer({}, { "hang-up-writing", "late-write", "--gate-ms", "1500", "--linger-ms", "500" });
 	ASSERT_TRUE(eventually([&] { return p.stats().consumers == 1; })) << late.output();
@@ -1059,9 +1085,9 @@ TEST(CudaCrash, AHungUpConsumersLateGpuWritesLandBeforeTheSlotIsRewritten)
 	// The late write lands, the process exits; the owner's rewrite came after it.
 	EXPECT_EQ(late.wait(20s), 0) << late.output();
 	EXPECT_NE(late.output().find("landed"), std::string::npos) << late.output();
-	ASSERT_EQ(d->cuMemcpyDtoHAsync(host, again->device_ptr(), kSize, stream), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuMemcpyDtoHAsync(host.data(), again->device_ptr(), kSize, stream), CUDA_SUCCESS);
 	ASSERT_EQ(d->cuStreamSynchronize(stream), CUDA_SUCCESS);
-	const auto *words = static_cast<const uint32_t *>(host);
+	const uint32_t *words = host.data();
 	for (size_t i = 0; i < kSize / 4; i++)
 		ASSERT_EQ(words[i], 0x33333333u) << "word " << i << ": the late in-place write landed on the rewrite";
 	again->reset();
@@ -1073,45 +1099,7 @@ TEST(CudaCrash, AHungUpConsumersLateGpuWritesLandBeforeTheSlotIsRewritten)
 	consumer = xmem::Error{};
 	owner->reset();
 	d->cuStreamDestroy(stream);
-	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
-	munmap(host, kSize);
 }
-
-namespace {
-
-// A page of page-locked host memory: a gate word streams wait on (device address
-// gate_dev) and a destination for asynchronous copies that stay asynchronous on a real
-// GPU (a pageable destination makes a device-to-host copy synchronous there).
-struct GatedHost {
-	explicit GatedHost(size_t bytes) : size(page + bytes)
-	{
-		d = xmem::cuda::driver().value();
-		base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		ok = base != MAP_FAILED &&
-		     d->cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) ==
-			     CUDA_SUCCESS &&
-		     d->cuMemHostGetDevicePointer(&gate_dev, base, 0) == CUDA_SUCCESS;
-	}
-	~GatedHost()
-	{
-		if (base == MAP_FAILED)
-			return;
-		d->cuMemHostUnregister(base);
-		munmap(base, size);
-	}
-	uint64_t *gate() const { return static_cast<uint64_t *>(base); }
-	uint32_t *data() const { return reinterpret_cast<uint32_t *>(static_cast<char *>(base) + page); }
-	void open() const { __atomic_store_n(gate(), 1, __ATOMIC_RELEASE); }
-
-	const size_t page = size_t(sysconf(_SC_PAGESIZE));
-	size_t size;
-	const xmem::cuda::Driver *d = nullptr;
-	void *base = MAP_FAILED;
-	CUdeviceptr gate_dev = 0;
-	bool ok = false;
-};
-
-} // namespace
 
 // GPU ordering, with the streams held at the interesting moment by a wait on a host
 // word, so that the same test proves the waits on a real GPU, where copies finish in
