@@ -84,7 +84,6 @@ Result<void> Ordering::synchronize(CUstream stream, const char *why)
 Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
-	note_stream(stream); // a stream-less call later waits for its context too
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
 	if (gpu() && stream) {
 		ContextScope scope(*ctx_, stream);
@@ -103,10 +102,13 @@ Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
 Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
-	note_stream(stream); // a stream-less call later waits for its context too
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
-	if (reached(ready.load(std::memory_order_acquire), seq))
+	// A stream-less call later waits for STREAM's context too: ContextScope notes it
+	// where it makes the context current, note_stream() where nothing does.
+	if (reached(ready.load(std::memory_order_acquire), seq)) {
+		note_stream(stream);
 		return {};
+	}
 	if (gpu() && stream) {
 		ContextScope scope(*ctx_, stream);
 		CUresult r = d_->cuStreamWaitValue64(stream, device_address(ready), seq, CU_STREAM_WAIT_VALUE_GEQ);
@@ -114,6 +116,7 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 			return cuda_error("receive", "cuStreamWaitValue64", r);
 		return {};
 	}
+	note_stream(stream);
 	// The producer's stream writes the word soon after publish; poll it.
 	while (!reached(ready.load(std::memory_order_acquire), seq)) {
 		if (monotonic_ns() >= deadline_ns)
@@ -127,7 +130,6 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream_arg)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
-	note_stream(stream); // a stream-less call later waits for its context too
 	std::atomic<uint64_t> &done = seg_.done(slot, holder);
 	if (gpu() && stream) {
 		// Pending first: the owner reads it after seeing our holder bit go, which
@@ -151,7 +153,7 @@ Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, v
 Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
-	note_stream(stream); // a stream-less call later waits for its context too
+	bool scoped = false; // a ContextScope on STREAM noted its context
 	for (uint32_t w = 0; w < layout::kHolderWords; w++) {
 		std::atomic<uint64_t> &pending = seg_.pending(slot, w * 64);
 		uint64_t bits = pending.exchange(0, std::memory_order_seq_cst);
@@ -168,6 +170,7 @@ Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, 
 				ContextScope scope(*ctx_, stream);
 				CUresult r = d_->cuStreamWaitValue64(stream, device_address(done), seq,
 								     CU_STREAM_WAIT_VALUE_GEQ);
+				scoped = true;
 				if (r != CUDA_SUCCESS)
 					return cuda_error("acquire", "cuStreamWaitValue64", r);
 				continue;
@@ -184,6 +187,8 @@ Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, 
 			}
 		}
 	}
+	if (!scoped)
+		note_stream(stream); // a stream-less call later waits for its context too
 	return {};
 }
 
