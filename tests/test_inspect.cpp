@@ -339,7 +339,7 @@ bool publish_one(xmem::BufferPool &owner)
 	return owner.publish(std::move(*frame)).ok();
 }
 
-const Json &consumer_named(const Json &pool, const std::string &client)
+const Json &consumer_named(const Json &pool, const char *client)
 {
 	for (const Json &c : pool["consumers"].items)
 		if (c["client"].str() == client)
