@@ -153,6 +153,8 @@ struct Context {
 	std::shared_ptr<Stream> legacy_stream;
 	std::map<std::thread::id, std::shared_ptr<Stream>> per_thread;
 	std::vector<std::weak_ptr<Stream>> streams;
+	// cuCtxSetLimit's values, read back by cuCtxGetLimit. Guarded by State::lock.
+	std::map<int, size_t> limits;
 
 	// Set by a stream worker on an illegal access and read by every call without a lock;
 	// cleared when the context is destroyed. reported orders the stderr line before it.

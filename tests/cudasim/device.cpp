@@ -777,8 +777,13 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
 	case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
 	case CU_LIMIT_PERSISTING_L2_CACHE_SIZE:
 	case CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED:
-		// Limits of kernels, which never run here: accepted and otherwise ignored.
+		// Limits of kernels, which never run here: remembered for cuCtxGetLimit and
+		// otherwise ignored.
 		verbose("%s: limit %d set to %zu on %s", call, int(limit), value, describe(*ctx).c_str());
+		{
+			std::lock_guard<std::mutex> guard(state()->lock);
+			ctx->limits[int(limit)] = value;
+		}
 		return CUDA_SUCCESS;
 	case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
 		return fail(CUDA_ERROR_UNSUPPORTED_LIMIT, call,
@@ -787,6 +792,53 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
 		// CU_LIMIT_SHMEM_SIZE and CU_LIMIT_CIG_ENABLED can only be queried.
 		return fail(CUDA_ERROR_INVALID_VALUE, call, "limit %d cannot be set", int(limit));
 	}
+}
+
+// The defaults of a compute capability 9.0 device (the one the simulator reports), as
+// the driver reports them before cuCtxSetLimit.
+CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+	const char *call = "cuCtxGetLimit";
+	Context *ctx = nullptr;
+	if (CUresult r = current_context(call, &ctx))
+		return r;
+	if (!pvalue)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "null pvalue");
+	size_t value;
+	switch (limit) {
+	case CU_LIMIT_STACK_SIZE:
+		value = 1024;
+		break;
+	case CU_LIMIT_PRINTF_FIFO_SIZE:
+		value = 1048576;
+		break;
+	case CU_LIMIT_MALLOC_HEAP_SIZE:
+		value = 8388608;
+		break;
+	case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+		value = 2048;
+		break;
+	case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
+		value = 32;
+		break;
+	case CU_LIMIT_PERSISTING_L2_CACHE_SIZE:
+	case CU_LIMIT_CIG_ENABLED:
+	case CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED:
+		value = 0;
+		break;
+	case CU_LIMIT_SHMEM_SIZE:
+		value = 228 * 1024;
+		break;
+	case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
+		return fail(CUDA_ERROR_UNSUPPORTED_LIMIT, call,
+			    "CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH applies below compute capability 9.0 only");
+	default:
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "unknown limit %d", int(limit));
+	}
+	std::lock_guard<std::mutex> guard(state()->lock);
+	auto it = ctx->limits.find(int(limit));
+	*pvalue = it == ctx->limits.end() ? value : it->second;
+	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void)

@@ -168,9 +168,9 @@ uint64_t pending(Stream &stream)
 // legacy stream. Those tickets are taken now, under State::lock, which the caller holds:
 // each names work queued before this operation, so the waits never form a cycle.
 uint64_t enqueue_locked(State &, Stream &stream, const char *name, std::function<void(Stream &)> run,
-			bool runs_after_fault = false)
+			bool runs_after_fault = false, std::vector<std::pair<std::shared_ptr<Stream>, uint64_t>> after = {})
 {
-	Op op{ name, std::move(run), runs_after_fault, {} };
+	Op op{ name, std::move(run), runs_after_fault, std::move(after) };
 	Context &ctx = *stream.ctx;
 	if (stream.legacy) {
 		for (const auto &weak : ctx.streams) {
@@ -593,6 +593,37 @@ CUresult memset_call(const char *call, CUdeviceptr dst, uint32_t value, size_t u
 	return CUDA_SUCCESS;
 }
 
+// cuMemsetD2D8/16/32 and their Async forms: HEIGHT rows of WIDTH units, PITCH bytes
+// apart. As the driver says, the address and the pitch must be aligned to the unit, and
+// a row may not be wider than the pitch. The synchronous forms run on the legacy default
+// stream and, for device memory, return before the rows are written, as the driver may.
+CUresult memset_2d_call(const char *call, CUdeviceptr dst, size_t pitch, uint32_t value, size_t unit, size_t width,
+			size_t height, CUstream handle)
+{
+	std::shared_ptr<Stream> stream;
+	if (CUresult r = enqueue_call(call, handle, stream))
+		return r;
+	if (width == 0 || height == 0)
+		return CUDA_SUCCESS;
+	if (!dst || dst % unit)
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "address 0x%llx is not %zu-byte aligned", dst, unit);
+	size_t row;
+	if (__builtin_mul_overflow(width, unit, &row))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (height > 1 && (pitch % unit || row > pitch))
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "pitch %zu for rows of %zu bytes of %zu-byte units", pitch, row,
+			    unit);
+	size_t span;
+	if (__builtin_mul_overflow(pitch, height - 1, &span) || __builtin_add_overflow(span, row, &span) ||
+	    __builtin_add_overflow(uintptr_t(dst), span, &span))
+		return CUDA_ERROR_INVALID_VALUE;
+	enqueue(*stream, call, [=](Stream &st) {
+		for (size_t y = 0; y < height && !st.ctx->sticky.load(std::memory_order_acquire); y++)
+			run_memset(st, call, uintptr_t(dst) + y * pitch, value, unit, width);
+	});
+	return CUDA_SUCCESS;
+}
+
 // One side of a cuMemcpy2DAsync, checked at enqueue time.
 CUresult plane(const char *call, const char *side, CUmemorytype type, const void *host, CUdeviceptr device, size_t x,
 	       size_t y, size_t pitch, size_t width, size_t height, Endpoint &out)
@@ -940,6 +971,44 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
 	return guarded([&] { return memset_call("cuMemsetD32Async", dstDevice, ui, 4, N, hStream); });
 }
 
+CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
+				   size_t Height, CUstream hStream)
+{
+	return guarded(
+		[&] { return memset_2d_call("cuMemsetD2D8Async", dstDevice, dstPitch, uc, 1, Width, Height, hStream); });
+}
+
+CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
+				    size_t Height, CUstream hStream)
+{
+	return guarded(
+		[&] { return memset_2d_call("cuMemsetD2D16Async", dstDevice, dstPitch, us, 2, Width, Height, hStream); });
+}
+
+CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+				    size_t Height, CUstream hStream)
+{
+	return guarded(
+		[&] { return memset_2d_call("cuMemsetD2D32Async", dstDevice, dstPitch, ui, 4, Width, Height, hStream); });
+}
+
+CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+	return guarded([&] { return memset_2d_call("cuMemsetD2D8", dstDevice, dstPitch, uc, 1, Width, Height, nullptr); });
+}
+
+CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+	return guarded(
+		[&] { return memset_2d_call("cuMemsetD2D16", dstDevice, dstPitch, us, 2, Width, Height, nullptr); });
+}
+
+CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+	return guarded(
+		[&] { return memset_2d_call("cuMemsetD2D32", dstDevice, dstPitch, ui, 4, Width, Height, nullptr); });
+}
+
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
 	return guarded([&] {
@@ -1033,6 +1102,30 @@ bool event_target(CUevent handle, std::shared_ptr<Stream> &stream, uint64_t &tic
 }
 
 } // namespace
+
+// The stream's later work waits for the event's last record as it stood at this call; an
+// event never recorded is no wait. The event may be of another context, as the driver
+// allows.
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	return guarded([&] {
+		const char *call = "cuStreamWaitEvent";
+		std::shared_ptr<Stream> stream;
+		if (CUresult r = enqueue_call(call, hStream, stream))
+			return r;
+		if (Flags != CU_EVENT_WAIT_DEFAULT && Flags != CU_EVENT_WAIT_EXTERNAL)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", Flags);
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		Event *event = find_event(s, hEvent);
+		if (!event)
+			return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown event %p", static_cast<void *>(hEvent));
+		if (!event->stream)
+			return CUDA_SUCCESS;
+		enqueue_locked(s, *stream, call, [](Stream &) {}, false, { { event->stream, event->ticket } });
+		return CUDA_SUCCESS;
+	});
+}
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {

@@ -111,7 +111,14 @@ namespace {
 	X(cuMemcpyDtoD)                                                                                                \
 	X(cuStreamAddCallback)                                                                                         \
 	X(cuMemAllocManaged)                                                                                           \
-	X(cuArray3DCreate)
+	X(cuArray3DCreate)                                                                                             \
+	X(cuCtxGetLimit)                                                                                               \
+	X(cuMemsetD2D8)                                                                                                \
+	X(cuMemsetD2D16Async)                                                                                          \
+	X(cuMemsetD2D32Async)                                                                                          \
+	X(cuStreamWaitEvent)                                                                                           \
+	X(cuIpcGetMemHandle)                                                                                           \
+	X(cuIpcOpenMemHandle)
 
 #define CUDASIM_STRING(name) #name
 #define CUDASIM_ABI_NAME(name) CUDASIM_STRING(name)
@@ -922,6 +929,35 @@ TEST_F(Sim, CtxSetLimitAcceptsTheLimitsThatCanBeSet)
 	on_fresh_thread([] { EXPECT_EQ(cu().cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096), CUDA_ERROR_INVALID_CONTEXT); });
 }
 
+TEST_F(Sim, CtxGetLimitReadsBackWhatWasSetPerContext)
+{
+	size_t value = 0, primary_heap = 0;
+	ASSERT_EQ(cu().cuCtxGetLimit(&primary_heap, CU_LIMIT_MALLOC_HEAP_SIZE), CUDA_SUCCESS);
+	CUcontext created;
+	ASSERT_EQ(cu().cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+	// A fresh context has the defaults; every limit, even one that cannot be set, reads.
+	ASSERT_EQ(cu().cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE), CUDA_SUCCESS);
+	EXPECT_EQ(value, 1024u);
+	ASSERT_EQ(cu().cuCtxGetLimit(&value, CU_LIMIT_SHMEM_SIZE), CUDA_SUCCESS);
+	EXPECT_GT(value, 0u);
+	ASSERT_EQ(cu().cuCtxGetLimit(&value, CU_LIMIT_CIG_ENABLED), CUDA_SUCCESS);
+	EXPECT_EQ(value, 0u);
+	ASSERT_EQ(cu().cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 3 * MiB), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE), CUDA_SUCCESS);
+	EXPECT_EQ(value, 3 * MiB);
+	EXPECT_EQ(cu().cuCtxGetLimit(nullptr, CU_LIMIT_STACK_SIZE), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuCtxGetLimit(&value, CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	EXPECT_EQ(cu().cuCtxGetLimit(&value, CU_LIMIT_MAX), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+	// The primary context (the fixture's, current again) kept its own.
+	ASSERT_EQ(cu().cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE), CUDA_SUCCESS);
+	EXPECT_EQ(value, primary_heap);
+	on_fresh_thread([] {
+		size_t v = 0;
+		EXPECT_EQ(cu().cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE), CUDA_ERROR_INVALID_CONTEXT);
+	});
+}
+
 TEST_F(Sim, AStreamTakesWorkOnlyWhileItsOwnContextIsCurrent)
 {
 	CUdeviceptr buffer;
@@ -1447,6 +1483,58 @@ TEST_F(Sim, EventsCompleteWhenTheirStreamReachesThem)
 	free_vmm(buffer);
 }
 
+TEST_F(Sim, StreamWaitEventHoldsLaterWorkUntilTheRecordCompletes)
+{
+	CUstream other;
+	CUevent event;
+	ASSERT_EQ(cu().cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+	// Never recorded: no wait.
+	ASSERT_EQ(cu().cuStreamWaitEvent(other, event, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(other), CUDA_SUCCESS);
+
+	HostPage gate;
+	ASSERT_EQ(cu().cuStreamWaitValue64(stream_, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventRecord(event, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWaitEvent(other, event, CU_EVENT_WAIT_DEFAULT), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWriteValue64(other, gate.device_word(1), 1, 0), CUDA_SUCCESS);
+	// A record made after the wait was queued does not move what OTHER waits for.
+	ASSERT_EQ(cu().cuEventRecord(event, stream_), CUDA_SUCCESS);
+	std::this_thread::sleep_for(std::chrono::milliseconds(30));
+	EXPECT_EQ(cu().cuStreamQuery(other), CUDA_ERROR_NOT_READY);
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 0u);
+	gate.word(0).store(1, std::memory_order_release);
+	ASSERT_EQ(cu().cuStreamSynchronize(other), CUDA_SUCCESS);
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 1u);
+
+	// An event of another context is waited for all the same.
+	CUcontext created;
+	CUstream theirs;
+	CUevent their_event;
+	gate.word(0).store(0, std::memory_order_release);
+	gate.word(1).store(0, std::memory_order_release);
+	ASSERT_EQ(cu().cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventCreate(&their_event, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWaitValue64(theirs, gate.device_word(0), 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuEventRecord(their_event, theirs), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWaitEvent(stream_, their_event, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamWriteValue64(stream_, gate.device_word(1), 1, 0), CUDA_SUCCESS);
+	std::this_thread::sleep_for(std::chrono::milliseconds(30));
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 0u);
+	gate.word(0).store(1, std::memory_order_release);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	EXPECT_EQ(gate.word(1).load(std::memory_order_acquire), 1u);
+	EXPECT_EQ(cu().cuEventDestroy(their_event), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_SUCCESS);
+
+	EXPECT_EQ(cu().cuStreamWaitEvent(other, event, 0x4), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuEventDestroy(event), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuStreamWaitEvent(other, event, 0), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT_EQ(cu().cuStreamDestroy(other), CUDA_SUCCESS);
+}
+
 // --- copies ----------------------------------------------------------------------------
 
 TEST_F(Sim, Memcpy2DHonoursPitchesAndOffsets)
@@ -1541,6 +1629,46 @@ TEST_F(Sim, MemAllocAndMemsets)
 	EXPECT_EQ(cu().cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
 	EXPECT_EQ(cu().cuMemFree(b + 8), CUDA_ERROR_INVALID_VALUE);
 	EXPECT_EQ(cu().cuMemFree(b), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, MemsetD2DWritesItsRowsAndLeavesThePadding)
+{
+	constexpr size_t pitch = 64, rows = 4;
+	CUdeviceptr a = 0;
+	ASSERT_EQ(cu().cuMemAlloc(&a, pitch * rows), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(a, 0xee, pitch * rows, stream_), CUDA_SUCCESS);
+	// 8 units of 4 bytes a row: 32 of each 64 bytes written, the rest untouched.
+	ASSERT_EQ(cu().cuMemsetD2D32Async(a, pitch, 0x11223344, 8, rows, stream_), CUDA_SUCCESS);
+	// 16-bit units from byte 40 of rows 1 and 2.
+	ASSERT_EQ(cu().cuMemsetD2D16Async(a + pitch + 40, pitch, 0xabcd, 4, 2, stream_), CUDA_SUCCESS);
+	std::vector<unsigned char> out(pitch * rows);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(out.data(), a, out.size(), stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	for (size_t y = 0; y < rows; y++) {
+		for (size_t x = 0; x < pitch; x++) {
+			unsigned char want = 0xee;
+			if (x < 32)
+				want = static_cast<unsigned char>(0x11223344u >> (8 * (x % 4)));
+			else if (y >= 1 && y <= 2 && x >= 40 && x < 48)
+				want = x % 2 ? 0xab : 0xcd;
+			ASSERT_EQ(out[y * pitch + x], want) << "row " << y << " byte " << x;
+		}
+	}
+
+	// The synchronous form runs on the legacy stream, after the work queued there.
+	ASSERT_EQ(cu().cuMemsetD2D8(a, pitch, 0x5a, pitch, rows), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxSynchronize(), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemcpyDtoH(out.data(), a, out.size()), CUDA_SUCCESS);
+	EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](unsigned char c) { return c == 0x5a; }));
+
+	// The driver's rules: address and pitch aligned to the unit, rows within the pitch.
+	EXPECT_EQ(cu().cuMemsetD2D32Async(a + 2, pitch, 0, 1, 2, stream_), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemsetD2D16Async(a, 63, 0, 1, 2, stream_), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemsetD2D32Async(a, pitch, 0, 17, 2, stream_), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemsetD2D32Async(a, pitch, 0, 0, 2, stream_), CUDA_SUCCESS); // nothing to do
+
+	// Past the allocation: an illegal address when it runs, as every other write.
+	EXPECT_EQ(cu().cuMemFree(a), CUDA_SUCCESS);
 }
 
 TEST_F(Sim, MemAllocPitchIsDeviceMemoryWithPaddedRows)
@@ -2117,7 +2245,8 @@ TEST_F(Sim, IllegalAccessDeviceAddressAsAHostPointer)
 
 TEST(GStreamer, EveryEntryPointGstCudaLoadsIsExported)
 {
-	// libgstcuda-1.0 (1.22) refuses a driver that lacks any of these.
+	// libgstcuda-1.0 (1.22, and 1.26 with the last group) refuses a driver that lacks
+	// any of these.
 	const char *gst_cuda[] = {
 		"cuCtxCreate_v2",
 		"cuCtxDestroy_v2",
@@ -2159,6 +2288,24 @@ TEST(GStreamer, EveryEntryPointGstCudaLoadsIsExported)
 		"cuStreamSynchronize",
 		"cuTexObjectCreate",
 		"cuTexObjectDestroy",
+		// 1.26 adds these.
+		"cuCtxGetLimit",
+		"cuCtxSynchronize",
+		"cuMemsetD2D8_v2",
+		"cuMemsetD2D16_v2",
+		"cuMemsetD2D32_v2",
+		"cuMemsetD2D8Async",
+		"cuMemsetD2D16Async",
+		"cuMemsetD2D32Async",
+		"cuEventCreate",
+		"cuEventDestroy_v2",
+		"cuEventRecord",
+		"cuEventSynchronize",
+		"cuIpcGetEventHandle",
+		"cuIpcOpenEventHandle",
+		"cuIpcGetMemHandle",
+		"cuIpcOpenMemHandle_v2",
+		"cuIpcCloseMemHandle",
 	};
 	void *driver = dlopen(driver_path().c_str(), RTLD_NOW | RTLD_LOCAL);
 	ASSERT_NE(driver, nullptr) << dlerror();
@@ -2215,8 +2362,9 @@ TEST(GStreamer, TheNvdecStubLoadsAndDecodesNothing)
 
 TEST(Ffmpeg, EveryEntryPointFfnvcodecLoadsIsExported)
 {
-	// ffnvcodec's cuda_load_functions and cuvid_load_functions (Debian's
-	// libffmpeg-nvenc-dev 12) refuse a library that lacks any of these.
+	// ffnvcodec's cuda_load_functions and cuvid_load_functions (Debian 12's
+	// libffmpeg-nvenc-dev, and Debian 13's with the last group) refuse a library that
+	// lacks any of these.
 	const char *ffnvcodec_cuda[] = {
 		"cuInit",
 		"cuDeviceGetCount",
@@ -2282,6 +2430,11 @@ TEST(Ffmpeg, EveryEntryPointFfnvcodecLoadsIsExported)
 		"cuGraphicsResourceGetMappedPointer_v2",
 		"cuArray3DCreate_v2",
 		"cuArrayDestroy",
+		// Debian 13's (ffnvcodec 13) adds these.
+		"cuArrayCreate_v2",
+		"cuCtxGetCurrent",
+		"cuDriverGetVersion",
+		"cuStreamWaitEvent",
 	};
 	const char *ffnvcodec_cuvid[] = {
 		"cuvidCreateDecoder",
@@ -2371,8 +2524,17 @@ TEST_F(Sim, KernelsTexturesAndGraphicsAreNotSimulated)
 		  CUDA_ERROR_INVALID_HANDLE);
 	EXPECT_EQ(cu().cuTexObjectCreate(&texture, &resource, &texture_desc, nullptr), CUDA_ERROR_NOT_SUPPORTED);
 	EXPECT_EQ(cu().cuGraphicsMapResources(1, &graphics, stream_), CUDA_ERROR_INVALID_HANDLE);
+	// Legacy CUDA IPC, which the real driver also refuses where it cannot share memory so.
+	CUipcMemHandle ipc = {};
+	CUdeviceptr opened = 0;
+	EXPECT_EQ(cu().cuIpcGetMemHandle(&ipc, 0x1000), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuIpcOpenMemHandle(&opened, ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_NOT_SUPPORTED);
 	std::string err = testing::internal::GetCapturedStderr();
-	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 4) << err;
+	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 6) << err;
+	EXPECT_NE(err.find("cudasim: cuIpcGetMemHandle -> CUDA_ERROR_NOT_SUPPORTED: not simulated: the simulator has "
+			   "no legacy CUDA IPC"),
+		  std::string::npos)
+		<< err;
 	EXPECT_NE(err.find("cudasim: cuModuleLoadData -> CUDA_ERROR_NOT_SUPPORTED: not simulated: the simulator "
 			   "runs no kernels"),
 		  std::string::npos)

@@ -29,6 +29,9 @@ CUresult CUDAAPI cuLinkAddData_v1(CUlinkState state, CUjitInputType type, void *
 				  void **optionValues) __asm__("cuLinkAddData");
 CUresult CUDAAPI cuModuleGetGlobal_v1(unsigned int *dptr, unsigned int *bytes, CUmodule hmod,
 				      const char *name) __asm__("cuModuleGetGlobal");
+// cuIpcOpenMemHandle's first ABI, which took the handle the same way: the driver keeps it.
+CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle,
+				       unsigned int Flags) __asm__("cuIpcOpenMemHandle");
 }
 #pragma GCC visibility pop
 
@@ -38,6 +41,8 @@ constexpr const char *no_kernels = "the simulator runs no kernels";
 constexpr const char *no_textures = "the simulator has no texture objects (no kernels read them)";
 constexpr const char *no_graphics = "the simulator has no graphics interop";
 constexpr const char *no_arrays = "the simulator has no CUDA arrays";
+constexpr const char *no_legacy_ipc =
+	"the simulator has no legacy CUDA IPC (cuIpc*); xmem shares memory through cuMemExportToShareableHandle";
 constexpr const char *no_managed = "the simulator has no unified memory (CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)";
 
 // Always said, like an unknown attribute: a caller that reaches one of these on a path
@@ -123,6 +128,11 @@ CUresult CUDAAPI cuArray3DCreate(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *)
 	return unsupported("cuArray3DCreate", no_arrays);
 }
 
+CUresult CUDAAPI cuArrayCreate(CUarray *, const CUDA_ARRAY_DESCRIPTOR *)
+{
+	return unsupported("cuArrayCreate", no_arrays);
+}
+
 CUresult CUDAAPI cuArrayDestroy(CUarray)
 {
 	return unsupported("cuArrayDestroy", no_arrays, CUDA_ERROR_INVALID_HANDLE);
@@ -176,4 +186,38 @@ CUresult CUDAAPI cuGraphicsResourceSetMapFlags(CUgraphicsResource, unsigned int)
 CUresult CUDAAPI cuGraphicsSubResourceGetMappedArray(CUarray *, CUgraphicsResource, unsigned int, unsigned int)
 {
 	return unsupported("cuGraphicsSubResourceGetMappedArray", no_graphics, CUDA_ERROR_INVALID_HANDLE);
+}
+
+// Legacy CUDA IPC: GStreamer 1.26's CUDA library will not load a driver without these
+// (its cudaipcsink and cudaipcsrc use them). The real driver refuses them too where it
+// cannot share memory this way (CUDA_ERROR_NOT_SUPPORTED), so a caller must handle it.
+
+CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *, CUevent)
+{
+	return unsupported("cuIpcGetEventHandle", no_legacy_ipc);
+}
+
+CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *, CUipcEventHandle)
+{
+	return unsupported("cuIpcOpenEventHandle", no_legacy_ipc);
+}
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr)
+{
+	return unsupported("cuIpcGetMemHandle", no_legacy_ipc);
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *, CUipcMemHandle, unsigned int)
+{
+	return unsupported("cuIpcOpenMemHandle", no_legacy_ipc);
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *, CUipcMemHandle, unsigned int)
+{
+	return unsupported("cuIpcOpenMemHandle", no_legacy_ipc);
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr)
+{
+	return unsupported("cuIpcCloseMemHandle", no_legacy_ipc, CUDA_ERROR_INVALID_VALUE);
 }
