@@ -184,17 +184,22 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 	}
 	GstCudaContext *ctx = cuda_context(have);
 #ifdef XMEM_GST_CUDA_WRAP
-	/* A GstCudaStream, so the memory we wrap can say which stream it is ready on. It is
-	 * a blocking stream (gst_cuda_stream_new takes no flags: CU_STREAM_DEFAULT), so here
-	 * legacy-stream work of the context waits behind our waits for consumers. */
-	GstCudaStream *owner = gst_cuda_stream_new(ctx);
-	if (!owner) {
-		*why = "gst_cuda_stream_new failed";
-		return false;
+	if (wraps_) {
+		/* A GstCudaStream, so the memory we wrap can say which stream it is ready on.
+		 * It is a blocking stream (gst_cuda_stream_new takes no flags), so legacy-stream
+		 * work of the context waits behind what it waits for: on xmemsrc's, only the
+		 * producer's writes of the frames being received, never a consumer's hold. */
+		GstCudaStream *owner = gst_cuda_stream_new(ctx);
+		if (!owner) {
+			*why = "gst_cuda_stream_new failed";
+			return false;
+		}
+		gst_stream_ = owner;
+		stream_ = gst_cuda_stream_get_handle(owner);
+		GST_INFO_OBJECT(element_, "CUDA context on device %d, GstCudaStream %p", this->device(), stream_);
+		return true;
 	}
-	gst_stream_ = owner;
-	stream_ = gst_cuda_stream_get_handle(owner);
-#else
+#endif
 	if (!gst_cuda_context_push(ctx)) {
 		*why = "cannot make GStreamer's CUDA context current (cuCtxPushCurrent failed)";
 		return false;
@@ -214,7 +219,6 @@ bool GstXmemCuda::ensure(gint device, std::string *why)
 		return false;
 	}
 	stream_ = stream;
-#endif
 	GST_INFO_OBJECT(element_, "CUDA context on device %d, stream %p", this->device(), stream_);
 	return true;
 }
@@ -239,9 +243,8 @@ void GstXmemCuda::reset()
 	GstCudaContext *ctx = cuda_context(have);
 	if (ctx && stream_ && gst_cuda_context_push(ctx)) {
 		CuStreamSynchronize(CUstream(stream_));
-#ifndef XMEM_GST_CUDA_WRAP
-		CuStreamDestroy(CUstream(stream_));
-#endif
+		if (!gst_stream_)
+			CuStreamDestroy(CUstream(stream_));
 		gst_cuda_context_pop(nullptr);
 	}
 #ifdef XMEM_GST_CUDA_WRAP
@@ -301,6 +304,26 @@ bool GstXmemCuda::is_cuda_memory(GstMemory *mem)
 bool GstXmemCuda::map_device(GstMemory *mem, GstMapInfo *info, GstMapFlags flags)
 {
 	return gst_memory_map(mem, info, GstMapFlags(flags | GST_MAP_CUDA));
+}
+
+bool GstXmemCuda::map_input(GstMemory *mem, GstMapInfo *info)
+{
+	if (!map_device(mem, info, GST_MAP_READ))
+		return false;
+#ifdef XMEM_GST_CUDA_WRAP
+	auto *cmem = GST_CUDA_MEMORY_CAST(mem);
+	GstCudaStream *theirs = gst_cuda_memory_get_stream(cmem);
+	if (!theirs || !GST_MEMORY_FLAG_IS_SET(mem, GST_CUDA_MEMORY_TRANSFER_NEED_SYNC))
+		return true;
+	/* Our stream waits for the memory's, on the GPU; the CPU only where that fails. */
+	auto handle = xmem::CudaStream(gst_cuda_stream_get_handle(theirs));
+	if (auto r = xmem::cuda_stream_wait(stream_, handle); !r) {
+		GST_WARNING_OBJECT(element_, "%s: waiting on the CPU for the input's CUDA stream",
+				 r.error().message.c_str());
+		gst_cuda_memory_sync(cmem);
+	}
+#endif
+	return true;
 }
 
 bool GstXmemCuda::memory_layout(GstMemory *mem, GstVideoInfo *info)

@@ -52,7 +52,10 @@ bool gst_xmem_have_gst_cuda();
 class GstXmemCuda
 {
 public:
-	explicit GstXmemCuda(GstElement *element) : element_(element) {}
+	/* WRAPS: the element hands out device memory it wraps (xmemsrc), whose users must
+	 * be able to wait for its stream: with GStreamer 1.24 and later that stream is a
+	 * GstCudaStream. Otherwise (xmemsink) the stream is a non-blocking one of ours. */
+	GstXmemCuda(GstElement *element, bool wraps) : element_(element), wraps_(wraps) {}
 	~GstXmemCuda();
 	GstXmemCuda(const GstXmemCuda &) = delete;
 	GstXmemCuda &operator=(const GstXmemCuda &) = delete;
@@ -76,6 +79,10 @@ public:
 	/* The device address of a CUDA memory mapped with FLAGS (GST_MAP_READ or
 	 * GST_MAP_WRITE); unmap with gst_memory_unmap(). */
 	static bool map_device(GstMemory *mem, GstMapInfo *info, GstMapFlags flags);
+	/* map_device() for reading on our stream: with GStreamer 1.24 and later, CUDA
+	 * memory may still be written on a stream of its own when it arrives (mapping does
+	 * not wait for that), so our stream is made to wait for it, on the GPU. */
+	bool map_input(GstMemory *mem, GstMapInfo *info);
 	/* The layout of a CUDA memory's frame (its own strides and offsets). */
 	static bool memory_layout(GstMemory *mem, GstVideoInfo *info);
 	/* Whether this GStreamer wraps foreign device memory as CUDA memory (1.24 and
@@ -101,6 +108,8 @@ private:
 	GstObject *context_ref() const;
 
 	GstElement *element_;
+	/* See the constructor; used only where GStreamer can wrap (1.24 and later). */
+	[[maybe_unused]] bool wraps_;
 	/* A GstCudaContext when built with GStreamer's CUDA library. Set once (from
 	 * null) by ensure() or set_context(), cleared by reset(); object lock. */
 	GstObject *context_ = nullptr;

@@ -598,15 +598,17 @@ static GstXmemPlanes planes_of(const GstVideoInfo &layout, guint64 base, bool de
 	return planes;
 }
 
-/* Maps a buffer of one CUDA memory for its device address: its planes from its
- * GstVideoMeta, or from the memory's own layout. False for anything else. */
-static bool map_cuda_input(GstBuffer *buffer, GstMemory **mem, GstMapInfo *map, GstXmemPlanes *planes)
+/* Maps a buffer of one CUDA memory for its device address, for reading on CUDA's
+ * stream: its planes from its GstVideoMeta, or from the memory's own layout. False for
+ * anything else. */
+static bool map_cuda_input(GstXmemCuda &cuda, GstBuffer *buffer, GstMemory **mem, GstMapInfo *map,
+			   GstXmemPlanes *planes)
 {
 	if (gst_buffer_n_memory(buffer) != 1)
 		return false;
 	GstMemory *m = gst_buffer_peek_memory(buffer, 0);
 	GstVideoInfo layout;
-	if (!GstXmemCuda::memory_layout(m, &layout) || !GstXmemCuda::map_device(m, map, GST_MAP_READ))
+	if (!GstXmemCuda::memory_layout(m, &layout) || !cuda.map_input(m, map))
 		return false;
 	*planes = planes_of(layout, guint64(uintptr_t(map->data)), true);
 	if (const GstVideoMeta *vmeta = gst_buffer_get_video_meta(buffer)) {
@@ -663,7 +665,7 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	GstXmemPlanes src;
 	/* CUDA memory is read on its own context's stream, which set_caps() made when the
 	 * caps said CUDA; without one it is mapped for the CPU and uploaded like the rest. */
-	bool device_input = s->cuda->stream() && map_cuda_input(buffer, &mem, &map, &src);
+	bool device_input = s->cuda->stream() && map_cuda_input(*s->cuda, buffer, &mem, &map, &src);
 	xmem::CudaStream stream = device_input ? s->cuda->stream() : nullptr;
 	GstFlowReturn flow;
 	auto slot = acquire_slot(self, pool, &flow, stream);
@@ -717,7 +719,7 @@ static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer
 	GstMemory *mem = nullptr;
 	GstMapInfo map;
 	GstXmemPlanes src;
-	if (!map_cuda_input(buffer, &mem, &map, &src))
+	if (!map_cuda_input(*s->cuda, buffer, &mem, &map, &src))
 		return false;
 	GstFlowReturn flow;
 	auto slot = acquire_slot(self, pool, &flow);
@@ -1024,7 +1026,7 @@ static void gst_xmem_sink_init(GstXmemSink *self)
 	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
 	try {
 		self->state = new SinkState();
-		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
+		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self), false);
 	} catch (const std::exception &e) {
 		g_error("xmemsink: %s", e.what());
 	}

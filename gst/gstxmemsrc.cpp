@@ -844,7 +844,7 @@ static void gst_xmem_src_init(GstXmemSrc *self)
 	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
 	try {
 		self->state = new SrcState();
-		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self));
+		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self), true);
 	} catch (const std::exception &e) {
 		g_error("xmemsrc: %s", e.what());
 	}

@@ -86,4 +86,9 @@ Result<void> cuda_synchronize_context(void *)
 	return no_cuda("CUDA synchronize");
 }
 
+Result<void> cuda_stream_wait(CudaStream, CudaStream)
+{
+	return no_cuda("CUDA stream wait");
+}
+
 } // namespace xmem

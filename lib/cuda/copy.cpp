@@ -236,4 +236,54 @@ Result<void> cuda_synchronize_context(void *context)
 	return {};
 }
 
+Result<void> cuda_stream_wait(CudaStream waiter, CudaStream producer)
+{
+	const char *where = "stream wait";
+	auto *w = static_cast<CUstream>(waiter);
+	auto *p = static_cast<CUstream>(producer);
+	if (!w || !p || w == CU_STREAM_LEGACY || p == CU_STREAM_LEGACY || w == CU_STREAM_PER_THREAD ||
+	    p == CU_STREAM_PER_THREAD)
+		return make_error(Errc::invalid_argument, "stream wait: both streams must be named, not default streams");
+	if (w == p)
+		return {};
+	auto d = cuda::driver();
+	if (!d)
+		return d.error();
+	const Driver *drv = *d;
+	CUcontext theirs = nullptr, ours = nullptr;
+	if (CUresult r = drv->cuStreamGetCtx(p, &theirs); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuStreamGetCtx", r);
+	if (CUresult r = drv->cuStreamGetCtx(w, &ours); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuStreamGetCtx", r);
+	cuda::note_context(ours);
+	CUcontext popped;
+	// The event is of the producer's context, as its record must be; the waiter's
+	// context is current for the wait. Destroying the event leaves the wait in place.
+	CUevent event = nullptr;
+	if (CUresult r = drv->cuCtxPushCurrent(theirs); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuCtxPushCurrent", r);
+	CUresult r = drv->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+	const char *call = "cuEventCreate";
+	if (r == CUDA_SUCCESS) {
+		r = drv->cuEventRecord(event, p);
+		call = "cuEventRecord";
+	}
+	drv->cuCtxPopCurrent(&popped);
+	if (r == CUDA_SUCCESS) {
+		if (CUresult pushed = drv->cuCtxPushCurrent(ours); pushed != CUDA_SUCCESS) {
+			r = pushed;
+			call = "cuCtxPushCurrent";
+		} else {
+			r = drv->cuStreamWaitEvent(w, event, CU_EVENT_WAIT_DEFAULT);
+			call = "cuStreamWaitEvent";
+			drv->cuCtxPopCurrent(&popped);
+		}
+	}
+	if (event)
+		drv->cuEventDestroy(event);
+	if (r != CUDA_SUCCESS)
+		return cuda_error(where, call, r);
+	return {};
+}
+
 } // namespace xmem

@@ -52,6 +52,10 @@ struct Driver {
 	X(cuStreamSynchronize)                                                                                         \
 	X(cuStreamQuery)                                                                                               \
 	X(cuStreamGetCtx)                                                                                              \
+	X(cuStreamWaitEvent)                                                                                           \
+	X(cuEventCreate)                                                                                               \
+	X(cuEventRecord)                                                                                               \
+	X(cuEventDestroy)                                                                                              \
 	X(cuStreamWaitValue64)                                                                                         \
 	X(cuStreamWriteValue64)                                                                                        \
 	X(cuMemcpy2DAsync)                                                                                             \

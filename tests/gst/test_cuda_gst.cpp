@@ -7,6 +7,8 @@
 // (skipped) without a GPU. docs/gpu-results.md records the GPU runs.
 #include "gst_common.hpp"
 
+#include <gst/app/gstappsink.h>
+#include <gst/app/gstappsrc.h>
 #include <gst/base/gstbasesrc.h>
 #include <gst/check/gstharness.h>
 #ifdef XMEM_TEST_HAVE_GST_CUDA
@@ -15,6 +17,7 @@
 #include <gst/cuda/gstcudabufferpool.h>
 #include <gst/cuda/gstcudacontext.h>
 #include <gst/cuda/gstcudaloader.h>
+#include <gst/cuda/gstcudamemory.h>
 #include <gst/cuda/gstcudautils.h>
 #endif
 
@@ -488,7 +491,95 @@ TEST_F(Nvcodec, CudaMemoryInAndOutBitExact)
 	EXPECT_EQ(stat_u64(sink, "device-copied"), guint64(n));
 	EXPECT_EQ(stat_u64(sink, "copied"), 0u);
 	EXPECT_EQ(stat_string(here.src(), "memory"), "cuda");
+#if GST_CHECK_VERSION(1, 24, 0)
+	// GStreamer 1.24 and later wrap the slot itself as CUDA memory: no copy.
+	EXPECT_EQ(stat_u64(here.src(), "zero-copy"), guint64(n));
+	EXPECT_EQ(stat_u64(here.src(), "copied"), 0u);
+#else
 	EXPECT_EQ(stat_u64(here.src(), "copied"), guint64(n));
+	EXPECT_EQ(stat_u64(here.src(), "zero-copy"), 0u);
+#endif
+}
+
+// xmemsrc's CUDA output holds its frames' slots for as long as any GstMemory of them
+// lives: with GStreamer 1.24 and later the memory is the slot itself (wrapped), before
+// it a copy that frees the slot at once. Four frames held here as samples keep four
+// slots from the producer on 1.24 and later; each comes back as its memory goes.
+TEST_F(Nvcodec, CudaOutputHoldsItsSlotsUntilTheLastMemoryGoes)
+{
+	const std::string caps = "video/x-raw,format=NV12,width=64,height=48,framerate=30/1";
+	const int n = 4;
+	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
+			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=held "
+			  "wait-for-consumers=1 policy=block block-timeout=30000000000 buffers=6");
+	ASSERT_TRUE(producer);
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	Pipeline consumer("xmemsrc name=src pool-name=held is-live=false ! video/x-raw(memory:CUDAMemory) ! "
+			  "appsink name=sink sync=false enable-last-sample=false");
+	ASSERT_TRUE(consumer);
+	ASSERT_NE(consumer.play(), GST_STATE_CHANGE_FAILURE);
+	auto *appsink = GST_APP_SINK(consumer.by_name("sink"));
+	std::vector<GstSample *> held;
+	for (int i = 0; i < n; i++) {
+		GstSample *sample = gst_app_sink_try_pull_sample(appsink, 20 * GST_SECOND);
+		ASSERT_NE(sample, nullptr) << "frame " << i << " never arrived";
+#ifdef XMEM_TEST_HAVE_GST_CUDA
+		EXPECT_TRUE(gst_is_cuda_memory(gst_buffer_peek_memory(gst_sample_get_buffer(sample), 0)));
+#endif
+		held.push_back(sample);
+	}
+	EXPECT_EQ(producer.wait_eos(20s), "");
+	GstElement *sink = producer.by_name("sink");
+#if GST_CHECK_VERSION(1, 24, 0)
+	EXPECT_EQ(stat_u64(consumer.by_name("src"), "zero-copy"), guint64(n));
+	EXPECT_EQ(stat_u64(consumer.by_name("src"), "copied"), 0u);
+	// Give a release that should not happen the time to happen.
+	std::this_thread::sleep_for(200ms);
+	EXPECT_EQ(stat_u64(sink, "free-slots"), guint64(6 - n)) << "a slot went back while its memory lives";
+#else
+	EXPECT_EQ(stat_u64(consumer.by_name("src"), "copied"), guint64(n));
+#endif
+	// Our samples gone, only what the running pipeline itself still references (appsink
+	// keeps its preroll buffer) may hold a slot; stopped, it holds none.
+	for (GstSample *sample : held)
+		gst_sample_unref(sample);
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "free-slots") >= 5; }, 20s))
+		<< "free-slots " << stat_u64(sink, "free-slots") << " of 6 after the samples were dropped";
+	consumer.stop();
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "free-slots") == 6; }, 20s))
+		<< "free-slots " << stat_u64(sink, "free-slots") << " of 6 after the consumer stopped";
+}
+
+// CudaElements.KilledConsumerGivesDeviceSlotsBack, with the consumer taking CUDA memory: with GStreamer 1.24 and later the
+// frames it holds when killed are wrapped slots, and they come back all the same.
+TEST_F(Nvcodec, KilledConsumerOfCudaMemoryGivesDeviceSlotsBack)
+{
+	Pipeline producer("videotestsrc is-live=true pattern=ball ! "
+			  "video/x-raw,format=RGBA,width=64,height=48,framerate=50/1 ! "
+			  "xmemsink name=sink pool-name=devkillcuda memory=cuda buffers=12");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	GstElement *sink = producer.by_name("sink");
+	Process consumer = launch("xmemsrc pool-name=devkillcuda ! video/x-raw(memory:CUDAMemory) ! queue "
+				  "max-size-buffers=4 max-size-bytes=0 max-size-time=0 ! identity sleep-time=500000 ! "
+				  "fakesink sync=false");
+	ASSERT_TRUE(eventually([&] { return stat_u64(sink, "consumers") == 1; }, 20s)) << "the consumer never attached";
+#if GST_CHECK_VERSION(1, 24, 0)
+	ASSERT_TRUE(eventually([&] { return stat_u64(sink, "free-slots") <= 9; }, 20s))
+		<< "the consumer holds fewer wrapped frames than expected: free-slots " << stat_u64(sink, "free-slots");
+#else
+	std::this_thread::sleep_for(500ms); // copies: the consumer holds no slot for long
+#endif
+	consumer.signal(SIGKILL);
+	EXPECT_EQ(consumer.wait(10s), 128 + SIGKILL);
+	guint64 published = stat_u64(sink, "published");
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "consumers") == 0; }, 20s)) << "the dead consumer stays";
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "published") >= published + 25; }, 20s))
+		<< "the producer stopped after the consumer died";
+	EXPECT_EQ(producer.pop(GST_MESSAGE_ERROR, 0ms), nullptr) << "the producer posted an error";
+	gst_element_send_event(producer.get(), gst_event_new_eos());
+	EXPECT_EQ(producer.wait_eos(20s), "");
+	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "free-slots") == 12; }, 20s))
+		<< "free-slots " << stat_u64(sink, "free-slots") << " of 12 after the consumer's death";
 }
 
 // cudaupload ! xmemsink: each frame is published on the sink's stream, before its
@@ -799,6 +890,86 @@ TEST_F(Nvcodec, SinkSharesUpstreamsContext)
 	gst_bus_set_sync_handler(bus, nullptr, nullptr, nullptr);
 	gst_object_unref(bus);
 }
+
+#if defined(XMEM_TEST_HAVE_GST_CUDA) && GST_CHECK_VERSION(1, 24, 0)
+// GStreamer 1.24 and later hand CUDA memory downstream while it is still being written
+// on a stream of its own (GST_CUDA_MEMORY_TRANSFER_NEED_SYNC), as decoders do: mapping
+// it does not wait. xmemsink must order its copy after that stream. Here each frame is
+// filled by thirty memsets queued on the pool's stream (late on the simulator, whose
+// stream work runs up to 300 us behind) when it is pushed; the consumer must see only
+// the last value, never a frame before it.
+TEST_F(Nvcodec, SinkWaitsForItsInputsOwnStream)
+{
+	const int n = 12;
+	const int width = 64, height = 48;
+	GstCudaContext *ctx = gst_cuda_context_new(0);
+	ASSERT_NE(ctx, nullptr);
+	GstCudaStream *stream = gst_cuda_stream_new(ctx);
+	ASSERT_NE(stream, nullptr);
+	std::string caps = "video/x-raw,format=RGBA,width=" + std::to_string(width) +
+			   ",height=" + std::to_string(height) + ",framerate=30/1";
+	GstCaps *cuda_caps = gst_caps_from_string(caps.c_str());
+	gst_caps_set_features_simple(cuda_caps, gst_caps_features_new_single(GST_CAPS_FEATURE_MEMORY_CUDA_MEMORY));
+	GstVideoInfo info;
+	ASSERT_TRUE(gst_video_info_from_caps(&info, cuda_caps));
+	GstBufferPool *pool = gst_cuda_buffer_pool_new(ctx);
+	GstStructure *config = gst_buffer_pool_get_config(pool);
+	gst_buffer_pool_config_set_params(config, cuda_caps, guint(info.size), 3, 0);
+	gst_buffer_pool_config_set_cuda_stream(config, stream);
+	ASSERT_TRUE(gst_buffer_pool_set_config(pool, config));
+	ASSERT_TRUE(gst_buffer_pool_set_active(pool, TRUE));
+
+	Pipeline producer("appsrc name=src format=time ! xmemsink name=sink pool-name=late wait-for-consumers=1 "
+			  "policy=block block-timeout=30000000000 buffers=4");
+	ASSERT_TRUE(producer);
+	GstElement *src = producer.by_name("src");
+	g_object_set(src, "caps", cuda_caps, nullptr);
+	GstContext *shared = gst_context_new_cuda_context(ctx);
+	gst_element_set_context(producer.by_name("sink"), shared);
+	gst_context_unref(shared);
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	std::vector<std::vector<uint8_t>> reference;
+	for (int i = 0; i < n; i++)
+		reference.emplace_back(size_t(width * 4 * height), uint8_t(i + 1));
+	Consumer here("xmemsrc name=src pool-name=late is-live=false ! video/x-raw ! appsink name=sink sync=false",
+		      by_offset(reference));
+	ASSERT_TRUE(here.start());
+
+	for (int i = 0; i < n; i++) {
+		GstBuffer *buf = nullptr;
+		ASSERT_EQ(gst_buffer_pool_acquire_buffer(pool, &buf, nullptr), GST_FLOW_OK);
+		GstMemory *mem = gst_buffer_peek_memory(buf, 0);
+		GstMapInfo map;
+		ASSERT_TRUE(gst_memory_map(mem, &map, GstMapFlags(GST_MAP_WRITE | GST_MAP_CUDA)));
+		auto *cmem = GST_CUDA_MEMORY_CAST(mem);
+		ASSERT_TRUE(gst_cuda_context_push(ctx));
+		CUstream handle = gst_cuda_stream_get_handle(stream);
+		for (int k = 0; k < 30; k++)
+			ASSERT_EQ(CuMemsetD2D8Async(CUdeviceptr(map.data), size_t(GST_VIDEO_INFO_PLANE_STRIDE(&cmem->info, 0)),
+						    (unsigned char)(k == 29 ? i + 1 : 0xee), size_t(width * 4),
+						    size_t(height), handle),
+				  CUDA_SUCCESS);
+		gst_cuda_context_pop(nullptr);
+		gst_memory_unmap(mem, &map);
+		EXPECT_TRUE(GST_MEMORY_FLAG_IS_SET(mem, GST_CUDA_MEMORY_TRANSFER_NEED_SYNC));
+		GST_BUFFER_PTS(buf) = i * GST_SECOND / 30;
+		ASSERT_EQ(gst_app_src_push_buffer(GST_APP_SRC(src), buf), GST_FLOW_OK);
+	}
+	gst_app_src_end_of_stream(GST_APP_SRC(src));
+	EXPECT_EQ(producer.wait_eos(30s), "");
+	ASSERT_TRUE(here.join(30s));
+	EXPECT_EQ(here.error(), "");
+	auto frames = here.frames();
+	ASSERT_EQ(frames.size(), size_t(n));
+	for (const auto &f : frames)
+		EXPECT_TRUE(f.matches) << "frame " << f.offset << " was copied before its own stream had written it";
+	gst_buffer_pool_set_active(pool, FALSE);
+	gst_object_unref(pool);
+	gst_caps_unref(cuda_caps);
+	gst_cuda_stream_unref(stream);
+	gst_object_unref(ctx);
+}
+#endif
 
 // Three consumers of CUDA memory, one of them its own gst-launch-1.0 process, all
 // bit-exact; the slots are free again at the end.

@@ -325,6 +325,10 @@ Result<bool> cuda_stream_done(uint32_t device, CudaStream stream);
 Result<void> cuda_synchronize(uint32_t device, CudaStream stream = nullptr);
 // Waits on the CPU for every stream of CONTEXT (a CUcontext: one a framework made).
 Result<void> cuda_synchronize_context(void *context);
+// Makes the work queued on WAITER from now on wait, on the GPU, for the work queued on
+// PRODUCER so far (an event recorded on PRODUCER): the CPU does not wait. The streams
+// may be of different contexts; neither may be a default stream.
+Result<void> cuda_stream_wait(CudaStream waiter, CudaStream producer);
 
 // Where NAME's socket lives, or an error for a bad name.
 Result<std::string> socket_path(std::string_view name);

@@ -17,5 +17,7 @@ GST_CUDA_API GstMemory *gst_cuda_allocator_alloc_wrapped(GstCudaAllocator *alloc
 							 GstCudaStream *stream, const GstVideoInfo *info,
 							 CUdeviceptr dev_ptr, gpointer user_data,
 							 GDestroyNotify notify);
+GST_CUDA_API GstCudaStream *gst_cuda_memory_get_stream(GstCudaMemory *mem);
+GST_CUDA_API void gst_cuda_memory_sync(GstCudaMemory *mem);
 
 G_END_DECLS
