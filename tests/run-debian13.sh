@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# tests/run-debian13.sh - the suite on the second tested platform: Debian 13 ("trixie":
+# GStreamer 1.26, GCC 14, Python 3.13 with numpy 2.2 and torch 2.6, ONNX Runtime).
+# Makes a Debian 13 root with debootstrap (or reuses the one made before on this
+# machine), installs the build and test packages there, builds the current tree in it
+# and runs the suite with meson test, CUDA on the driver simulator as on Debian 12.
+# The protocol model, the sanitizers and the long fuzzing run on Debian 12 only.
+#   XMEM_DEBIAN13_ROOT=dir  where the root lives (default /var/cache/xmem/debian13)
+#   BUILD=dir               build directory in the tree (default build-debian13)
+#   TEST_ARGS="..."         extra options for meson test (e.g. a test's name)
+#   XMEM_DEBIAN_MIRROR=url  the archive (default http://deb.debian.org/debian)
+# Needs root for debootstrap, chroot and mounts: run as root, or it asks sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+	exec sudo --preserve-env=CI,XMEM_DEBIAN13_ROOT,BUILD,TEST_ARGS,XMEM_DEBIAN_MIRROR,XMEM_TEST_JOBS "$0" "$@"
+fi
+
+. tools/bootstrap.sh
+
+root=${XMEM_DEBIAN13_ROOT:-/var/cache/xmem/debian13}
+build=${BUILD:-build-debian13}
+mirror=${XMEM_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+tree=$PWD
+cuda_prefix=/usr/local/cuda
+
+# Debian 13's names for what tools/bootstrap.sh installs on Debian 12, less what only
+# Debian 12's stages use (clang and its runtime for the fuzzers, clang-format and
+# clang-tidy, matplotlib), plus ONNX Runtime and onnx for the ONNX example.
+packages=(g++ meson ninja-build pkg-config libgtest-dev
+	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
+	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-onnxruntime python3-onnx)
+
+# The CUDA pools need the toolkit's cuda.h, which Debian 13's archive has only in
+# non-free (nvidia-cuda-toolkit, 12.x); the root sees the host's, read-only. CI has it,
+# so there a missing one is an error; elsewhere the build goes on without CUDA.
+cuda=enabled
+if [ ! -f "$cuda_prefix/include/cuda.h" ]; then
+	if [ "${CI:-}" = "true" ]; then
+		echo "run-debian13.sh: no $cuda_prefix/include/cuda.h (the CUDA toolkit's headers)" >&2
+		exit 1
+	fi
+	echo "run-debian13.sh: no $cuda_prefix/include/cuda.h: building without the CUDA pools" >&2
+	cuda=disabled
+fi
+
+xmem_install_packages debootstrap
+
+# In a mount namespace of its own, so that nothing stays mounted when it ends: the
+# root with /proc, /dev, a private /tmp, the tree at /xmem and the CUDA headers.
+# shellcheck disable=SC2016 # the inner script expands its own arguments
+in_root() {
+	unshare --mount --propagation private -- /bin/sh -euc '
+		root=$1 tree=$2 cuda=$3
+		shift 3
+		mount -t proc proc "$root/proc"
+		mount --rbind /dev "$root/dev"
+		mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+		mkdir -p "$root/xmem"
+		mount --bind "$tree" "$root/xmem"
+		if [ -d "$cuda" ]; then
+			mkdir -p "$root$cuda"
+			mount --bind -o ro "$cuda" "$root$cuda"
+		fi
+		cp /etc/resolv.conf "$root/etc/resolv.conf"
+		exec chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			HOME=/root LANG=C.UTF-8 CI="${CI:-}" XMEM_TEST_JOBS="${XMEM_TEST_JOBS:-2}" \
+			DEBIAN_FRONTEND=noninteractive "$@"
+	' sh "$root" "$tree" "$cuda_prefix" "$@"
+}
+
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+	echo "run-debian13.sh: making a Debian 13 root in $root" >&2
+	rm -rf "$root.new"
+	mkdir -p "$(dirname "$root")"
+	debootstrap --variant=minbase trixie "$root.new" "$mirror"
+	rm -rf "$root"
+	mv "$root.new" "$root"
+fi
+
+missing=()
+# shellcheck disable=SC2016 # dpkg-query's format, not the shell's
+for p in "${packages[@]}"; do
+	chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "run-debian13.sh: installing ${missing[*]} in the Debian 13 root" >&2
+	in_root apt-get update -qq
+	in_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
+	in_root apt-get clean
+fi
+
+args=(-Dtests=enabled "-Dcuda=$cuda" "-Dgst-cuda=$([ $cuda = enabled ] && echo enabled || echo disabled)"
+	"-Dcuda-prefix=$cuda_prefix")
+[ "${CI:-}" = "true" ] && args+=(-Dwerror=true)
+# A build directory made outside the root (its paths are not the root's) is redone.
+if [ -f "$build/build.ninja" ] && ! grep -q "/xmem/" "$build/build.ninja"; then
+	rm -rf "$build"
+fi
+in_root /bin/sh -ec "cd /xmem && { [ -f '$build/build.ninja' ] || meson setup '$build' ${args[*]}; } && meson compile -C '$build'"
+# The model (spin) ran on Debian 12; nothing about it differs here.
+in_root /bin/sh -ec "cd /xmem && meson test -C '$build' --print-errorlogs --num-processes \${XMEM_TEST_JOBS} \
+	--no-suite model ${TEST_ARGS:-}"
