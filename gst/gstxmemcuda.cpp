@@ -319,7 +319,7 @@ bool GstXmemCuda::map_input(GstMemory *mem, GstMapInfo *info)
 	auto handle = xmem::CudaStream(gst_cuda_stream_get_handle(theirs));
 	if (auto r = xmem::cuda_stream_wait(stream_, handle); !r) {
 		GST_WARNING_OBJECT(element_, "%s: waiting on the CPU for the input's CUDA stream",
-				 r.error().message.c_str());
+				   r.error().message.c_str());
 		gst_cuda_memory_sync(cmem);
 	}
 #endif

@@ -243,7 +243,8 @@ Result<void> cuda_stream_wait(CudaStream waiter, CudaStream producer)
 	auto *p = static_cast<CUstream>(producer);
 	if (!w || !p || w == CU_STREAM_LEGACY || p == CU_STREAM_LEGACY || w == CU_STREAM_PER_THREAD ||
 	    p == CU_STREAM_PER_THREAD)
-		return make_error(Errc::invalid_argument, "stream wait: both streams must be named, not default streams");
+		return make_error(Errc::invalid_argument,
+				  "stream wait: both streams must be named, not default streams");
 	if (w == p)
 		return {};
 	auto d = cuda::driver();

@@ -168,7 +168,8 @@ uint64_t pending(Stream &stream)
 // legacy stream. Those tickets are taken now, under State::lock, which the caller holds:
 // each names work queued before this operation, so the waits never form a cycle.
 uint64_t enqueue_locked(State &, Stream &stream, const char *name, std::function<void(Stream &)> run,
-			bool runs_after_fault = false, std::vector<std::pair<std::shared_ptr<Stream>, uint64_t>> after = {})
+			bool runs_after_fault = false,
+			std::vector<std::pair<std::shared_ptr<Stream>, uint64_t>> after = {})
 {
 	Op op{ name, std::move(run), runs_after_fault, std::move(after) };
 	Context &ctx = *stream.ctx;
@@ -611,8 +612,8 @@ CUresult memset_2d_call(const char *call, CUdeviceptr dst, size_t pitch, uint32_
 	if (__builtin_mul_overflow(width, unit, &row))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (height > 1 && (pitch % unit || row > pitch))
-		return fail(CUDA_ERROR_INVALID_VALUE, call, "pitch %zu for rows of %zu bytes of %zu-byte units", pitch, row,
-			    unit);
+		return fail(CUDA_ERROR_INVALID_VALUE, call, "pitch %zu for rows of %zu bytes of %zu-byte units", pitch,
+			    row, unit);
 	size_t span;
 	if (__builtin_mul_overflow(pitch, height - 1, &span) || __builtin_add_overflow(span, row, &span) ||
 	    __builtin_add_overflow(uintptr_t(dst), span, &span))
@@ -974,27 +975,31 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
 CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
 				   size_t Height, CUstream hStream)
 {
-	return guarded(
-		[&] { return memset_2d_call("cuMemsetD2D8Async", dstDevice, dstPitch, uc, 1, Width, Height, hStream); });
+	return guarded([&] {
+		return memset_2d_call("cuMemsetD2D8Async", dstDevice, dstPitch, uc, 1, Width, Height, hStream);
+	});
 }
 
 CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
 				    size_t Height, CUstream hStream)
 {
-	return guarded(
-		[&] { return memset_2d_call("cuMemsetD2D16Async", dstDevice, dstPitch, us, 2, Width, Height, hStream); });
+	return guarded([&] {
+		return memset_2d_call("cuMemsetD2D16Async", dstDevice, dstPitch, us, 2, Width, Height, hStream);
+	});
 }
 
 CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
 				    size_t Height, CUstream hStream)
 {
-	return guarded(
-		[&] { return memset_2d_call("cuMemsetD2D32Async", dstDevice, dstPitch, ui, 4, Width, Height, hStream); });
+	return guarded([&] {
+		return memset_2d_call("cuMemsetD2D32Async", dstDevice, dstPitch, ui, 4, Width, Height, hStream);
+	});
 }
 
 CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-	return guarded([&] { return memset_2d_call("cuMemsetD2D8", dstDevice, dstPitch, uc, 1, Width, Height, nullptr); });
+	return guarded(
+		[&] { return memset_2d_call("cuMemsetD2D8", dstDevice, dstPitch, uc, 1, Width, Height, nullptr); });
 }
 
 CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)

@@ -550,8 +550,8 @@ TEST_F(Nvcodec, CudaOutputHoldsItsSlotsUntilTheLastMemoryGoes)
 		<< "free-slots " << stat_u64(sink, "free-slots") << " of 6 after the consumer stopped";
 }
 
-// CudaElements.KilledConsumerGivesDeviceSlotsBack, with the consumer taking CUDA memory: with GStreamer 1.24 and later the
-// frames it holds when killed are wrapped slots, and they come back all the same.
+// CudaElements.KilledConsumerGivesDeviceSlotsBack, with the consumer taking CUDA memory: with GStreamer 1.24 and later
+// the frames it holds when killed are wrapped slots, and they come back all the same.
 TEST_F(Nvcodec, KilledConsumerOfCudaMemoryGivesDeviceSlotsBack)
 {
 	Pipeline producer("videotestsrc is-live=true pattern=ball ! "
@@ -945,7 +945,8 @@ TEST_F(Nvcodec, SinkWaitsForItsInputsOwnStream)
 		ASSERT_TRUE(gst_cuda_context_push(ctx));
 		CUstream handle = gst_cuda_stream_get_handle(stream);
 		for (int k = 0; k < 30; k++)
-			ASSERT_EQ(CuMemsetD2D8Async(CUdeviceptr(map.data), size_t(GST_VIDEO_INFO_PLANE_STRIDE(&cmem->info, 0)),
+			ASSERT_EQ(CuMemsetD2D8Async(CUdeviceptr(map.data),
+						    size_t(GST_VIDEO_INFO_PLANE_STRIDE(&cmem->info, 0)),
 						    (unsigned char)(k == 29 ? i + 1 : 0xee), size_t(width * 4),
 						    size_t(height), handle),
 				  CUDA_SUCCESS);
