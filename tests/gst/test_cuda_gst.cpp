@@ -539,6 +539,42 @@ TEST_F(Nvcodec, CudaOutputHoldsItsSlotsUntilTheLastMemoryGoes)
 #else
 	EXPECT_EQ(stat_u64(consumer.by_name("src"), "copied"), guint64(n));
 #endif
+#if defined(XMEM_TEST_HAVE_GST_CUDA) && GST_CHECK_VERSION(1, 24, 0)
+	// Work reading the last frame, queued on another stream of the context (as a
+	// downstream element's own stream would; late on the simulator): the slot may go
+	// back to the producer only once that work is done, so dropping the last reference
+	// waits for it.
+	{
+		GstMemory *mem = gst_buffer_peek_memory(gst_sample_get_buffer(held[1]), 0);
+		auto *cmem = GST_CUDA_MEMORY_CAST(mem);
+		auto *mctx = GST_CUDA_CONTEXT(gst_object_ref(cmem->context));
+		GstCudaStream *reader = gst_cuda_stream_new(mctx);
+		ASSERT_NE(reader, nullptr);
+		CUstream handle = gst_cuda_stream_get_handle(reader);
+		GstMapInfo map;
+		ASSERT_TRUE(gst_memory_map(mem, &map, GstMapFlags(GST_MAP_READ | GST_MAP_CUDA)));
+		ASSERT_TRUE(gst_cuda_context_push(mctx));
+		CUdeviceptr scratch = 0;
+		ASSERT_EQ(CuMemAlloc(&scratch, guint(map.size)), CUDA_SUCCESS);
+		for (int k = 0; k < 40; k++)
+			ASSERT_EQ(CuMemcpyDtoDAsync(scratch, CUdeviceptr(map.data), map.size, handle), CUDA_SUCCESS);
+		gst_cuda_context_pop(nullptr);
+		gst_memory_unmap(mem, &map);
+		auto busy = xmem::cuda_stream_done(0, xmem::CudaStream(handle));
+		ASSERT_TRUE(busy);
+		EXPECT_FALSE(*busy) << "the reads finished before the test could drop the frame";
+		gst_sample_unref(held[1]);
+		held.erase(held.begin() + 1);
+		auto done = xmem::cuda_stream_done(0, xmem::CudaStream(handle));
+		ASSERT_TRUE(done);
+		EXPECT_TRUE(*done) << "the slot went back while reads of it were still queued";
+		ASSERT_TRUE(gst_cuda_context_push(mctx));
+		EXPECT_EQ(CuMemFree(scratch), CUDA_SUCCESS);
+		gst_cuda_context_pop(nullptr);
+		gst_cuda_stream_unref(reader);
+		gst_object_unref(mctx);
+	}
+#endif
 	// Our samples gone, only what the running pipeline itself still references (appsink
 	// keeps its preroll buffer) may hold a slot; stopped, it holds none.
 	for (GstSample *sample : held)
