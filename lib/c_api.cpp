@@ -296,6 +296,11 @@ int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats)
 	return XMEM_OK;
 }
 
+uint64_t xmem_pool_side_data_refused(const xmem_pool *pool)
+{
+	return pool ? pool->pool->side_data_refused() : 0;
+}
+
 uint64_t xmem_pool_slot_size(const xmem_pool *pool)
 {
 	return pool ? pool->pool->slot_size() : 0;
@@ -403,6 +408,23 @@ const char *xmem_buffer_format(const xmem_buffer *b)
 {
 	return b ? b->guard.format().c_str() : "";
 }
+int xmem_buffer_set_side_data(xmem_buffer *b, const void *data, size_t size)
+{
+	if (!b || (!data && size > 0))
+		return fail(XMEM_EINVAL, "xmem_buffer_set_side_data: NULL buffer, or NULL data with a size");
+	return guarded([&] { return status(b->guard.set_side_data({ static_cast<const std::byte *>(data), size })); });
+}
+
+const void *xmem_buffer_side_data(const xmem_buffer *b, size_t *size)
+{
+	std::span<const std::byte> side;
+	if (b)
+		side = b->guard.side_data();
+	if (size)
+		*size = side.size();
+	return side.empty() ? nullptr : side.data();
+}
+
 int xmem_buffer_is_writable(const xmem_buffer *b)
 {
 	return b && b->guard.writable();

@@ -12,7 +12,7 @@
 namespace xmem::layout {
 
 inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
-inline constexpr uint32_t kAbiVersion = 2;
+inline constexpr uint32_t kAbiVersion = 3; // 3: SlotRecord's side data
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 inline constexpr uint32_t kEosEntry = 0xffffffffu; // ring entry meaning end of stream
@@ -135,6 +135,13 @@ struct alignas(64) SlotRecord {
 	uint64_t format_seq; // format of format[] below [owner, WRITING only]
 	xmem_frame_meta meta; // [owner while WRITING; read-only once PUBLISHED]
 	char format[XMEM_FORMAT_MAX];
+	// The frame's side data (the elements put GstMetas there): side_data_size bytes of
+	// side_data. Here, not in the slot, so device pools carry it in system memory.
+	// [owner while WRITING; read-only once PUBLISHED] A consumer reads the size once
+	// and refuses one over XMEM_SIDE_DATA_MAX: another process wrote it.
+	uint32_t side_data_size;
+	uint32_t reserved_side; // zero
+	std::byte side_data[XMEM_SIDE_DATA_MAX];
 };
 
 struct alignas(64) ConsumerRecord {
@@ -283,6 +290,9 @@ static_assert(offsetof(SlotRecord, state) == 0);
 static_assert(offsetof(SlotRecord, holders) == 8);
 static_assert(offsetof(SlotRecord, meta) == 40);
 static_assert(offsetof(SlotRecord, format) == 424);
+static_assert(offsetof(SlotRecord, side_data_size) == 2472);
+static_assert(offsetof(SlotRecord, side_data) == 2480);
+static_assert(sizeof(SlotRecord) == 6592);
 static_assert(sizeof(ConsumerRecord) % 64 == 0);
 static_assert(offsetof(ConsumerRecord, state) == 0);
 static_assert(offsetof(ConsumerRecord, sync_mode) == 56);

@@ -79,7 +79,22 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	g.capacity_ = seg.slot_size;
 	g.writable_ = writable;
 	g.format_ = role == Role::owner ? format.load() : format_of(seg.slots[index]);
+	g.side_data_ = side_data_of(seg.slots[index]);
 	return g;
+}
+
+std::shared_ptr<const std::vector<std::byte>> PoolImpl::side_data_of(const SlotRecord &slot)
+{
+	// One read of the size, checked before a byte is copied: another process wrote it,
+	// and may write it again between a check and a second read.
+	uint32_t size = *static_cast<const volatile uint32_t *>(&slot.side_data_size);
+	if (size == 0)
+		return nullptr;
+	if (size > XMEM_SIDE_DATA_MAX) {
+		side_data_refused.fetch_add(1, std::memory_order_relaxed);
+		return nullptr;
+	}
+	return std::make_shared<const std::vector<std::byte>>(slot.side_data, slot.side_data + size);
 }
 
 void PoolImpl::notify_owner()
@@ -192,6 +207,7 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 	g.meta_.storage_type = uint8_t(to);
 	g.meta_.device_id = uint8_t(to == Storage::cuda ? device : 0);
 	g.format_ = frame.format_;
+	g.side_data_ = frame.side_data_;
 	g.capacity_ = bytes;
 	auto failed = [&](const Error &e) {
 		return make_error(e.code, where() + ": " + e.message);
@@ -325,6 +341,7 @@ BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 		writable_ = std::exchange(other.writable_, false);
 		copy_ = std::move(other.copy_);
 		format_ = std::move(other.format_);
+		side_data_ = std::move(other.side_data_);
 	}
 	return *this;
 }
@@ -347,6 +364,7 @@ Result<void> BufferGuard::release(CudaStream stream)
 		r = pool->release(index_, stream);
 	copy_.reset();
 	format_.reset();
+	side_data_.reset();
 	data_ = nullptr;
 	device_ = 0;
 	capacity_ = 0;
@@ -403,6 +421,30 @@ Result<std::span<std::byte>> BufferGuard::data_mut()
 	return std::span<std::byte>{ data_, size_t(capacity_) };
 }
 
+std::span<const std::byte> BufferGuard::side_data() const
+{
+	if (!side_data_)
+		return {};
+	return { side_data_->data(), side_data_->size() };
+}
+
+Result<void> BufferGuard::set_side_data(std::span<const std::byte> bytes)
+{
+	// Only a frame on its way to publish() has side data to set: the record of a
+	// published frame is read-only, and a private copy is never published.
+	if (!valid() || !writable_ || copy_ || pool_->role != Role::owner)
+		return make_error(Errc::read_only, "side data of a buffer not from acquire()");
+	if (bytes.size() > kSideDataMax)
+		return make_error(Errc::out_of_range, pool_->where() + ": side data of " +
+							      std::to_string(bytes.size()) + " bytes exceeds the " +
+							      std::to_string(kSideDataMax) + "-byte budget of a frame");
+	if (bytes.empty())
+		side_data_.reset();
+	else
+		side_data_ = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
+	return {};
+}
+
 const std::string &BufferGuard::format() const
 {
 	static const std::string empty;
@@ -438,6 +480,7 @@ Result<BufferGuard> BufferGuard::clone_ref() const
 	g.capacity_ = capacity_;
 	g.copy_ = copy_;
 	g.format_ = format_;
+	g.side_data_ = side_data_;
 	return g;
 }
 
@@ -610,6 +653,11 @@ std::string BufferPool::format() const
 {
 	auto f = impl_->format.load();
 	return f ? *f : std::string();
+}
+
+uint64_t BufferPool::side_data_refused() const
+{
+	return impl_->side_data_refused.load(std::memory_order_relaxed);
 }
 
 std::span<const std::byte> BufferPool::control_segment() const

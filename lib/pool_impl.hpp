@@ -11,6 +11,7 @@
 
 #include <xmem/xmem.hpp>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -104,6 +105,10 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	void notify_owner();
 	// The format a frame in SLOT is in (a consumer learns new ones from slots).
 	std::shared_ptr<const std::string> format_of(const layout::SlotRecord &slot);
+	// A copy of SLOT's side data; none when empty or refused (its size out of range).
+	std::shared_ptr<const std::vector<std::byte>> side_data_of(const layout::SlotRecord &slot);
+	// Frames taken without their side data, its size out of range (any thread).
+	std::atomic<uint64_t> side_data_refused{ 0 };
 };
 
 } // namespace xmem

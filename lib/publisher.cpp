@@ -138,6 +138,7 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 			m.storage_type = uint8_t(pool_.arena->storage());
 			m.device_id = uint8_t(pool_.arena->device());
 			m.pts = m.dts = m.duration = XMEM_NONE;
+			seg.slots[i].side_data_size = 0;
 			return pool_.make_guard(i, true);
 		}
 		if (config_policy == Policy::drop_oldest) {
@@ -264,18 +265,23 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 			if (config_policy == Policy::block) {
 				if (deadline == 0)
 					deadline = deadline_after(int64_t(config_block_timeout_ns));
+				// A consumer that closes its handle (detached) takes no more frames: the
+				// wait ends there, not when the I/O thread reaps it, which needs the
+				// publish lock this wait holds.
 				bool moved = wait_for_progress(
 					seg.header,
 					[&] {
 						return shut.load(std::memory_order_acquire) ||
 						       rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
+						       rec->detached.load(std::memory_order_seq_cst) != 0 ||
 						       rec->tail.load(std::memory_order_relaxed) -
 								       rec->head.load(std::memory_order_seq_cst) <
 							       queue_size;
 					},
 					deadline);
 				if (shut.load(std::memory_order_acquire) ||
-				    rec->state.load(std::memory_order_seq_cst) != kConsumerActive) {
+				    rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
+				    rec->detached.load(std::memory_order_seq_cst) != 0) {
 					take = false;
 					break;
 				}
@@ -315,6 +321,10 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	if (g.meta_.ndim > XMEM_MAX_DIMS)
 		return make_error(Errc::invalid_argument, pool_.where() + ": ndim " + std::to_string(g.meta_.ndim) +
 								  " > " + std::to_string(XMEM_MAX_DIMS));
+	std::span<const std::byte> side = g.side_data();
+	if (side.size() > kSideDataMax) // set_side_data() refuses it: never truncate here either
+		return make_error(Errc::out_of_range, pool_.where() + ": side data of " + std::to_string(side.size()) +
+							      " bytes exceeds the budget");
 	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 
@@ -338,6 +348,9 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 		slot.format_seq = pool_.format_seq;
 	}
 	slot.meta = m;
+	if (!side.empty())
+		std::memcpy(slot.side_data, side.data(), side.size());
+	slot.side_data_size = uint32_t(side.size());
 	// Device slots: ready once the producer's queued writes are (no wait here).
 	if (pool_.sync) {
 		if (auto ready = pool_.sync->mark_ready(index, seq, stream); !ready)

@@ -163,6 +163,7 @@ SlotSnapshot read_slot(const layout::SlotRecord &slot, uint32_t index, uint32_t 
 		s.holders.push_back(holder);
 	}
 	s.seq = slot.meta.seq;
+	s.side_data_size = *static_cast<const volatile uint32_t *>(&slot.side_data_size);
 	s.free = layout::slot_is_free(state, any);
 	return s;
 }

@@ -290,6 +290,7 @@ void print_json(const xmem::PoolSnapshot &v)
 			j.number(holder.bit);
 		j.end_array();
 		j.key("seq").number(s.seq);
+		j.key("side_data_size").number(s.side_data_size);
 		j.end_object();
 	}
 	j.end_array();
@@ -370,7 +371,7 @@ void print_text(const xmem::PoolSnapshot &v)
 		std::printf("  format           (being rewritten by the owner)\n");
 
 	std::printf("\nslots: %u of %zu free\n", v.slots_free, v.slots.size());
-	std::printf("  %5s  %-10s  %10s  %s\n", "index", "state", "seq", "holders");
+	std::printf("  %5s  %-10s  %10s  %9s  %s\n", "index", "state", "seq", "side data", "holders");
 	for (const xmem::SlotSnapshot &s : v.slots) {
 		std::string holders;
 		for (const xmem::HolderSnapshot &holder : s.holders) {
@@ -384,8 +385,8 @@ void print_text(const xmem::PoolSnapshot &v)
 		}
 		if (holders.empty())
 			holders = "-";
-		std::printf("  %5u  %-10s  %10llu  %s\n", s.index, xmem::state_name(s.state), (unsigned long long)s.seq,
-			    holders.c_str());
+		std::printf("  %5u  %-10s  %10llu  %9u  %s\n", s.index, xmem::state_name(s.state),
+			    (unsigned long long)s.seq, s.side_data_size, holders.c_str());
 	}
 
 	std::printf("\nconsumers: %u attached\n", v.consumers_attached);

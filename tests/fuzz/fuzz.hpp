@@ -306,6 +306,10 @@ inline std::vector<PoolImage> real_pool_images()
 			if (!set_video_layout(*meta, "NV12", 64, 32, 1))
 				fail("seed layout");
 			std::memset(frame->data_mut()->data(), int(f), size_t(meta->size));
+			// Side data on odd frames, so the seeds hold records with and without it.
+			std::vector<std::byte> side(f % 2 ? 13 * f : 0, std::byte(0x40 + f));
+			if (!frame->set_side_data(side))
+				fail("seed side data");
 			if (!owner.value()->publish(std::move(frame.value())))
 				fail("seed publish");
 		}

@@ -71,6 +71,11 @@ void use_guard(xmem::BufferGuard &g, const layout::ControlConstants &k)
 	volatile uint8_t sum = 0;
 	for (std::byte b : data)
 		sum = uint8_t(sum + uint8_t(b));
+	// Side data: a copy within the budget, whatever size the record says.
+	auto side = g.side_data();
+	XMEM_FUZZ_CHECK(side.size() <= xmem::kSideDataMax, std::to_string(side.size()));
+	for (std::byte b : side)
+		sum = uint8_t(sum + uint8_t(b));
 	if (g.try_make_writable()) {
 		auto bytes = g.data_mut();
 		XMEM_FUZZ_CHECK(bytes.ok() && bytes->size() == g.capacity(), "");

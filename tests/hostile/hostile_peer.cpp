@@ -118,6 +118,10 @@ int produce(const std::string &name, const xmem::test::Options &o)
 			(*meta)->size = pool->slot_size();
 			(*meta)->pts = published * 1000;
 		}
+		// Side data of a varying size, for consumers to copy out of the slot record.
+		std::vector<std::byte> side(published % 97, std::byte(published & 0xff));
+		if (auto r = frame->set_side_data(side); !r)
+			errors.note("set_side_data", r.error());
 		if (auto r = pool->publish(std::move(*frame)); r)
 			published++;
 		else
@@ -188,10 +192,13 @@ int consume(const std::string &name, const xmem::test::Options &o)
 			}
 			received++;
 			// Everything the guard shows must be readable: the bytes within data(),
-			// the format, the metadata strings within their arrays.
+			// the format, the side data, the metadata strings within their arrays.
 			for (std::byte b : frame->data())
 				checksum += uint8_t(b);
 			checksum += frame->format().size();
+			// The side data too: a copy within the budget, whatever the record says.
+			for (std::byte b : frame->side_data())
+				checksum += uint8_t(b);
 			const auto &m = frame->meta();
 			checksum += strnlen(m.producer, sizeof(m.producer)) +
 				    strnlen(m.content_type, sizeof(m.content_type));
@@ -216,7 +223,7 @@ const char *const kTargets[] = {
 	"format", // the format seqlock and the format string
 	"slot-state", // SlotRecord::state
 	"holders", // holder words
-	"slot-meta", // frame metadata, slot format string and its seq
+	"slot-meta", // frame metadata, slot format string and its seq, side data and its size
 	"ring-index", // ring heads and tails
 	"ring-entry", // ring entries
 	"consumer", // consumer records: state, pid, queue size, armed, detached, client
@@ -299,9 +306,15 @@ public:
 			}
 		} else if (target == "slot-meta") {
 			SlotRecord *s = slot();
-			switch (pick(4)) {
+			switch (pick(6)) {
 			case 0:
 				fill(reinterpret_cast<char *>(&s->meta), sizeof(s->meta));
+				break;
+			case 4: // the side data's size: in range, or not
+				s->side_data_size = uint32_t(rng_() % 2 ? pick(2 * XMEM_SIDE_DATA_MAX) : value64());
+				break;
+			case 5:
+				fill(reinterpret_cast<char *>(s->side_data), sizeof(s->side_data));
 				break;
 			case 1:
 				fill(s->format, sizeof(s->format));

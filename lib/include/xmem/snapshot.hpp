@@ -65,6 +65,9 @@ struct SlotSnapshot {
 	SlotState state;
 	std::vector<HolderSnapshot> holders; // by bit, lowest first
 	uint64_t seq; // sequence number of the frame last written to it
+	// Bytes of side data its record says the frame carries, as written: a value over
+	// XMEM_SIDE_DATA_MAX is what a consumer refuses.
+	uint32_t side_data_size;
 	// Whether the owner's next acquire() could take it: free, or published or
 	// exclusive with no holder left (the rule BufferPool::stats() counts by).
 	bool free;

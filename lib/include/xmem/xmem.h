@@ -16,6 +16,9 @@ extern "C" {
 #define XMEM_PRODUCER_MAX 32
 /* Longest format string (GStreamer caps), terminating NUL included. */
 #define XMEM_FORMAT_MAX 2048
+/* Most bytes of side data one frame carries (xmem_buffer_set_side_data): the slot
+ * record holds them, in the control segment, whatever memory the slots are in. */
+#define XMEM_SIDE_DATA_MAX 4096
 /* Holder bit 0 is the owner; consumers use bits 1..127. */
 #define XMEM_MAX_CONSUMERS 127
 #define XMEM_MAX_SLOTS 1024
@@ -206,6 +209,9 @@ int xmem_pool_fd(const xmem_pool *pool);
  * last frame received). Valid until the next call on this pool. */
 const char *xmem_pool_format(const xmem_pool *pool);
 int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats);
+/* Frames this handle took without their side data because its size in the slot
+ * record was out of range (0 for a NULL pool). */
+uint64_t xmem_pool_side_data_refused(const xmem_pool *pool);
 uint64_t xmem_pool_slot_size(const xmem_pool *pool);
 uint32_t xmem_pool_slot_count(const xmem_pool *pool);
 /* xmem_storage of the pool's slots (XMEM_STORAGE_SYSTEM for a NULL pool). */
@@ -251,6 +257,19 @@ void *xmem_buffer_data_mut(xmem_buffer *buffer);
 uint64_t xmem_buffer_capacity(const xmem_buffer *buffer);
 /* Format string of this frame. */
 const char *xmem_buffer_format(const xmem_buffer *buffer);
+/* Side data: up to XMEM_SIDE_DATA_MAX bytes of the application's own that travel with
+ * a frame (the GStreamer elements put the buffer's GstMetas there), kept in the slot's
+ * record in the control segment, so device frames carry it in system memory too.
+ * Owner: sets the side data of a buffer from xmem_pool_acquire, sent with it by
+ * publish (a copy of SIZE bytes at DATA is taken now; SIZE 0 clears it). No syscall.
+ * Errors: XMEM_EINVAL (NULL buffer, or NULL data with SIZE > 0), XMEM_EREADONLY (not a
+ * buffer from acquire), XMEM_ERANGE (SIZE > XMEM_SIDE_DATA_MAX: nothing is truncated). */
+int xmem_buffer_set_side_data(xmem_buffer *buffer, const void *data, size_t size);
+/* The frame's side data, *SIZE bytes (0 and NULL when it has none): a copy taken when
+ * it was received, valid while the buffer is. A consumer refuses side data whose size
+ * in the slot record is over XMEM_SIDE_DATA_MAX (a hostile peer wrote it): the frame
+ * then comes with none, and xmem_pool_side_data_refused counts it. SIZE may be NULL. */
+const void *xmem_buffer_side_data(const xmem_buffer *buffer, size_t *size);
 int xmem_buffer_is_writable(const xmem_buffer *buffer);
 /* 1 when copy-on-write gave this buffer a private copy. */
 int xmem_buffer_is_copy(const xmem_buffer *buffer);

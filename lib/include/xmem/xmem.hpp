@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace xmem {
 
@@ -82,6 +83,8 @@ private:
 };
 
 using FrameMeta = xmem_frame_meta;
+// Most bytes of side data a frame carries (BufferGuard::set_side_data).
+inline constexpr size_t kSideDataMax = XMEM_SIDE_DATA_MAX;
 using PoolStats = xmem_pool_stats;
 
 enum class Policy { block = XMEM_POLICY_BLOCK, drop_oldest = XMEM_POLICY_DROP_OLDEST, drop_new = XMEM_POLICY_DROP_NEW };
@@ -156,6 +159,16 @@ public:
 	uint64_t capacity() const { return capacity_; }
 	// The format string this frame is in.
 	const std::string &format() const;
+	// Side data: up to kSideDataMax bytes of the application's own that travel with the
+	// frame, in the slot's record in the control segment (system memory, also for
+	// device pools); the GStreamer elements put GstMetas there. A received frame's is a
+	// copy taken at receive, empty when the record's size was out of range (counted in
+	// BufferPool::side_data_refused()). No syscall.
+	std::span<const std::byte> side_data() const;
+	// Owner: sets the side data publish() sends with this frame (a copy of BYTES; empty
+	// clears it). Errors: Errc::read_only (not a guard from acquire()),
+	// Errc::out_of_range (more than kSideDataMax bytes: nothing is truncated).
+	Result<void> set_side_data(std::span<const std::byte> bytes);
 
 	// Makes a read-only guard writable in place when this process is the frame's only
 	// holder and holds it once; never copies. Returns whether the guard is writable.
@@ -199,6 +212,8 @@ private:
 	// no slot reference then.
 	std::shared_ptr<void> copy_;
 	std::shared_ptr<const std::string> format_;
+	// The side data: set_side_data()'s, or the copy make_guard() took; none when empty.
+	std::shared_ptr<const std::vector<std::byte>> side_data_;
 };
 
 // A handle to a pool: its owner (create) or a consumer (open). Thread-safe.
@@ -260,6 +275,9 @@ public:
 	int fd() const;
 	std::string format() const;
 	PoolStats stats() const;
+	// Frames this handle took without their side data, its size in the slot record
+	// being over kSideDataMax (a hostile peer's writing).
+	uint64_t side_data_refused() const;
 
 	// Seed API. get(): a read-only reference to published slot INDEX. get_mut(): a
 	// writable one; in place when this process is its only holder, otherwise a
