@@ -9,8 +9,10 @@
  * slots in shared memory that any number of processes attach to with xmemsrc (or
  * the xmem library), without copying. Upstream gets the pool in the ALLOCATION
  * query, so a decoder or test source writes into shared memory directly; buffers
- * from elsewhere are copied in once. Caps, timestamps, buffer flags and the
- * GstVideoMeta layout travel with each frame; a caps change reaches consumers
+ * from elsewhere are copied in once. Caps, timestamps, buffer flags, the
+ * GstVideoMeta layout and the buffer's other metas (within a 4096-byte budget per
+ * frame, see gstxmemmeta.h; `stats` counts metas-sent and metas-dropped) travel with
+ * each frame; a caps change reaches consumers
  * before the first frame in the new format. A consumer that crashes gives its
  * frames back; going to NULL never waits for consumers. A frame waiting for a free
  * slot (consumers hold every one) waits through PAUSED and is published once
@@ -48,6 +50,7 @@
 
 #include "gstxmemcuda.h"
 #include "gstxmemmemory.h"
+#include "gstxmemmeta.h"
 #include "gstxmemnothrow.h"
 
 #include <xmem/xmem.hpp>
@@ -144,6 +147,8 @@ struct SinkState {
 	std::atomic<guint64> copied{ 0 };
 	/* Frames copied device to device into device slots. */
 	std::atomic<guint64> device_copied{ 0 };
+	/* The frames' GstMetas sent and left out (gstxmemmeta.h). */
+	GstXmemMetaCounts metas;
 
 	/* Set by unlock() to cut waits short; streaming thread reads it. */
 	std::atomic<bool> unlocked{ false };
@@ -541,11 +546,14 @@ static bool copy_into(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &s
 }
 
 /* LAYOUT: the frame's layout in the slot, or nullptr when upstream wrote the slot in
- * place (its GstVideoMeta says how). */
-static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::FrameMeta &m, gsize size, const GstVideoInfo *layout)
+ * place (its GstVideoMeta says how). BUFFER's other metas go in the side data. */
+static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &slot, gsize size,
+		      const GstVideoInfo *layout)
 {
 	SinkState *s = self->state;
 	GstBaseSink *sink = GST_BASE_SINK(self);
+	gst_xmem_metas_write(GST_ELEMENT(self), buffer, slot, s->metas);
+	xmem::FrameMeta &m = *slot.meta_mut().value();
 	m.size = size;
 	m.pts = GST_BUFFER_PTS(buffer);
 	m.dts = GST_BUFFER_DTS(buffer);
@@ -693,7 +701,7 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	}
 	if (!copied)
 		return copy_error(self, "Cannot copy the frame into device memory.", copied.error());
-	fill_meta(self, buffer, *slot->meta_mut().value(), s->slot_info.size, &s->slot_info);
+	fill_meta(self, buffer, *slot, s->slot_info.size, &s->slot_info);
 	if (auto r = pool.publish(std::move(*slot), stream); !r) {
 		post_pool_error(self, r.error());
 		return GST_FLOW_ERROR;
@@ -738,7 +746,7 @@ static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer
 		*ret = copy_error(self, "Cannot copy the frame out of device memory.", copied.error());
 		return true;
 	}
-	fill_meta(self, buffer, *slot->meta_mut().value(), s->info.size, &s->info);
+	fill_meta(self, buffer, *slot, s->info.size, &s->info);
 	if (auto r = pool.publish(std::move(*slot)); !r) {
 		post_pool_error(self, r.error());
 		*ret = GST_FLOW_ERROR;
@@ -811,7 +819,7 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 	if (guard && guard->writable() && !guard->is_copy() && pool->owns(*guard) && mem->offset == 0) {
 		auto keep = guard->clone_ref();
 		if (keep) {
-			fill_meta(self, buffer, *guard->meta_mut().value(), mem->size, nullptr);
+			fill_meta(self, buffer, *guard, mem->size, nullptr);
 			auto r = pool->publish(std::move(*guard));
 			*guard = std::move(keep.value());
 			GST_MINI_OBJECT_FLAG_SET(mem, GST_MEMORY_FLAG_READONLY);
@@ -836,7 +844,7 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 				  ("the buffer does not match the negotiated caps"));
 		return GST_FLOW_ERROR;
 	}
-	fill_meta(self, buffer, *slot->meta_mut().value(), size, &s->info);
+	fill_meta(self, buffer, *slot, size, &s->info);
 	auto r = pool->publish(std::move(*slot));
 	if (!r) {
 		post_pool_error(self, r.error());
@@ -913,16 +921,18 @@ static GstStructure *make_stats(GstXmemSink *self)
 	xmem::PoolStats st{};
 	if (pool)
 		st = pool->stats();
-	return gst_structure_new("application/x-xmem-stats", "published", G_TYPE_UINT64, st.published, "dropped",
-				 G_TYPE_UINT64, st.dropped, "consumers", G_TYPE_UINT, st.consumers, "free-slots",
-				 G_TYPE_UINT, st.slots_free, "slots", G_TYPE_UINT, st.slots_total, "reaped",
-				 G_TYPE_UINT64, st.reaped, "zero-copy", G_TYPE_UINT64, self->state->zero_copy.load(),
-				 "copied", G_TYPE_UINT64, self->state->copied.load(), "device-copied", G_TYPE_UINT64,
-				 self->state->device_copied.load(), "memory", G_TYPE_STRING,
-				 !pool					  ? "none"
-				 : pool->storage() == xmem::Storage::cuda ? "cuda"
-									  : "system",
-				 nullptr);
+	GstStructure *stats = gst_structure_new(
+		"application/x-xmem-stats", "published", G_TYPE_UINT64, st.published, "dropped", G_TYPE_UINT64,
+		st.dropped, "consumers", G_TYPE_UINT, st.consumers, "free-slots", G_TYPE_UINT, st.slots_free, "slots",
+		G_TYPE_UINT, st.slots_total, "reaped", G_TYPE_UINT64, st.reaped, "zero-copy", G_TYPE_UINT64,
+		self->state->zero_copy.load(), "copied", G_TYPE_UINT64, self->state->copied.load(), "device-copied",
+		G_TYPE_UINT64, self->state->device_copied.load(), "memory", G_TYPE_STRING,
+		!pool					 ? "none"
+		: pool->storage() == xmem::Storage::cuda ? "cuda"
+							 : "system",
+		nullptr);
+	gst_xmem_metas_add_stats(stats, self->state->metas, true);
+	return stats;
 }
 
 static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)

@@ -10,7 +10,9 @@
  * shared slot itself, read-only unless this process is the frame's only holder.
  * The frame goes back to the pool when the last buffer referring to it is freed.
  * Caps come from the producer as soon as the source attaches, so no capsfilter is
- * needed. When the producer goes away (or is killed), the source waits for a new
+ * needed. The producer's metas are added back to each buffer; malformed ones are
+ * refused, without stopping the stream (`stats`: metas-received, metas-skipped,
+ * metas-refused). When the producer goes away (or is killed), the source waits for a new
  * owner of the same name and continues, with new caps if the format changed.
  *
  * From a CUDA device pool the source gives video/x-raw(memory:CUDAMemory) when
@@ -36,6 +38,7 @@
 
 #include "gstxmemcuda.h"
 #include "gstxmemmemory.h"
+#include "gstxmemmeta.h"
 #include "gstxmemnothrow.h"
 
 #include <xmem/xmem.hpp>
@@ -153,6 +156,8 @@ struct SrcState {
 	guint64 received = 0;
 	guint64 gaps = 0;
 	guint64 reconnects = 0;
+	/* The frames' GstMetas added, skipped and refused (gstxmemmeta.h). */
+	GstXmemMetaCounts metas;
 
 	/* Opened in start() and closed in stop() (state changes); unlock() and
 	 * unlock_stop() (any thread, between the two) signal and drain it. */
@@ -687,7 +692,10 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 				if (!apply_format(self, frame->format()))
 					return GST_FLOW_NOT_NEGOTIATED;
 				xmem::Error error;
+				auto metas = gst_xmem_metas_take(*s->pool, *frame, s->metas);
 				*out = wrap_frame(self, std::move(frame.value()), &error);
+				if (*out)
+					gst_xmem_metas_read(GST_ELEMENT(self), metas, *out, s->metas);
 				if (!*out) {
 					GST_ELEMENT_ERROR(
 						self, RESOURCE, READ, ("Cannot copy the frame out of device memory."),
@@ -794,6 +802,16 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	}
 }
 
+static GstStructure *make_stats(SrcState *s)
+{
+	GstStructure *stats = gst_structure_new(
+		"application/x-xmem-src-stats", "received", G_TYPE_UINT64, s->received, "dropped", G_TYPE_UINT64,
+		s->gaps, "reconnects", G_TYPE_UINT64, s->reconnects, "zero-copy", G_TYPE_UINT64, s->zero_copy, "copied",
+		G_TYPE_UINT64, s->copied, "memory", G_TYPE_STRING, s->out_cuda ? "cuda" : "system", nullptr);
+	gst_xmem_metas_add_stats(stats, s->metas, false);
+	return stats;
+}
+
 static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
 	SrcState *s = GST_XMEM_SRC(object)->state;
@@ -816,12 +834,7 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 		break;
 	case PROP_STATS:
 		/* Read racily from the streaming thread's counters: a snapshot. */
-		g_value_take_boxed(value,
-				   gst_structure_new("application/x-xmem-src-stats", "received", G_TYPE_UINT64,
-						     s->received, "dropped", G_TYPE_UINT64, s->gaps, "reconnects",
-						     G_TYPE_UINT64, s->reconnects, "zero-copy", G_TYPE_UINT64,
-						     s->zero_copy, "copied", G_TYPE_UINT64, s->copied, "memory",
-						     G_TYPE_STRING, s->out_cuda ? "cuda" : "system", nullptr));
+		g_value_take_boxed(value, make_stats(s));
 		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
