@@ -605,25 +605,24 @@ void Publisher::handle_hello(int fd)
 	UniqueFd event = std::move(msg->fds[0]);
 	if (auto ok = check_eventfd(event.get()); !ok)
 		return reject(ok.error());
-	auto index = admit(*hello, *cred, std::move(event));
+	int cfd = conn.get();
+	auto index = admit(*hello, *cred, std::move(event), conn);
 	if (!index)
 		return index.code() == Errc::closed ? void() : reject(index.error());
 
+	// Admitted, the consumer may be sent frames at once, and a block-policy publish may
+	// wait, holding the publish lock, for room in its queue: nothing from here to the
+	// Welcome may need that lock, or the wait could only end at its timeout.
 	w.consumer_index = *index;
 	epoll_event ev{};
 	ev.events = EPOLLIN | EPOLLRDHUP;
-	ev.data.u64 = io_data(IoTag::consumer, *index, conn.get());
-	int cfd = conn.get();
-	{
-		std::lock_guard lock(publish_lock);
-		consumer_conn[*index] = std::move(conn);
-	}
+	ev.data.u64 = io_data(IoTag::consumer, *index, cfd);
 	if (!rendezvous::send_welcome(cfd, w, seg.fd(), pool_.arena->fds()) ||
 	    ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, cfd, &ev) < 0)
 		reap(*index);
 }
 
-Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event)
+Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event, UniqueFd &conn)
 {
 	uint32_t queue = hello.queue_size ? hello.queue_size : kDefaultQueueSize;
 	queue = std::clamp<uint32_t>(queue, 1, seg.slot_count);
@@ -662,6 +661,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cre
 	rec->state.store(kConsumerActive, std::memory_order_seq_cst);
 	active.push_back(index);
 	consumer_event[index] = std::move(event);
+	consumer_conn[index] = std::move(conn);
 	return index;
 }
 

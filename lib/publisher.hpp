@@ -46,9 +46,9 @@ private:
 	void io_loop();
 	void accept_peers();
 	void handle_hello(int fd);
-	// Takes a consumer record for an accepted Hello; UINT32_MAX and a Reject sent
-	// when there is none.
-	Result<uint32_t> admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event);
+	// Takes a consumer record for an accepted Hello, and CONN with it; an error (CONN
+	// left to the caller, for the Reject) when there is none.
+	Result<uint32_t> admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event, UniqueFd &conn);
 	void reap(uint32_t consumer_index);
 	// A quarantined consumer's process has exited (or its grace ran out): its record
 	// and the slots it held for writing go back into use.

@@ -388,8 +388,10 @@ void Subscriber::detach_queue()
 		std::lock_guard serial(receive_lock);
 		drop_parked();
 	}
-	// No more frames for this handle; frames still held by guards stay held.
+	// No more frames for this handle; frames still held by guards stay held. A
+	// block-policy publish waiting for room in our queue stops waiting for us.
 	self->detached.store(1, std::memory_order_seq_cst);
+	pool_.notify_owner();
 	std::atomic<uint64_t> *ring = ring_of(self);
 	for (;;) {
 		uint64_t h = self->head.load(std::memory_order_acquire);
