@@ -58,7 +58,7 @@ PYTHON_COLUMNS = [
 SUITE_COLUMNS = {"gst": GST_COLUMNS, "python": PYTHON_COLUMNS}
 
 # What the producer's buffers came from, by the allocation record of xmem-bench-gst.
-MEMORY = {"pool": "sink's pool", "allocator": "sink's allocator", "none": "malloc"}
+MEMORY = {"pool": "sink's pool", "allocator": "sink's allocator", "own": "own pool, sink's allocator", "none": "malloc"}
 
 
 def derived(record):
@@ -116,7 +116,30 @@ def git_revision():
                                text=True, check=True)
         return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
+        pass
+    # No git (a bare root): HEAD's commit read from .git, whether the tree was clean unknown.
+    try:
+        with open(".git/HEAD") as f:
+            head = f.read().strip()
+        if head.startswith("ref: "):
+            with open(os.path.join(".git", head[5:])) as f:
+                head = f.read().strip()
+        return head[:7] + "-unchecked"
+    except OSError:
         return "unknown"
+
+
+def os_release():
+    """PRETTY_NAME of /etc/os-release, e.g. Debian GNU/Linux 13 (trixie)."""
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key == "PRETTY_NAME":
+                    return value.strip('"')
+    except OSError:
+        pass
+    return None
 
 
 def build_type(build_dir):
@@ -143,9 +166,22 @@ def collect(args):
         "quick": bool(int(args.quick)),
         "revision": git_revision(),
         "buildtype": build_type(args.build_dir),
+        "platform": args.platform,
+        "os": os_release(),
+        "python": platform.python_version(),
         "machine": machine(),
         "measurements": measurements,
     }
+    if args.suite == "python":
+        for module in ("torch", "numpy"):
+            try:
+                result[module] = __import__(module).__version__
+            except ImportError:
+                pass
+    if args.load:
+        # /proc/loadavg's 1, 5 and 15 minute figures before and after the suite ran:
+        # how much other work shared the machine.
+        result["load_average"] = dict(zip(("start", "end"), args.load))
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1, ensure_ascii=False)
         f.write("\n")
@@ -353,9 +389,59 @@ def gst_targets(result):
     return ["target (xmem)", "measured", "verdict"], out
 
 
+def gst_against_unixfd(result):
+    """xmem and shm against unixfdsink/unixfdsrc, where the run has them."""
+    headers = ["mode", "size", "pair", "p50 ×unixfd", "p99 ×unixfd", "frames/s ×unixfd", "total CPU ×unixfd",
+               "producer CPU ×unixfd", "consumers CPU ×unixfd"]
+    body = []
+    for mode in ("latency", "throughput", "fanout"):
+        for size in gst_sizes(result):
+            ref = gst_find(result, "unixfd", mode, size)
+            if not ref:
+                continue
+            for pair in ("xmem", "shm"):
+                m = gst_find(result, pair, mode, size)
+                if m:
+                    body.append([mode, size, pair] + [ratio(m, ref, key) for key in (
+                        "p50_us", "p99_us", "fps", "cpu_us_per_frame", "producer_cpu_us_per_frame",
+                        "consumers_cpu_us_per_frame")])
+    return headers, body
+
+
 def gst_tables(result):
-    return [("Ratios: each pair against shmsink/shmsrc and against the in-process floor", gst_ratios(result)),
-            ("Targets", gst_targets(result))]
+    tables = [("Ratios: each pair against shmsink/shmsrc and against the in-process floor", gst_ratios(result))]
+    headers, body = gst_against_unixfd(result)
+    if body:
+        tables.append(("Ratios: xmem and shm against unixfdsink/unixfdsrc (below 1× is better, except frames/s)",
+                       (headers, body)))
+    tables.append(("Targets", gst_targets(result)))
+    return tables
+
+
+# The platforms side by side: each pair against another within one platform's run, at 1080p.
+CROSS_COMPARISONS = [("xmem", "shm"), ("xmem", "unixfd"), ("shm", "unixfd")]
+
+
+def cross_platform(platforms):
+    """Ratios within each platform's gst run, one row per platform and comparison."""
+    headers = ["platform", "GStreamer", "comparison", "p50 (1080p60)", "p99 (1080p60)", "total CPU (1080p60)",
+               "frames/s (1080p, unthrottled)", "p50 (1080p60, 4 consumers)", "producer CPU (4 consumers)"]
+    body = []
+    for name, title, suites in platforms:
+        result = suites.get("gst")
+        if not result:
+            continue
+        gstreamer = next((x["gstreamer"] for x in result["measurements"] if x.get("gstreamer")), "-")
+        for a, b in CROSS_COMPARISONS:
+            la, lb = gst_find(result, a, "latency", HD), gst_find(result, b, "latency", HD)
+            if not la or not lb:
+                continue
+            ta, tb = gst_find(result, a, "throughput", HD), gst_find(result, b, "throughput", HD)
+            fa, fb = gst_find(result, a, "fanout", HD), gst_find(result, b, "fanout", HD)
+            body.append([title, gstreamer.replace("GStreamer ", ""), f"{a} ÷ {b}",
+                         ratio(la, lb, "p50_us"), ratio(la, lb, "p99_us"), ratio(la, lb, "cpu_us_per_frame"),
+                         ratio(ta, tb, "fps"), ratio(fa, fb, "p50_us"), ratio(fa, fb, "producer_cpu_us_per_frame")])
+    return headers, body
 
 
 def python_find(result, pair, device):
@@ -390,56 +476,80 @@ def python_tables(result):
 EXTRA_TABLES = {"gst": gst_tables, "python": python_tables}
 
 
+# The IPC pairs, in the order the sentences name them.
+IPC_PAIRS = ("xmem", "shm", "unixfd")
+
+# Where each pair's producer gets its buffers, for the sentences.
+SOURCE_OF_BUFFERS = {"xmem": "xmemsink's pool", "shm": "shmsink's allocator",
+                     "unixfd": "its own pool over unixfdsink's allocator", "floor": "malloc (floor)"}
+
+
+def present(result):
+    """The IPC pairs measured in RESULT (unixfd is missing before GStreamer 1.24)."""
+    return [p for p in IPC_PAIRS if gst_find(result, p, "latency", HD)]
+
+
+def listing(values, last="and"):
+    values = list(values)
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + f" {last} " + values[-1]
+
+
 def summary_gst(result):
     """Sentences computed from the records, for the GStreamer suite."""
     lines = []
-    x, shm, floor = (gst_find(result, p, "latency", HD) for p in ("xmem", "shm", "floor"))
-    bx, bs, bf = (gst_find(result, p, "breakdown", HD) for p in ("xmem", "shm", "floor"))
-    if bx and bs and bf:
+    pairs = present(result)
+    latency = {p: gst_find(result, p, "latency", HD) for p in pairs + ["floor"]}
+    floor = latency["floor"]
+    broken = [(p, gst_find(result, p, "breakdown", HD)) for p in pairs]
+    broken = [(p, b) for p, b in broken if b]
+    bf = gst_find(result, "floor", "breakdown", HD)
+    if broken and bf:
         lines.append(
-            f"- Where the time goes (*breakdown* rows, 1080p60, p50 from the stamp): the frame reaches the "
-            f"sink {bx['stage_sink_p50_us']:.1f} µs (xmem), {bs['stage_sink_p50_us']:.1f} µs (shm) and "
-            f"{bf['stage_sink_p50_us']:.1f} µs (floor: the appsink) after the stamp, which is appsrc's queue and "
-            f"thread, the same in every pair; it leaves the source in the consumer after "
-            f"{bx['stage_source_p50_us']:.1f} µs (xmem) and {bs['stage_source_p50_us']:.1f} µs (shm), so "
-            f"{bx['stage_source_p50_us'] - bx['stage_sink_p50_us']:.1f} and "
-            f"{bs['stage_source_p50_us'] - bs['stage_sink_p50_us']:.1f} µs go from the sink's pad to the source's: "
-            f"the sink, the wake-up of the consumer's thread and the source.")
+            "- Where the time goes (*breakdown* rows, 1080p60, p50 from the stamp): the frame reaches the sink " +
+            ", ".join(f"{b['stage_sink_p50_us']:.1f} µs ({p})" for p, b in broken) +
+            f" and {bf['stage_sink_p50_us']:.1f} µs (floor: the appsink) after the stamp, which is appsrc's queue "
+            "and thread, the same in every pair; it leaves the source in the consumer after " +
+            listing(f"{b['stage_source_p50_us']:.1f} µs ({p})" for p, b in broken) + ", so " +
+            listing(f"{b['stage_source_p50_us'] - b['stage_sink_p50_us']:.1f}" for _, b in broken) +
+            " µs go from the sink's pad to the source's: the sink, the wake-up of the consumer's thread and "
+            "the source.")
         lines.append(
-            f"- The producer app's thread spends {bx['app_acquire_cpu_us_per_frame']:.1f} µs of CPU per frame "
-            f"getting a buffer from xmemsink's pool, {bs['app_acquire_cpu_us_per_frame']:.1f} µs from shmsink's "
-            f"allocator and {bf['app_acquire_cpu_us_per_frame']:.1f} µs from malloc (floor); stamping and pushing "
-            f"it costs {bx['app_push_cpu_us_per_frame']:.1f}, {bs['app_push_cpu_us_per_frame']:.1f} and "
-            f"{bf['app_push_cpu_us_per_frame']:.1f} µs.")
+            "- The producer app's thread spends " +
+            listing(f"{b['app_acquire_cpu_us_per_frame']:.1f} µs from {SOURCE_OF_BUFFERS[p]}"
+                    for p, b in broken + [("floor", bf)]) +
+            " getting a buffer (CPU per frame); stamping and pushing it costs " +
+            listing(f"{b['app_push_cpu_us_per_frame']:.1f}" for _, b in broken + [("floor", bf)]) + " µs.")
+
     def threads(m, key):
         return ", ".join(f"{name} {us:.1f}" for name, us in m.get(key, {}).items() if us >= 0.05) or "-"
 
-    if x and shm and x.get("producer_threads_us_per_frame") is not None:
+    with_threads = [latency[p] for p in pairs if latency[p].get("producer_threads_us_per_frame") is not None]
+    if with_threads:
         lines.append(
             "- CPU µs per frame by thread at 1080p60 (*producer-app+*: threads started by the app's thread, "
             "such as shmsink's poll thread, which takes the consumers' acknowledgements, and xmem's I/O thread): "
             + "; ".join(f"{m['pair']} producer {threads(m, 'producer_threads_us_per_frame')}, consumer "
-                        f"{threads(m, 'consumers_threads_us_per_frame')}" for m in (x, shm)) + ".")
-    if x and floor:
+                        f"{threads(m, 'consumers_threads_us_per_frame')}" for m in with_threads) + ".")
+    if pairs and floor:
         lines.append(
-            f"- The floor takes {floor['p50_us']:.1f} µs at 1080p60; xmem adds {x['p50_us'] - floor['p50_us']:.1f} µs "
-            f"to it" + (f", shm {shm['p50_us'] - floor['p50_us']:.1f} µs." if shm else "."))
-    sizes = [gst_find(result, "xmem", "latency", s) for s in (VGA, HD, FOUR_K)]
-    if all(sizes):
-        lines.append("- Frame size, at 60 frames/s: xmem's p50 is " +
-                     ", ".join(f"{m['p50_us']:.1f} µs at {m['size']}" for m in sizes) + "; shm's " +
-                     ", ".join(f"{m['p50_us']:.1f} µs" if m else "-"
-                               for m in (gst_find(result, "shm", "latency", s) for s in (VGA, HD, FOUR_K))) + ".")
-    through = [(gst_find(result, "xmem", "throughput", s), gst_find(result, "shm", "throughput", s))
-               for s in (VGA, HD, FOUR_K)]
-    if any(a for a, _ in through):
-        lines.append("- Unthrottled frames/s, xmem against shm: " + ", ".join(
-            f"{a['fps']:.0f} against {b['fps']:.0f} at {a['size']}" if a and b else "-" for a, b in through) + ".")
-    fan = [(gst_find(result, p, "fanout", HD), gst_find(result, p, "latency", HD)) for p in ("xmem", "shm")]
-    if all(a and b for a, b in fan):
-        lines.append("- Fan-out at 1080p60, the producer's CPU per frame with 4 consumers against 1: " + ", ".join(
-            f"{a['pair']} {a['producer_cpu_us_per_frame']:.1f} against {b['producer_cpu_us_per_frame']:.1f} µs "
-            f"({a['producer_cpu_us_per_frame'] / b['producer_cpu_us_per_frame']:.2f}×)" for a, b in fan) + ".")
+            f"- The floor takes {floor['p50_us']:.1f} µs at 1080p60; " +
+            listing(f"{p} adds {latency[p]['p50_us'] - floor['p50_us']:.1f} µs" for p in pairs) + " to it.")
+    if pairs:
+        by_size = {p: [gst_find(result, p, "latency", s) for s in (VGA, HD, FOUR_K)] for p in pairs}
+        if all(by_size[pairs[0]]):
+            lines.append("- Frame size, at 60 frames/s (640x480, 1920x1080, 3840x2160): p50 " + "; ".join(
+                f"{p} " + ", ".join(f"{m['p50_us']:.1f}" if m else "-" for m in by_size[p]) + " µs"
+                for p in pairs) + ".")
+        through = {p: [gst_find(result, p, "throughput", s) for s in (VGA, HD, FOUR_K)] for p in pairs}
+        if any(through[pairs[0]]):
+            lines.append("- Unthrottled frames/s (640x480, 1920x1080, 3840x2160): " + "; ".join(
+                f"{p} " + ", ".join(f"{m['fps']:.0f}" if m else "-" for m in through[p]) for p in pairs) + ".")
+        fan = [(gst_find(result, p, "fanout", HD), latency[p]) for p in pairs]
+        fan = [(a, b) for a, b in fan if a and b]
+        if fan:
+            lines.append("- Fan-out at 1080p60, the producer's CPU per frame with 4 consumers against 1: " + ", ".join(
+                f"{a['pair']} {a['producer_cpu_us_per_frame']:.1f} against {b['producer_cpu_us_per_frame']:.1f} µs "
+                f"({a['producer_cpu_us_per_frame'] / b['producer_cpu_us_per_frame']:.2f}×)" for a, b in fan) + ".")
     foreign = [m for m in result["measurements"] if m.get("foreign_frames")]
     if foreign:
         lines.append("- Frames the producer got from system memory although the sink proposed an allocator "
@@ -488,13 +598,21 @@ SUMMARIES = {"core": summary_core, "gst": summary_gst, "python": summary_python}
 INTRO = """\
 # Benchmarks
 
-<!-- Generated by bench/run.sh --update-docs from bench/results/*.json by
+<!-- Generated by bench/run.sh --update-docs from bench/results/*/*.json by
      bench/report.py. Do not edit: rerun the script (STYLE.md, rule 12). -->
 
 Every number on this page comes from `bench/run.sh`, which anyone can rerun from a
 fresh clone: it builds what it needs into `./build`, writes one JSON object per
-measurement to `bench/results/<suite>.json`, and with `--update-docs` rewrites this
-page from those files. Each section says the command, the machine and the date.
+measurement to `bench/results/<platform>/<suite>.json` (the platform from
+`/etc/os-release`, e.g. `debian12`, or `--platform`), and with `--update-docs`
+rewrites this page from the files of every platform (`--docs-only` rewrites it
+without measuring). Each platform has a section; each suite in it says the command,
+the machine, the load on it and the date.
+
+The machines these ran on are shared, small virtual machines whose other work (builds,
+test suites) runs at the same time: the absolute figures move from run to run and
+from one platform's run to the other's, so compare pairs as ratios within one run
+(the *Ratios* tables), and platforms only by those ratios.
 """
 
 CORE_TEXT = """\
@@ -572,9 +690,22 @@ the two elements in the middle change.
 - **floor**: `appsrc ! appsink` in one process (a tee before four appsinks for
   fan-out). No second process, no IPC: one hop from the app's thread to appsrc's
   streaming thread, which every other pair makes too. What no pair can beat.
-- **unixfd**: `unixfdsink` and `unixfdsrc` (memfd-backed buffers, file descriptors
-  over a socket), in GStreamer 1.24 and later; listed as unavailable where the
-  installed GStreamer lacks them.
+- **unixfd**: `unixfdsink sync=false` and `unixfdsrc` (file descriptors over a
+  socket), in GStreamer 1.24 and later; listed as unavailable where the installed
+  GStreamer lacks them. Where unixfdsink has `wait-for-connection` (1.26; the
+  benchmark asks the element's class, not the version), it is set, so that frames
+  wait for the first consumer instead of being dropped. unixfdsink proposes an
+  allocator (GStreamer's memfd allocator) and no pool, and nothing else bounds the
+  frames in flight: unthrottled, the consumer fell behind until the socket to it
+  was full, and then unixfdsink (1.26.2 sends while holding its object lock, which
+  its thread needs to read the consumer's releases) and unixfdsrc (which sends
+  each release from its streaming thread) waited on each other for good (the first
+  Debian 13 run's unthrottled 1080p runs all hung so). So the producer does what a `GstBaseSrc` does with such an answer:
+  a pool of its own over that allocator, 8 buffers (xmemsink's default), which
+  bounds the frames in flight and reuses the memfds. unixfdsink sends each frame's
+  fd to each consumer; unixfdsrc maps it and sends a release message back once
+  appsink lets it go. Before 1.28 unixfdsink refuses memory without a file
+  descriptor (it does not copy), so the start-up frames come from that pool too.
 - **p50/p99/max µs**: from the stamp to the consumer's new-sample callback, all
   consumers' samples together. **frames/s**: the measured frames over the time
   from the first one's push to the last one's arrival. **CPU µs/frame**:
@@ -610,7 +741,7 @@ producer handles one acknowledgement per consumer per frame.
 
 PYTHON_TEXT = """\
 What is measured: `bench/python.py` (run by `bench/python.sh` with Debian's
-`/usr/bin/python3`, torch 1.13 and GStreamer through gi) times what a Python
+`/usr/bin/python3`, its torch and GStreamer through gi) times what a Python
 inference process pays to get another process's NV12 frames as torch tensors.
 
 - **xmem-gst**: a `gst-launch-1.0 videotestsrc ! xmemsink policy=block` process,
@@ -644,57 +775,115 @@ SECTION_TEXT = {
 }
 
 
+def platform_title(name, suites):
+    """debian12 -> Debian 12 (each suite's Software line has /etc/os-release's name)."""
+    head = name.rstrip("0123456789.")
+    return f"{head.capitalize()} {name[len(head):]}".strip() if head else name
+
+
+def load_line(result):
+    load = result.get("load_average")
+    if not load:
+        return None
+    nproc = result["machine"]["nproc"]
+    start = float(load.get("start", "0").split()[0] or 0)
+    end = float(load.get("end", "0").split()[0] or 0)
+    busy = max(start, end) >= 0.5 * nproc
+    return (f"- Load average (1, 5, 15 min) {load.get('start', '?')} before and {load.get('end', '?')} after, "
+            f"on {nproc} CPUs" + (": other work shared the machine during the run; compare its pairs as ratios "
+                                   "within this run." if busy else "."))
+
+
+def suite_section(out, result, path, level):
+    m = result["machine"]
+    suite = result["suite"]
+    out.append(f"{'#' * level} {suite}\n")
+    out.append(f"- Command: `{result['command']}` (revision {result['revision']}, {result['buildtype']} build)")
+    out.append(f"- Machine: {m['nproc']} CPUs ({m['cpu_model']}), "
+               f"{'virtual machine, ' if m.get('virtualized') else ''}"
+               f"{m['memory_gib']} GiB, Linux {m['kernel']} {m['arch']}")
+    software = []
+    if result.get("os"):
+        software.append(result["os"])
+    gstreamer = next((x["gstreamer"] for x in result["measurements"] if x.get("gstreamer")), None)
+    if gstreamer:
+        software.append(gstreamer)
+    if suite == "python":
+        software += [f"Python {result['python']}"] if result.get("python") else []
+        software += [f"{k} {result[k]}" for k in ("torch", "numpy") if result.get(k)]
+    if software:
+        out.append("- Software: " + ", ".join(software))
+    out.append(f"- Date: {result['date']}")
+    load = load_line(result)
+    if load:
+        out.append(load)
+    if result.get("quick"):
+        out.append("- **Quick run** (`--quick`): too few frames to be worth quoting.")
+    out.append("")
+    out.extend(markdown_table([header for _, header, _ in columns(result)], rows(result)))
+    out.append("")
+    out.append(f"Each row's exact command is in `{path}` (`command`), with the fields left out of the table.")
+    out.append("")
+    if notes(result):
+        out.extend(notes(result))
+        out.append("")
+    extra = EXTRA_TABLES.get(suite)
+    if extra and result["measurements"]:
+        for title, (headers, body) in extra(result):
+            out.append(f"**{title}**")
+            out.append("")
+            out.extend(markdown_table(headers, body, left=1 if title == "Targets" else 3))
+            out.append("")
+    summary = SUMMARIES.get(suite)
+    if summary and result["measurements"]:
+        out.extend(summary(result))
+        out.append("")
+    bad = [x for x in result["measurements"] if not x.get("ok", True)]
+    if bad:
+        out.append(f"**{len(bad)} measurement(s) failed** (dropped or corrupt frames, or a consumer error).")
+        out.append("")
+
+
 def docs(args):
-    results = []
+    # platform name -> suite -> (result, path as the page names it)
+    by_platform = {}
     for path in args.files:
         with open(path) as f:
-            results.append(json.load(f))
+            result = json.load(f)
+        name = result.get("platform") or os.path.basename(os.path.dirname(os.path.abspath(path)))
+        shown = os.path.relpath(os.path.abspath(path), os.getcwd())
+        by_platform.setdefault(name, {})[result["suite"]] = (result, shown)
     order = {name: i for i, name in enumerate(SUMMARIES)}
-    results.sort(key=lambda r: (order.get(r["suite"], len(order)), r["suite"]))
+
+    def suite_order(suites):
+        return sorted(suites, key=lambda s: (order.get(s, len(order)), s))
+
+    platforms = [(name, platform_title(name, {s: r for s, (r, _) in suites.items()}),
+                  {s: r for s, (r, _) in suites.items()}) for name, suites in sorted(by_platform.items())]
 
     out = [INTRO]
-    for result in results:
-        m = result["machine"]
-        suite = result["suite"]
-        out.append(f"## {suite}\n")
+    headers, body = cross_platform(platforms)
+    if body:
+        out.append("## The platforms side by side\n")
+        out.append("Each pair against another in the same platform's gst run, at 1080p (below 1× is better "
+                   "for the first, except frames/s); each platform's section below has every figure and "
+                   "every size.\n")
+        out.extend(markdown_table(headers, body))
+        out.append("")
+    out.append("## What is measured\n")
+    for suite in suite_order({s for _, _, suites in platforms for s in suites}):
         text = SECTION_TEXT.get(suite)
-        if text and result["measurements"]:
-            out.append(text(result))
-        out.append(f"- Command: `{result['command']}` (revision {result['revision']}, "
-                   f"{result['buildtype']} build)")
-        out.append(f"- Machine: {m['nproc']} CPUs ({m['cpu_model']}), "
-                   f"{'virtual machine, ' if m.get('virtualized') else ''}"
-                   f"{m['memory_gib']} GiB, Linux {m['kernel']} {m['arch']}")
-        gstreamer = next((x["gstreamer"] for x in result["measurements"] if x.get("gstreamer")), None)
-        if gstreamer:
-            out.append(f"- Software: {gstreamer}")
-        out.append(f"- Date: {result['date']}")
-        if result.get("quick"):
-            out.append("- **Quick run** (`--quick`): too few frames to be worth quoting.")
-        out.append("")
-        out.extend(markdown_table([header for _, header, _ in columns(result)], rows(result)))
-        out.append("")
-        out.append("Each row's exact command is in `bench/results/" + suite + ".json` "
-                   "(`command`), with the fields left out of the table.")
-        out.append("")
-        if notes(result):
-            out.extend(notes(result))
-            out.append("")
-        extra = EXTRA_TABLES.get(suite)
-        if extra and result["measurements"]:
-            for title, (headers, body) in extra(result):
-                out.append(f"**{title}**")
-                out.append("")
-                out.extend(markdown_table(headers, body, left=1 if title == "Targets" else 3))
-                out.append("")
-        summary = SUMMARIES.get(suite)
-        if summary and result["measurements"]:
-            out.extend(summary(result))
-            out.append("")
-        bad = [x for x in result["measurements"] if not x.get("ok", True)]
-        if bad:
-            out.append(f"**{len(bad)} measurement(s) failed** (dropped or corrupt frames, or a consumer error).")
-            out.append("")
+        sample = next((suites[suite] for _, _, suites in platforms if suite in suites and
+                       suites[suite]["measurements"]), None)
+        if text and sample:
+            out.append(f"### {suite}\n")
+            out.append(text(sample))
+    for name, title, suites in platforms:
+        out.append(f"## {title}\n")
+        out.append(f"Results in `bench/results/{name}/`.\n")
+        for suite in suite_order(suites):
+            result, shown = by_platform[name][suite]
+            suite_section(out, result, shown, 3)
     text = "\n".join(out).rstrip() + "\n"
     with open(args.out, "w") as f:
         f.write(text)
@@ -708,6 +897,8 @@ def main():
     p.add_argument("--command", required=True)
     p.add_argument("--quick", default="0")
     p.add_argument("--build-dir", default="build")
+    p.add_argument("--platform", default=None)
+    p.add_argument("--load", action="append", default=[])
     p.add_argument("--out", required=True)
     p.set_defaults(run=collect)
     p = sub.add_parser("table")

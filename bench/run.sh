@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# run.sh - runs xmem's benchmarks, prints a table, writes bench/results/<suite>.json
-# and, with --update-docs, regenerates docs/benchmarks.md from those files.
+# run.sh - runs xmem's benchmarks, prints a table, writes bench/results/<platform>/<suite>.json
+# and, with --update-docs, regenerates docs/benchmarks.md from those files, all platforms.
 #
-# usage: bench/run.sh [--update-docs] [--quick] [--build-dir DIR] [SUITE...]
+# usage: bench/run.sh [--update-docs] [--docs-only] [--quick] [--build-dir DIR]
+#                     [--platform NAME] [SUITE...]
 #
 #   SUITE          core: libxmem alone; gst: xmemsink/xmemsrc against shmsink/shmsrc,
 #                  unixfdsink/unixfdsrc and appsrc ! appsink; python: frames as torch
 #                  tensors in Python, against appsink and torch.multiprocessing
 #                  (default: all of them)
-#   --update-docs  rewrite docs/benchmarks.md from bench/results/*.json
+#   --update-docs  rewrite docs/benchmarks.md from bench/results/*/*.json: a section
+#                  per platform (each platform's results stay where its runs wrote them)
+#   --docs-only    measure nothing: only rewrite docs/benchmarks.md (implies --update-docs)
 #   --quick        a few frames per measurement: checks that everything runs,
 #                  the numbers are not worth publishing (the JSON says quick)
 #   --build-dir    the Meson build directory (default: build, as tests/run.sh)
+#   --platform     where the results go, bench/results/NAME/ (default: ID and
+#                  VERSION_ID of /etc/os-release, e.g. debian12, debian13)
+#   XMEM_SKIP_SETUP=1  use the build directory as it is: no package install, no
+#                  configure or compile (a root where nothing may be installed)
 #
 # Each suite is one function that runs its measured pairs; each measurement
 # prints exactly one JSON object on one line. A new pair is a new function, a new
@@ -26,19 +33,27 @@ invocation="bench/run.sh${*:+ $*}"
 
 build_dir=build
 update_docs=0
+docs_only=0
 quick=0
+platform=
 suites=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--update-docs) update_docs=1 ;;
+	--docs-only) update_docs=1 docs_only=1 ;;
 	--quick) quick=1 ;;
+	--platform)
+		[ $# -ge 2 ] || { echo "run.sh: --platform needs a name" >&2; exit 2; }
+		platform=$2
+		shift
+		;;
 	--build-dir)
 		[ $# -ge 2 ] || { echo "run.sh: --build-dir needs a directory" >&2; exit 2; }
 		build_dir=$2
 		shift
 		;;
 	-h | --help)
-		sed -n '4,18p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '4,26p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	-*)
@@ -50,8 +65,12 @@ while [ $# -gt 0 ]; do
 	shift
 done
 all_suites=(core gst python)
-[ ${#suites[@]} -gt 0 ] || suites=("${all_suites[@]}")
-for suite in "${suites[@]}"; do
+if [ "$docs_only" = 1 ]; then
+	suites=()
+elif [ ${#suites[@]} -eq 0 ]; then
+	suites=("${all_suites[@]}")
+fi
+for suite in ${suites[@]+"${suites[@]}"}; do
 	if [[ " ${all_suites[*]} " != *" $suite "* ]]; then
 		echo "run.sh: unknown suite '$suite'" >&2
 		exit 2
@@ -61,8 +80,18 @@ done
 # shellcheck source=tools/bootstrap.sh
 . tools/bootstrap.sh
 
-results_dir=$root/bench/results
-mkdir -p "$results_dir"
+# The platform: one folder of results each, so that a run on one never overwrites
+# another's (docs/benchmarks.md shows them side by side).
+if [ -z "$platform" ]; then
+	# shellcheck source=/dev/null
+	platform=$(. /etc/os-release 2>/dev/null && v=${VERSION_ID:-} && printf '%s%s' "${ID:-unknown}" "${v%%.*}") || platform=unknown
+fi
+if [[ ! "$platform" =~ ^[A-Za-z0-9._-]+$ ]] || [[ "$platform" == soak-* ]]; then
+	echo "run.sh: bad platform name '$platform'" >&2
+	exit 2
+fi
+results_dir=$root/bench/results/$platform
+[ "$docs_only" = 1 ] || mkdir -p "$results_dir"
 
 # Sizes every frame-size-dependent measurement runs at.
 sizes="640x480 1920x1080 3840x2160"
@@ -74,8 +103,13 @@ else
 	throughput_runs=3
 fi
 
-# build TARGET...: configures the build directory once, then builds TARGETs.
+# build TARGET...: configures the build directory once, then builds TARGETs; with
+# XMEM_SKIP_SETUP, only checks that the build directory has been configured.
 build() {
+	if [ -n "${XMEM_SKIP_SETUP:-}" ]; then
+		[ -f "$build_dir/build.ninja" ]
+		return
+	fi
 	if [ ! -f "$build_dir/build.ninja" ]; then
 		xmem_configure "$build_dir" >&2
 	fi
@@ -214,15 +248,17 @@ pair_unixfd() {
 
 suite_gst() {
 	# shmsink/shmsrc (and unixfd*) live in gst-plugins-bad.
-	xmem_install_packages gstreamer1.0-plugins-bad >&2 ||
-		echo "run.sh: cannot install gstreamer1.0-plugins-bad; the shm pair will fail" >&2
+	if [ -z "${XMEM_SKIP_SETUP:-}" ]; then
+		xmem_install_packages gstreamer1.0-plugins-bad >&2 ||
+			echo "run.sh: cannot install gstreamer1.0-plugins-bad; the shm pair will fail" >&2
+	fi
 	# Built only where GStreamer's development files are (bench/meson.build, gst/meson.build).
 	if ! build xmem-bench-gst gstxmem || [ ! -x "$build_dir/bench/xmem-bench-gst" ]; then
 		echo "run.sh: cannot build xmem-bench-gst and the xmem plugin (gstreamer-app-1.0 missing?)" >&2
 		failed=1
 		return
 	fi
-	xmem_gst_env "$build_dir"
+	xmem_gst_env "$(realpath --relative-to="$PWD" "$build_dir")"
 	# The first gst_init after a plugin changed rescans the registry; once, here.
 	timeout 60 gst-inspect-1.0 xmemsink >/dev/null 2>&1 || true
 	# Pairs interleaved at each size, so that a change in the machine's load hits
@@ -258,21 +294,31 @@ suite_python() {
 	fi
 }
 
-for suite in "${suites[@]}"; do
+load_average() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown; }
+
+for suite in ${suites[@]+"${suites[@]}"}; do
 	records=$(mktemp)
 	trap 'rm -f "$records"' EXIT
+	load_before=$(load_average)
 	"suite_$suite" >"$records"
 	python3 bench/report.py collect --suite "$suite" --command "$invocation" --quick "$quick" \
-		--build-dir "$build_dir" \
+		--build-dir "$build_dir" --platform "$platform" --load "$load_before" --load "$(load_average)" \
 		--out "$results_dir/$suite.json" <"$records"
 	rm -f "$records"
 	python3 bench/report.py table "$results_dir/$suite.json"
 done
 
 if [ "$update_docs" = 1 ]; then
-	python3 bench/report.py docs --out docs/benchmarks.md "$results_dir"/*.json
-	echo "run.sh: wrote docs/benchmarks.md" >&2
+	# Every platform's results (soak runs have folders of their own, not of suites).
+	results=()
+	for f in "$root"/bench/results/*/*.json; do
+		name=${f##*/}
+		[[ " ${all_suites[*]} " == *" ${name%.json} "* ]] && results+=("$f")
+	done
+	[ ${#results[@]} -gt 0 ] || { echo "run.sh: no results in bench/results/*/" >&2; exit 2; }
+	python3 bench/report.py docs --out docs/benchmarks.md "${results[@]}"
+	echo "run.sh: wrote docs/benchmarks.md from ${#results[@]} result file(s)" >&2
 else
-	echo "run.sh: results in bench/results/; add --update-docs to regenerate docs/benchmarks.md" >&2
+	echo "run.sh: results in bench/results/$platform/; add --update-docs to regenerate docs/benchmarks.md" >&2
 fi
 exit "$failed"

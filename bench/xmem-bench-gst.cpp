@@ -325,6 +325,27 @@ gsize frame_bytes(const Options &o)
 // that it holds no frame once new-sample returns.
 constexpr const char *kAppSink = "appsink sync=false async=false enable-last-sample=false";
 
+// Whether FACTORY's elements have PROPERTY, asked of the element's class rather
+// than guessed from GStreamer's version (a backport or a distribution patch counts).
+bool has_property(const char *factory, const char *property)
+{
+	GstElementFactory *found = gst_element_factory_find(factory);
+	if (!found)
+		return false;
+	auto *loaded = GST_ELEMENT_FACTORY(gst_plugin_feature_load(GST_PLUGIN_FEATURE(found)));
+	gst_object_unref(found);
+	if (!loaded)
+		return false;
+	GType type = gst_element_factory_get_element_type(loaded);
+	gst_object_unref(loaded);
+	if (type == G_TYPE_INVALID)
+		return false;
+	gpointer klass = g_type_class_ref(type);
+	bool has = g_object_class_find_property(G_OBJECT_CLASS(klass), property) != nullptr;
+	g_type_class_unref(klass);
+	return has;
+}
+
 // Each pair's best settings for this job (see docs/benchmarks.md).
 std::string sink_description(const Options &o, const std::string &address)
 {
@@ -339,7 +360,10 @@ std::string sink_description(const Options &o, const std::string &address)
 		       " shm-size=" + std::to_string(frame_bytes(o) * 10 + (1u << 20)) +
 		       " wait-for-connection=true sync=false enable-last-sample=false";
 	case Pair::unixfd:
-		return "unixfdsink name=sink socket-path=" + address + " sync=false enable-last-sample=false";
+		// wait-for-connection (1.26): frames wait for a consumer instead of being
+		// dropped before one connects, as shmsink's do.
+		return "unixfdsink name=sink socket-path=" + address + " sync=false enable-last-sample=false" +
+		       (has_property("unixfdsink", "wait-for-connection") ? " wait-for-connection=true" : "");
 	case Pair::floor:
 		break;
 	}
@@ -802,6 +826,32 @@ void negotiate_allocation(GstElement *appsrc, GstCaps *caps, gsize size, Allocat
 	gst_query_unref(query);
 }
 
+// unixfdsink proposes an allocator and no pool, and nothing else bounds the frames
+// in flight: unthrottled, the consumer falls behind, the socket to it fills up,
+// and GStreamer 1.26's unixfdsink (which sends while holding its object lock, the
+// lock its thread needs to read the consumer's releases) and unixfdsrc (which
+// sends its releases from its streaming thread) wait on each other for good.
+// What a GstBaseSrc does with such an answer bounds it: a pool of its own over the
+// proposed allocator, as many buffers as xmemsink has slots by default.
+constexpr guint kOwnPoolBuffers = 8;
+
+void bound_in_flight(GstCaps *caps, gsize size, Allocation &a)
+{
+	if (a.pool || !a.allocator)
+		return;
+	GstBufferPool *pool = gst_buffer_pool_new();
+	GstStructure *config = gst_buffer_pool_get_config(pool);
+	gst_buffer_pool_config_set_params(config, caps, guint(size), kOwnPoolBuffers, kOwnPoolBuffers);
+	gst_buffer_pool_config_set_allocator(config, a.allocator, &a.params);
+	if (gst_buffer_pool_set_config(pool, config) && gst_buffer_pool_set_active(pool, TRUE)) {
+		a.pool = pool;
+		a.kind = std::string("own pool of ") + std::to_string(kOwnPoolBuffers) + " over allocator " +
+			 G_OBJECT_TYPE_NAME(a.allocator);
+	} else {
+		gst_object_unref(pool);
+	}
+}
+
 GstBuffer *new_frame(const Allocation &a, gsize size)
 {
 	if (a.pool) {
@@ -812,10 +862,17 @@ GstBuffer *new_frame(const Allocation &a, gsize size)
 	return gst_buffer_new_allocate(a.allocator, size, a.allocator ? &params : nullptr);
 }
 
+// What the producer was doing, for the watchdog's record: set by the producer's
+// main thread, read by the watchdog (string literals only).
+std::atomic<const char *> producer_stage{ "starting" };
+std::atomic<uint64_t> producer_pushed{ 0 }; // frames pushed, start-up included
+
 // Writes STAMP (with the time) into the frame's first bytes and pushes it.
 bool push_frame(GstElement *appsrc, GstBuffer *buffer, const Stamp &frame)
 {
 	GstMapInfo map;
+	if (!buffer)
+		return false;
 	if (!gst_buffer_map(buffer, &map, GST_MAP_WRITE) || map.size < sizeof(Stamp)) {
 		gst_buffer_unref(buffer);
 		return false;
@@ -824,6 +881,7 @@ bool push_frame(GstElement *appsrc, GstBuffer *buffer, const Stamp &frame)
 	stamp.timestamp_ns = monotonic_ns();
 	std::memcpy(map.data, &stamp, sizeof(stamp));
 	gst_buffer_unmap(buffer, &map);
+	producer_pushed.fetch_add(1, std::memory_order_relaxed);
 	return gst_app_src_push_buffer(GST_APP_SRC(appsrc), buffer) == GST_FLOW_OK;
 }
 
@@ -920,8 +978,10 @@ void start_watchdog(const Options &o)
 	std::thread([o] {
 		prctl(PR_SET_NAME, "watchdog");
 		std::this_thread::sleep_for(std::chrono::duration<double>(o.timeout));
-		std::string line =
-			failure_record(o, "no result within --timeout " + std::to_string(int(o.timeout)) + " s");
+		std::string line = failure_record(
+			o, "no result within --timeout " + std::to_string(int(o.timeout)) + " s (the producer was " +
+				   producer_stage.load(std::memory_order_relaxed) + ", " +
+				   std::to_string(producer_pushed.load(std::memory_order_relaxed)) + " frames pushed)");
 		if (o.json)
 			std::printf("%s\n", line.c_str());
 		else
@@ -1122,8 +1182,16 @@ int run_producer(const Options &o)
 			r.fail(std::string("cannot spawn a consumer: ") + error_text(errno));
 	}
 
+	producer_stage.store("waiting for every consumer's first frame", std::memory_order_relaxed);
 	// 1. Until every consumer has a frame: plain memory (the sink has no caps yet,
-	//    so it has nothing to propose; these frames are copied in).
+	//    so it has nothing to propose; these frames are copied in). unixfdsink
+	//    copies nothing before GStreamer 1.28 (a buffer without fd memory is an
+	//    error), and its proposal, a memfd allocator, does not depend on caps:
+	//    its frames come from that allocator from the first one.
+	if (o.pair->pair == Pair::unixfd) {
+		negotiate_allocation(appsrc, caps, size, alloc);
+		bound_in_flight(caps, size, alloc);
+	}
 	Pacer pacer(o.fps ? o.fps : 100);
 	while (r.ok && !ready()) {
 		if (std::any_of(children.begin(), children.end(), [](auto &c) { return c.pending_magic != 0; }))
@@ -1132,16 +1200,16 @@ int run_producer(const Options &o)
 			r.fail(bus.error());
 		else if (monotonic_ns() >= deadline)
 			r.fail("the consumers got no frame before the deadline");
-		else if (!push_frame(appsrc, gst_buffer_new_allocate(nullptr, size, nullptr),
-				     { kStampMagic, ++seq, kWarmup, 0, 0 }))
+		else if (!push_frame(appsrc, new_frame(alloc, size), { kStampMagic, ++seq, kWarmup, 0, 0 }))
 			r.fail("push_buffer failed while starting");
 		pacer.wait();
 	}
 
 	// 2. The sink has caps now: ask it for memory, as upstream elements do.
-	if (r.ok)
+	if (r.ok && !alloc.pool && !alloc.allocator)
 		negotiate_allocation(appsrc, caps, size, alloc);
 
+	producer_stage.store("pushing frames", std::memory_order_relaxed);
 	// 3. Warm up every slot or block of that memory, then measure.
 	Pacer measured_pacer(o.fps);
 	for (uint64_t n = 0; r.ok; n++) {
@@ -1181,6 +1249,7 @@ int run_producer(const Options &o)
 			break;
 	}
 
+	producer_stage.store("waiting for the consumers' reports", std::memory_order_relaxed);
 	// 4. Everything the consumers measured.
 	const uint64_t gather_deadline = std::min(deadline, monotonic_ns() + uint64_t(20'000'000'000));
 	if (in_process) {
