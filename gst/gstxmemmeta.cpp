@@ -15,6 +15,35 @@ GST_DEBUG_CATEGORY_STATIC(gst_xmem_meta_debug);
 
 namespace {
 
+/* Little-endian fields at any byte offset. Not GStreamer's GST_WRITE_UINT32_LE and
+ * friends: on x86 they store through a misaligned pointer, which is undefined
+ * behaviour (UndefinedBehaviorSanitizer says so) however well the CPU takes it. */
+void write_le32(guint8 *p, guint32 v)
+{
+	v = GUINT32_TO_LE(v);
+	std::memcpy(p, &v, sizeof(v));
+}
+
+void write_le64(guint8 *p, guint64 v)
+{
+	v = GUINT64_TO_LE(v);
+	std::memcpy(p, &v, sizeof(v));
+}
+
+guint32 read_le32(const guint8 *p)
+{
+	guint32 v;
+	std::memcpy(&v, p, sizeof(v));
+	return GUINT32_FROM_LE(v);
+}
+
+guint64 read_le64(const guint8 *p)
+{
+	guint64 v;
+	std::memcpy(&v, p, sizeof(v));
+	return GUINT64_FROM_LE(v);
+}
+
 void init_debug()
 {
 	static gsize done = 0;
@@ -45,7 +74,7 @@ public:
 			len_ = record_;
 			return false;
 		}
-		GST_WRITE_UINT32_LE(buf_.data() + record_ + 4, guint32(len_ - record_ - 8));
+		write_le32(buf_.data() + record_ + 4, guint32(len_ - record_ - 8));
 		return true;
 	}
 	/* Takes the record begun back, whatever it holds. */
@@ -66,12 +95,12 @@ public:
 	void put_u32(guint32 v)
 	{
 		if (guint8 *p = room(4))
-			GST_WRITE_UINT32_LE(p, v);
+			write_le32(p, v);
 	}
 	void put_u64(guint64 v)
 	{
 		if (guint8 *p = room(8))
-			GST_WRITE_UINT64_LE(p, v);
+			write_le64(p, v);
 	}
 	void put_string(std::string_view s)
 	{
@@ -80,7 +109,7 @@ public:
 			std::memcpy(p, s.data(), s.size());
 	}
 	/* Patches a u32 written earlier at AT. */
-	void set_u32(gsize at, guint32 v) { GST_WRITE_UINT32_LE(buf_.data() + at, v); }
+	void set_u32(gsize at, guint32 v) { write_le32(buf_.data() + at, v); }
 
 	std::span<const std::byte> bytes() const { return { reinterpret_cast<const std::byte *>(buf_.data()), len_ }; }
 	/* Nothing past the magic. */
@@ -213,12 +242,12 @@ public:
 	guint32 u32()
 	{
 		const guint8 *p = take(4);
-		return p ? GST_READ_UINT32_LE(p) : 0;
+		return p ? read_le32(p) : 0;
 	}
 	guint64 u64()
 	{
 		const guint8 *p = take(8);
-		return p ? GST_READ_UINT64_LE(p) : 0;
+		return p ? read_le64(p) : 0;
 	}
 	/* A string: valid UTF-8, no NUL inside. */
 	std::string string()
@@ -348,8 +377,8 @@ Outcome read_serialized(SideDataReader &r, GstBuffer *buffer)
 	const guint8 *p = r.data();
 	if (size < 10)
 		return Outcome::refused;
-	guint32 total = GST_READ_UINT32_LE(p);
-	guint32 name_len = GST_READ_UINT32_LE(p + 4);
+	guint32 total = read_le32(p);
+	guint32 name_len = read_le32(p + 4);
 	if (total != size || name_len == 0 || name_len > size - 10 || p[8 + name_len] != '\0')
 		return Outcome::refused;
 	const auto *name = reinterpret_cast<const gchar *>(p + 8);
