@@ -634,3 +634,33 @@ def test_cupy_reads_device_frames():
         assert array.data.ptr == frame.__cuda_array_interface__["data"][0]
         assert int(array.sum()) == 7 * 4096
         assert int(cupy.from_dlpack(frame).sum()) == 7 * 4096
+
+
+def test_onnx_example_binds_the_slot_itself():
+    """examples/python/onnx_infer.py: ONNX Runtime's I/O binding takes each frame's own
+    slot as the model's input (the bound address is the slot's, nothing copied), and
+    the model's per-channel means are the colour videotestsrc painted."""
+    pytest.importorskip("onnxruntime", reason="python3-onnxruntime (Debian 13) is not installed")
+    pytest.importorskip("onnx", reason="python3-onnx (Debian 13) is not installed")
+    launch = gst_launch()
+    pool = name()
+    frames = 3
+    producer = subprocess.Popen([launch, "-q", "videotestsrc", "num-buffers=%d" % frames, "pattern=solid-color",
+                                 "foreground-color=0xff336699", "!", "video/x-raw,format=RGBA,width=64,height=48",
+                                 "!", "xmemsink", "pool-name=" + pool, "wait-for-consumers=1", "policy=block"])
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "onnx_infer.py")
+    try:
+        run = subprocess.run([sys.executable, example, pool, "--frames", str(frames), "--timeout", "30"],
+                             capture_output=True, text=True, timeout=120)
+        assert producer.wait(timeout=30) == 0
+    finally:
+        producer.kill()
+    assert run.returncode == 0, run.stderr
+    lines = [line.split() for line in run.stdout.splitlines() if line.startswith("onnx: frame ")]
+    assert len(lines) == frames, run.stdout
+    for words in lines:
+        # onnx: frame SEQ means R G B A input 0x.. slot 0x.. zero-copy
+        means = [float(v) for v in words[4:8]]
+        assert means == [0x33, 0x66, 0x99, 0xff], words
+        assert words[9] == words[11] and words[12] == "zero-copy", words
+    assert "onnx_infer: %d frames, 0 copied" % frames in run.stdout
