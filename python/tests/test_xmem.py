@@ -278,15 +278,46 @@ def test_dlpack_capsules_zero_copy_and_lifetime():
         versioned = frame.__dlpack__(max_version=(1, 0))
         assert "dltensor" in repr(legacy) and "dltensor_versioned" not in repr(legacy)
         assert "dltensor_versioned" in repr(versioned)
-        with pytest.raises(BufferError, match="copy"):
-            frame.__dlpack__(copy=True)
+        copied = frame.__dlpack__(copy=True, max_version=(1, 0))  # a copy: the slot is not in it
+        assert "dltensor_versioned" in repr(copied)
         with pytest.raises(BufferError):
             frame.__dlpack__(dl_device=(2, 0))
         frame.release()
-        del legacy, versioned  # never consumed: their deleters run with them
+        del legacy, versioned, copied  # never consumed: their deleters run with them
         gc.collect()
         assert xmem._dlpack.live_count() == 0
         assert eventually(lambda: p.stats()["slots_free"] == 2)
+
+
+def test_numpy_from_dlpack_copy_semantics():
+    """numpy.from_dlpack(frame, copy=...): None and False give the slot itself,
+    read-only (numpy 2 asks for a versioned capsule and reads its READ_ONLY flag);
+    True gives a copy the caller owns, and the slot goes back at once."""
+    if numpy.lib.NumpyVersion(numpy.__version__) < "2.1.0":
+        pytest.skip("numpy %s's from_dlpack has no copy= (numpy 2.1 and later, Debian 13)" % numpy.__version__)
+    pool = name()
+    with xmem.create(pool, 64 * 48 * 4, slots=2, format="video/x-raw,format=RGBA,width=64,height=48") as p, \
+            xmem.open(pool, timeout=5) as c:
+        w = p.acquire(timeout=5)
+        numpy.frombuffer(w.buffer, numpy.uint8)[:] = numpy.arange(64 * 48 * 4) % 251
+        p.publish(w)
+        frame = c.receive(timeout=5)
+        for copy in (None, False):
+            shared = numpy.from_dlpack(frame, copy=copy)
+            assert shared.ctypes.data == slot_address(frame), copy
+            assert not shared.flags.writeable, "numpy may write into a frame other processes read"
+            del shared
+        # numpy 2.2 marks every array it takes through DLPack read-only, copies too.
+        owned = numpy.from_dlpack(frame, copy=True)
+        assert owned.ctypes.data != slot_address(frame)
+        assert (owned == numpy.arange(64 * 48 * 4) % 251).all()
+        frame.release()
+        gc.collect()
+        assert eventually(lambda: p.stats()["slots_free"] == 2), "the copy kept the slot"
+        assert (owned == numpy.arange(64 * 48 * 4) % 251).all(), "the copy changed with the slot"
+        del owned
+        gc.collect()
+        assert xmem._dlpack.live_count() == 0
 
 
 @pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")

@@ -264,21 +264,34 @@ class Frame:
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of the slot: versioned (DLPack 1.0, read-only flag set for a
         shared frame) when MAX_VERSION allows it, legacy otherwise. The capsule keeps
-        the slot until its consumer's deleter runs. No copy is ever made: copy=True and
-        another DL_DEVICE are refused. STREAM is where the consumer will use it: a frame
+        the slot until its consumer's deleter runs. Without COPY, or with copy=False, it
+        is the slot itself (numpy.from_dlpack(frame) is read-only and shares it); with
+        copy=True (numpy.from_dlpack(frame, copy=True)) it is a copy of a system-memory
+        frame that its consumer owns (IS_COPIED, not read-only), which keeps no slot;
+        a device frame is not copied here (take it, then copy with the framework).
+        Another DL_DEVICE is refused. STREAM is where the consumer will use it: a frame
         received on another stream is waited for on the CPU first (one received without
         a stream is ready for any)."""
-        if copy:
-            raise BufferError("xmem frames are exported without copying (copy=True refused)")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("frame %d is on %s, not %s" % (self.meta.seq, self.__dlpack_device__(), dl_device))
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if copy:
+            if self.meta.storage != "system":
+                raise BufferError("frame %d is in CUDA device memory: copy=True is not made here (export it "
+                                  "without a copy, then copy it with the framework)" % self.meta.seq)
+            shape, strides = self._layout()
+            size = self.meta.size
+            owned = (ctypes.c_uint8 * max(size, 1))()
+            if size:
+                ctypes.memmove(owned, self._address(), size)
+            return _dlpack.capsule(ctypes.addressof(owned), size, shape, strides, (_dlpack.CPU, 0), owned,
+                                   versioned, read_only=False, copied=True)
         address = self._address()
         wanted = _stream_handle(stream) if isinstance(stream, int) and stream > 2 else None
         if self._stream is not None and wanted != self._stream:
             _check(_capi.lib.xmem_cuda_synchronize(self.meta.device, self._stream), "synchronize")
             self._stream = None
         shape, strides = self._layout()
-        versioned = max_version is not None and tuple(max_version)[0] >= 1
         return _dlpack.capsule(address, self.meta.size, shape, strides, self.__dlpack_device__(), self._hold,
                                versioned, read_only=not self.writable())
 

@@ -10,6 +10,7 @@ import threading
 CPU, CUDA = 1, 2  # kDLCPU, kDLCUDA
 UINT = 1  # kDLUInt
 FLAG_READ_ONLY = 1 << 0
+FLAG_IS_COPIED = 1 << 1
 
 
 class Device(ctypes.Structure):
@@ -83,9 +84,10 @@ def _capsule_destructor(capsule):
             _delete(_api.PyCapsule_GetPointer(capsule, name))
 
 
-def capsule(address, nbytes, shape, strides, device, hold, versioned, read_only):
+def capsule(address, nbytes, shape, strides, device, hold, versioned, read_only, copied=False):
     """A capsule of a uint8 tensor at ADDRESS (SHAPE, byte STRIDES or None) on DEVICE
-    ((type, id)), keeping HOLD until its deleter runs."""
+    ((type, id)), keeping HOLD until its deleter runs; COPIED: the bytes are a copy the
+    capsule's consumer owns (DLPack 1.0's IS_COPIED flag)."""
     ndim = len(shape)
     shape_array = (ctypes.c_int64 * ndim)(*shape)
     strides_array = (ctypes.c_int64 * ndim)(*strides) if strides else None
@@ -101,7 +103,7 @@ def capsule(address, nbytes, shape, strides, device, hold, versioned, read_only)
     managed.deleter = _deleter
     if versioned:
         managed.version = Version(1, 0)
-        managed.flags = FLAG_READ_ONLY if read_only else 0
+        managed.flags = (FLAG_READ_ONLY if read_only else 0) | (FLAG_IS_COPIED if copied else 0)
     key = ctypes.addressof(managed)
     with _live_lock:
         _live[key] = (managed, shape_array, strides_array, hold)
