@@ -62,6 +62,9 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include <grp.h>
 
 GST_DEBUG_CATEGORY_STATIC(gst_xmem_sink_debug);
 #define GST_CAT_DEFAULT gst_xmem_sink_debug
@@ -94,6 +97,7 @@ enum {
 	PROP_WAIT_TIMEOUT,
 	PROP_MAX_CONSUMERS,
 	PROP_PERMS,
+	PROP_GROUP,
 	PROP_MEMORY,
 	PROP_CUDA_DEVICE_ID,
 	PROP_STATS,
@@ -121,6 +125,7 @@ struct SinkState {
 	guint64 wait_timeout = DEFAULT_WAIT_TIMEOUT;
 	guint max_consumers = DEFAULT_MAX_CONSUMERS;
 	guint perms = DEFAULT_PERMS;
+	std::string group; /* a group name or gid; empty: the process's group */
 	GstXmemMemoryKind memory = DEFAULT_MEMORY;
 	gint cuda_device = DEFAULT_CUDA_DEVICE_ID;
 
@@ -216,6 +221,22 @@ static void post_pool_error(GstXmemSink *self, const xmem::Error &error)
 		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure."), ("%s", error.message.c_str()));
 }
 
+/* The gid the group property names: a number, or a group's name. */
+static xmem::Result<guint32> resolve_group(const std::string &group)
+{
+	char *end = nullptr;
+	guint64 gid = g_ascii_strtoull(group.c_str(), &end, 10);
+	if (end && *end == '\0' && end != group.c_str() && gid < G_MAXUINT32)
+		return guint32(gid);
+	std::vector<char> buf(16384);
+	struct group entry {
+	};
+	struct group *found = nullptr;
+	if (getgrnam_r(group.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || !found)
+		return xmem::Error{ xmem::Errc::bad_name, "group '" + group + "': no such group" };
+	return guint32(found->gr_gid);
+}
+
 /* Makes sure a pool with slots of at least FRAME_SIZE bytes publishes CAPS_STRING.
  * A larger frame than the slots hold means a new pool under the same name:
  * consumers see the old one close and reattach (xmemsrc does so by itself). */
@@ -253,6 +274,15 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	config.policy = xmem::Policy(s->policy);
 	config.block_timeout = std::chrono::nanoseconds(s->block_timeout);
 	config.mode = s->perms;
+	if (!s->group.empty()) {
+		auto gid = resolve_group(s->group);
+		if (!gid) {
+			lock.unlock();
+			post_pool_error(self, gid.error());
+			return nullptr;
+		}
+		config.group = *gid;
+	}
 	config.format = s->caps_string;
 	config.producer = "xmemsink";
 	config.storage = s->storage;
@@ -965,6 +995,11 @@ static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GVa
 	case PROP_PERMS:
 		s->perms = g_value_get_uint(value);
 		break;
+	case PROP_GROUP: {
+		const gchar *group = g_value_get_string(value);
+		s->group = group ? group : "";
+		break;
+	}
 	case PROP_MEMORY:
 		s->memory = GstXmemMemoryKind(g_value_get_enum(value));
 		break;
@@ -1010,6 +1045,9 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 		break;
 	case PROP_PERMS:
 		g_value_set_uint(value, s->perms);
+		break;
+	case PROP_GROUP:
+		g_value_set_string(value, s->group.empty() ? nullptr : s->group.c_str());
 		break;
 	case PROP_MEMORY:
 		g_value_set_enum(value, s->memory);
@@ -1063,7 +1101,8 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 		gobject, PROP_POOL_NAME,
 		g_param_spec_string("pool-name", "Pool name",
 				    "Name of the pool: a plain name (socket in $XDG_RUNTIME_DIR/xmem, or "
-				    "/tmp/xmem-$UID) or, when it contains '/', the socket path itself",
+				    "/tmp/xmem-$UID), the socket path itself when it contains '/', or "
+				    "@name for an abstract socket (no file; per network namespace)",
 				    DEFAULT_POOL_NAME, flags));
 	g_object_class_install_property(gobject, PROP_BUFFERS,
 					g_param_spec_uint("buffers", "Buffers", "Slots to preallocate in shared memory",
@@ -1097,11 +1136,17 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 							  DEFAULT_MAX_CONSUMERS, flags));
 	g_object_class_install_property(
 		gobject, PROP_PERMS,
-		g_param_spec_uint(
-			"perms", "Permissions",
-			"File mode of the socket and shared memory (e.g. 0660 = 432 to share with the group); "
-			"must include 0600",
-			0, 0777, DEFAULT_PERMS, flags));
+		g_param_spec_uint("perms", "Permissions",
+				  "Who may attach, as file permission bits: the socket's mode, and the rule the "
+				  "owner checks each consumer's credentials against (also for an abstract "
+				  "pool-name=@name). 0660 lets the group in (see group); must include 0600",
+				  0, 0777, DEFAULT_PERMS, flags));
+	g_object_class_install_property(
+		gobject, PROP_GROUP,
+		g_param_spec_string("group", "Group",
+				    "The group perms' group bits let in (a name or a gid this process is a member "
+				    "of); the socket's group. Unset: the process's group",
+				    nullptr, flags));
 	g_object_class_install_property(gobject, PROP_MEMORY,
 					g_param_spec_enum("memory", "Memory", "Where the pool's slots live",
 							  GST_TYPE_XMEM_MEMORY_KIND, DEFAULT_MEMORY, flags));

@@ -883,7 +883,8 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 		gobject, PROP_POOL_NAME,
 		g_param_spec_string("pool-name", "Pool name",
 				    "Name of the pool: a plain name (socket in $XDG_RUNTIME_DIR/xmem, or "
-				    "/tmp/xmem-$UID) or, when it contains '/', the socket path itself",
+				    "/tmp/xmem-$UID), the socket path itself when it contains '/', or "
+				    "@name for an abstract socket (no file; per network namespace)",
 				    DEFAULT_POOL_NAME, flags));
 	g_object_class_install_property(gobject, PROP_IS_LIVE,
 					g_param_spec_boolean("is-live", "Is live",

@@ -164,6 +164,8 @@ int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **ou
 		config.producer = c->producer ? c->producer : "";
 		config.storage = xmem::Storage(c->storage);
 		config.device = c->device;
+		if (c->has_group)
+			config.group = c->group;
 		if (!all_zero(c->reserved))
 			return fail(XMEM_EINVAL, (std::string("pool '") + name +
 						  "': xmem_pool_config has reserved fields set "

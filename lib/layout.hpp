@@ -96,10 +96,14 @@ struct ControlConstants {
 	uint8_t device_uuid[16];
 	uint32_t device_kind; // DeviceKind of device_uuid; 0 from producers older than the field
 	uint32_t reserved32; // zero
-	uint64_t reserved[5]; // zero
+	// The owner's PID namespace (identity.hpp: the inode of /proc/self/ns/pid), which
+	// owner_pid is numbered in; 0 when unknown or from producers older than the field.
+	uint64_t owner_pid_ns;
+	uint64_t reserved[4]; // zero
 };
 
 static_assert(sizeof(ControlConstants) == 216);
+static_assert(offsetof(ControlConstants, owner_pid_ns) == 176);
 static_assert(offsetof(ControlConstants, device_kind) == offsetof(ControlConstants, device_uuid) + 16);
 static_assert(std::is_trivially_copyable_v<ControlConstants>);
 
@@ -146,7 +150,9 @@ struct alignas(64) SlotRecord {
 
 struct alignas(64) ConsumerRecord {
 	std::atomic<uint32_t> state; // ConsumerState [owner]
-	uint32_t pid; // [owner, at attach, from SO_PEERCRED]
+	// [owner, at attach, from SO_PEERCRED] The consumer's pid in the owner's PID
+	// namespace: 0 when the owner cannot see the consumer's (a sibling container's).
+	uint32_t pid;
 	uint32_t uid;
 	uint32_t queue_size; // <= ring_capacity [owner, at attach]
 	uint64_t attach_ns;
@@ -162,6 +168,13 @@ struct alignas(64) ConsumerRecord {
 	std::atomic<uint64_t> received; // [consumer]
 	std::atomic<uint32_t> armed; // consumer sleeps; owner must signal [both]
 	std::atomic<uint32_t> detached; // handle closed, guards live: queue nothing [consumer]
+	// [owner, at attach, before the record is active; in this line's spare room, so the
+	// ABI is unchanged: zero from owners older than the fields] The consumer as it
+	// reported itself (its Hello): its pid in its own PID namespace, and that namespace
+	// (0: unknown). Informative: what a process sharing that namespace calls it.
+	uint32_t own_pid;
+	uint32_t gid; // from SO_PEERCRED, as uid
+	uint64_t pid_ns;
 	alignas(64) std::atomic<uint64_t> tail; // [owner]
 	std::atomic<uint64_t> dropped; // [owner]
 	std::atomic<uint64_t> queued_total; // [owner]
@@ -301,6 +314,8 @@ static_assert(offsetof(ConsumerRecord, head) == 64);
 static_assert(offsetof(ConsumerRecord, received) == 72);
 static_assert(offsetof(ConsumerRecord, armed) == 80);
 static_assert(offsetof(ConsumerRecord, detached) == 84);
+static_assert(offsetof(ConsumerRecord, own_pid) == 88);
+static_assert(offsetof(ConsumerRecord, pid_ns) == 96);
 static_assert(offsetof(ConsumerRecord, tail) == 128);
 static_assert(offsetof(ConsumerRecord, dropped) == 136);
 static_assert(offsetof(ConsumerRecord, queued_total) == 144);

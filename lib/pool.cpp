@@ -665,6 +665,11 @@ std::span<const std::byte> BufferPool::control_segment() const
 	return impl_->seg.bytes();
 }
 
+uint32_t BufferPool::owner_pid() const
+{
+	return impl_->role == Role::owner ? uint32_t(::getpid()) : impl_->owner_pid_here;
+}
+
 PoolStats BufferPool::stats() const
 {
 	PoolStats s{};

@@ -64,6 +64,9 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 
 	// Holder bit of this process: 0 for the owner, 1 + index for a consumer.
 	uint32_t holder_bit = layout::kOwnerBit;
+	// Consumers and inspectors: the owner's pid as this process numbers it (SO_PEERCRED
+	// at attach); 0 when the owner is in a PID namespace this process cannot see.
+	uint32_t owner_pid_here = 0;
 
 	// This process's references per slot. The 0 <-> 1 transitions set and clear the
 	// holder bit, so they are serialised here. Lock order: the Subscriber's

@@ -3,8 +3,12 @@
 #include "protocol.hpp"
 #include "system.hpp"
 
+#include <xmem/snapshot.hpp>
+
 #include <algorithm>
 #include <cstring>
+
+#include <unistd.h>
 
 namespace xmem::protocol {
 
@@ -24,6 +28,8 @@ Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client)
 	h.role = role;
 	h.queue_size = queue_size;
 	copy_string(h.client, sizeof(h.client), client);
+	h.pid = uint32_t(::getpid());
+	h.pid_ns = pid_namespace_here();
 	return h;
 }
 
@@ -39,10 +45,11 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes)
 		return refusal(XMEM_EVERSION, "protocol version " + std::to_string(mh.version) +
 						      " is not supported (owner speaks " + std::to_string(kVersion) +
 						      ")");
-	if (mh.type != MessageType::hello || bytes.size() != sizeof(Hello) || mh.size != bytes.size())
+	if (mh.type != MessageType::hello || (bytes.size() != sizeof(Hello) && bytes.size() != kHelloV1Size) ||
+	    mh.size != bytes.size())
 		return refusal(XMEM_ENOTPOOL, "malformed hello");
-	Hello hello;
-	std::memcpy(&hello, bytes.data(), sizeof(hello));
+	Hello hello{};
+	std::memcpy(&hello, bytes.data(), bytes.size());
 	hello.client[sizeof(hello.client) - 1] = '\0';
 	if (hello.role != PeerRole::consumer && hello.role != PeerRole::inspector)
 		return refusal(XMEM_ENOTPOOL, "unknown peer role");

@@ -4,7 +4,8 @@
 //   consumer                                   owner (I/O thread)
 //   --------                                   ------------------
 //   connect($dir/NAME)  ---------------------> accept, SO_PEERCRED check
-//   Hello{role, queue_size} + [eventfd] -----> validate, take a ConsumerRecord
+//   Hello{role, queue_size, pid, pid ns}
+//     + [eventfd, pidfd] --------------------> validate, take a ConsumerRecord
 //            <--------------------------------- Welcome{index, sizes, format}
 //                                               + [control memfd, data memfd]
 //                                               + [arena fds...] (one per CUDA slot)
@@ -52,7 +53,17 @@ struct Hello {
 	PeerRole role;
 	uint32_t queue_size;
 	char client[32];
-	// fds: consumer sends its eventfd; inspector sends none.
+	// The sender as it sees itself: getpid() and its PID namespace (the inode of
+	// /proc/self/ns/pid, 0 when unknown). The owner's SO_PEERCRED pid is 0 for a peer in a
+	// PID namespace it cannot see; these say who the peer is to whoever shares its
+	// namespace. Informative only: nothing is decided by them. Absent (a 56-byte Hello)
+	// from consumers older than the fields.
+	uint32_t pid;
+	uint32_t reserved;
+	uint64_t pid_ns;
+	// fds: a consumer sends its eventfd, then, where it could make one, a pidfd of
+	// itself (which tells the owner when it has exited, in any PID namespace); an
+	// inspector sends none.
 };
 
 struct Welcome {
@@ -78,7 +89,8 @@ inline constexpr uint32_t kNoConsumer = 0xffffffffu;
 inline constexpr size_t kMaxFds = 253;
 inline constexpr size_t kMaxMessage = sizeof(Welcome);
 static_assert(sizeof(MessageHeader) == 16);
-static_assert(sizeof(Hello) == 56);
+static_assert(sizeof(Hello) == 72);
+inline constexpr size_t kHelloV1Size = 56; // a Hello without pid and pid_ns
 static_assert(sizeof(Reject) == 276);
 
 inline MessageHeader make_header(MessageType type, uint32_t size)
@@ -89,6 +101,7 @@ inline MessageHeader make_header(MessageType type, uint32_t size)
 // One builder and one parser per message. A parser checks everything another process
 // controls (magic, version, type, sizes) and says what is wrong in an Error whose code
 // is the xmem_status to report: an owner sends it back in a Reject.
+// A Hello from this process: its pid and PID namespace filled in.
 Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client);
 Result<Hello> parse_hello(std::span<const std::byte> bytes);
 

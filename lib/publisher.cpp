@@ -1,6 +1,7 @@
 // publisher.cpp - the owner's side of a pool: creating it, acquire and publish with
 // the queue policies, and the thread that attaches and reaps consumers.
 #include "publisher.hpp"
+#include "identity.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -532,21 +533,29 @@ void Publisher::accept_peers()
 
 namespace {
 
-// The peer's credentials, if its uid may use a pool of MODE.
-Result<ucred> allowed_peer(int conn, uint32_t mode)
+// The peer's credentials, if a pool of MODE and group GID lets it in: the file mode's
+// rule, applied by the owner, since an abstract socket has no file mode and a socket
+// file's is only as good as its directory. Root (in this user namespace) always may.
+Result<PeerCredentials> allowed_peer(int conn, uint32_t mode, gid_t gid)
 {
-	ucred cred{};
-	socklen_t len = sizeof(cred);
-	if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-		return make_error(Errc::system, "cannot read the peer's credentials");
+	auto peer = peer_credentials(conn);
+	if (!peer)
+		return peer.error();
 	bool allowed =
-		cred.uid == ::geteuid() || cred.uid == 0 || (mode & 0006) || ((mode & 0060) && cred.gid == ::getegid());
-	if (!allowed)
-		return make_error(Errc::permission_denied,
-				  "uid " + std::to_string(cred.uid) + " is not allowed by the pool's mode " +
-					  std::to_string((mode >> 6) & 7) + std::to_string((mode >> 3) & 7) +
-					  std::to_string(mode & 7));
-	return cred;
+		peer->uid == ::geteuid() || peer->uid == 0 || (mode & 0006) || ((mode & 0060) && peer->in_group(gid));
+	if (allowed)
+		return peer;
+	std::string groups;
+	for (gid_t g : peer->groups)
+		groups += (groups.empty() ? "" : ",") + std::to_string(g);
+	return make_error(Errc::permission_denied,
+			  "uid " + std::to_string(peer->uid) + " (gid " + std::to_string(peer->gid) +
+				  (groups.empty() ? "" : ", groups " + groups) + ") may not use this pool: mode " +
+				  mode_text(mode) + ", owner uid " + std::to_string(::geteuid()) + ", group " +
+				  group_text(gid) + ((mode & 0060) ? "" : " (the mode gives the group no access)") +
+				  (peer->uid == 65534 ? "; uid 65534 is what a uid the owner's user namespace "
+							"does not map reads as"
+						      : ""));
 }
 
 Result<void> check_eventfd(int fd)
@@ -584,7 +593,7 @@ void Publisher::handle_hello(int fd)
 		return reject(hello.error());
 	// Credentials are checked after reading the Hello: closing with it unread would
 	// reset the connection and lose the Reject on the way.
-	auto cred = allowed_peer(conn.get(), config_mode);
+	auto cred = allowed_peer(conn.get(), config_mode, config_gid);
 	if (!cred)
 		return reject(cred.error());
 
@@ -600,13 +609,24 @@ void Publisher::handle_hello(int fd)
 		(void)rendezvous::send_welcome(conn.get(), w, seg.fd(), {});
 		return;
 	}
-	if (msg->fds.size() != 1)
-		return reject(make_error(Errc::invalid_argument, "a consumer sends exactly one eventfd"));
+	if (msg->fds.empty() || msg->fds.size() > 2)
+		return reject(make_error(Errc::invalid_argument, "a consumer sends an eventfd and at most a pidfd"));
 	UniqueFd event = std::move(msg->fds[0]);
 	if (auto ok = check_eventfd(event.get()); !ok)
 		return reject(ok.error());
+	// Its pidfd: how a device pool's owner knows when a consumer it cannot see (another
+	// PID namespace: SO_PEERCRED's pid is 0) has exited. One this owner can make itself
+	// from a visible pid is preferred to any a peer sends.
+	UniqueFd pidfd;
+	if (msg->fds.size() == 2) {
+		if (auto ok = check_pidfd(msg->fds[1].get(), cred->pid); !ok)
+			return reject(ok.error());
+		pidfd = std::move(msg->fds[1]);
+	}
+	if (cred->pid > 0)
+		pidfd = UniqueFd(int(::syscall(SYS_pidfd_open, cred->pid, 0)));
 	int cfd = conn.get();
-	auto index = admit(*hello, *cred, std::move(event), conn);
+	auto index = admit(*hello, *cred, std::move(event), std::move(pidfd), conn);
 	if (!index)
 		return index.code() == Errc::closed ? void() : reject(index.error());
 
@@ -622,7 +642,8 @@ void Publisher::handle_hello(int fd)
 		reap(*index);
 }
 
-Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event, UniqueFd &conn)
+Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
+				  UniqueFd pidfd, UniqueFd &conn)
 {
 	uint32_t queue = hello.queue_size ? hello.queue_size : kDefaultQueueSize;
 	queue = std::clamp<uint32_t>(queue, 1, seg.slot_count);
@@ -640,6 +661,9 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cre
 	ConsumerRecord *rec = seg.consumer(index);
 	rec->pid = uint32_t(cred.pid);
 	rec->uid = cred.uid;
+	rec->gid = cred.gid;
+	rec->own_pid = hello.pid;
+	rec->pid_ns = hello.pid_ns;
 	rec->queue_size = queue;
 	consumer_queue_size[index] = queue;
 	rec->detached.store(0, std::memory_order_relaxed);
@@ -648,9 +672,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const ucred &cre
 	rec->sync_mode = kSyncNone; // the consumer records its own at attach
 	rec->gpu_drained.store(0, std::memory_order_relaxed);
 	// Device pools: its process, to know when a quarantine may end (see reap()).
-	consumer_pidfd[index].reset();
-	if (pool_.sync && cred.pid > 0)
-		consumer_pidfd[index] = UniqueFd(int(::syscall(SYS_pidfd_open, cred.pid, 0)));
+	consumer_pidfd[index] = pool_.sync ? std::move(pidfd) : UniqueFd();
 	rec->head.store(0, std::memory_order_relaxed);
 	rec->tail.store(0, std::memory_order_relaxed);
 	rec->received.store(0, std::memory_order_relaxed);
@@ -734,7 +756,8 @@ bool Publisher::start_quarantine(uint32_t c)
 	// driver's among them (which ends its queued work), before it reports the exit.
 	int fd = consumer_pidfd[c].get();
 	if (fd < 0) {
-		// No pidfd (another PID namespace, an old kernel): a grace period.
+		// No pidfd (an old kernel, a consumer in a PID namespace this owner cannot see
+		// that sent none): a grace period.
 		consumer_grace[c] = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
 		itimerspec t{};
 		t.it_value.tv_sec = time_t(kQuarantineGraceNs / 1'000'000'000);
@@ -841,7 +864,7 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	auto valid = validate_config(impl->where(), config);
 	if (!valid)
 		return valid.error();
-	auto claimed = rendezvous::claim(impl->path, config.mode);
+	auto claimed = rendezvous::claim(impl->path, config.mode, config.group);
 	if (!claimed)
 		return claimed.error();
 	// From here on, a failure releases the name again (~Publisher shuts down).
@@ -906,6 +929,7 @@ Result<void> Publisher::start(const PoolConfig &config)
 	config_policy = config.policy;
 	config_block_timeout_ns = uint64_t(config.block_timeout.count());
 	config_mode = config.mode;
+	config_gid = config.group ? gid_t(*config.group) : ::getegid();
 	std::memcpy(config_producer, seg.header->producer, sizeof(config_producer));
 	owner_pid = seg.constants().owner_pid;
 	consumer_queue_size.assign(seg.max_consumers, 0);

@@ -2,6 +2,7 @@
 // format, and the I/O thread that attaches consumers and reaps the dead ones.
 #pragma once
 
+#include "identity.hpp"
 #include "pool_impl.hpp"
 #include "protocol.hpp"
 #include "rendezvous.hpp"
@@ -48,7 +49,8 @@ private:
 	void handle_hello(int fd);
 	// Takes a consumer record for an accepted Hello, and CONN with it; an error (CONN
 	// left to the caller, for the Reject) when there is none.
-	Result<uint32_t> admit(const protocol::Hello &hello, const ucred &cred, UniqueFd event, UniqueFd &conn);
+	Result<uint32_t> admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
+			       UniqueFd pidfd, UniqueFd &conn);
 	void reap(uint32_t consumer_index);
 	// A quarantined consumer's process has exited (or its grace ran out): its record
 	// and the slots it held for writing go back into use.
@@ -92,6 +94,7 @@ private:
 	Policy config_policy = Policy::drop_oldest;
 	uint64_t config_block_timeout_ns = 0;
 	uint32_t config_mode = 0600;
+	gid_t config_gid = 0; // the group the mode's group bits let in
 	char config_producer[XMEM_PRODUCER_MAX] = {};
 	std::vector<uint32_t> consumer_queue_size; // under publish_lock
 	uint64_t published_count = 0; // under publish_lock

@@ -2,6 +2,7 @@
 // fd-passing messages of the attach handshake.
 #include "rendezvous.hpp"
 
+#include "identity.hpp"
 #include "protocol.hpp"
 
 #include <algorithm>
@@ -29,17 +30,33 @@ bool valid_name_char(char c)
 	       c == '.';
 }
 
-sockaddr_un make_address(const std::string &path)
-{
+// A socket address and its length: a path, or for "@NAME" the abstract name NAME
+// (sun_path[0] = 0, the length counting exactly the name's bytes).
+struct Address {
 	sockaddr_un addr{};
-	addr.sun_family = AF_UNIX;
-	std::copy(path.begin(), path.end(), addr.sun_path);
-	return addr;
+	socklen_t len = 0;
+
+	const sockaddr *get() const { return reinterpret_cast<const sockaddr *>(&addr); }
+};
+
+Address make_address(const std::string &path)
+{
+	Address a;
+	a.addr.sun_family = AF_UNIX;
+	if (is_abstract(path)) {
+		std::copy(path.begin() + 1, path.end(), a.addr.sun_path + 1);
+		a.len = socklen_t(offsetof(sockaddr_un, sun_path) + path.size());
+	} else {
+		std::copy(path.begin(), path.end(), a.addr.sun_path);
+		a.len = sizeof(a.addr);
+	}
+	return a;
 }
 
 // Creates the default directory for plain names, refusing one that another user
-// owns or that is a symlink (it may be under a shared /tmp).
-Result<void> ensure_directory(const std::string &dir, uint32_t mode)
+// owns or that is a symlink (it may be under a shared /tmp). With GROUP, it takes that
+// group, so that members can reach sockets MODE gives them.
+Result<void> ensure_directory(const std::string &dir, uint32_t mode, std::optional<uint32_t> group)
 {
 	const char *runtime = std::getenv("XDG_RUNTIME_DIR"); // NOLINT(concurrency-mt-unsafe): see system.hpp
 	if (runtime && *runtime && ::mkdir(runtime, 0700) < 0 && errno != EEXIST)
@@ -62,6 +79,9 @@ Result<void> ensure_directory(const std::string &dir, uint32_t mode)
 		want |= 0001;
 	if (want != (st.st_mode & 07777) && ::chmod(dir.c_str(), want) < 0)
 		return errno_error("cannot chmod pool directory " + dir);
+	if (group && (mode & 0060) && st.st_gid != *group && ::chown(dir.c_str(), uid_t(-1), gid_t(*group)) < 0)
+		return errno_error("cannot give pool directory " + dir + " group " + group_text(*group) +
+				   " (the owner must be a member)");
 	return {};
 }
 
@@ -69,8 +89,8 @@ Result<void> ensure_directory(const std::string &dir, uint32_t mode)
 pid_t owner_pid(const std::string &path)
 {
 	UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-	sockaddr_un addr = make_address(path);
-	if (!sock.valid() || ::connect(sock.get(), reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
+	Address addr = make_address(path);
+	if (!sock.valid() || ::connect(sock.get(), addr.get(), addr.len) < 0)
 		return 0;
 	ucred cred{};
 	socklen_t len = sizeof(cred);
@@ -79,7 +99,33 @@ pid_t owner_pid(const std::string &path)
 	return cred.pid;
 }
 
+// Why connect() to the socket file PATH was refused: its owner, group and mode, and
+// this process's ids, or the directory on the way that cannot be searched.
+std::string access_denied_text(const std::string &path)
+{
+	std::string text = "pool '" + path + "': permission denied: ";
+	struct stat st;
+	if (::stat(path.c_str(), &st) < 0) {
+		std::string dir = path.substr(0, path.rfind('/'));
+		if (::stat(dir.c_str(), &st) == 0)
+			text += "directory " + dir + " (uid " + std::to_string(st.st_uid) + ", group " +
+				group_text(st.st_gid) + ", mode " + mode_text(st.st_mode) + ") cannot be searched";
+		else
+			text += "a directory on the way cannot be searched";
+	} else {
+		text += "the socket is uid " + std::to_string(st.st_uid) + ", group " + group_text(st.st_gid) +
+			", mode " + mode_text(st.st_mode) + " (connecting needs write permission)";
+	}
+	return text + "; " + process_credentials_text() +
+	       ". The owner chooses who may attach with its mode (xmemsink perms=0660) and group";
+}
+
 } // namespace
+
+bool is_abstract(std::string_view path)
+{
+	return !path.empty() && path[0] == '@';
+}
 
 std::string default_directory()
 {
@@ -95,6 +141,22 @@ Result<std::string> socket_path(std::string_view name)
 		return make_error(Errc::bad_name, "pool name is empty");
 	if (name.find('\0') != std::string_view::npos)
 		return make_error(Errc::bad_name, "pool name contains a NUL byte");
+	if (is_abstract(name)) {
+		// An abstract socket: no file, one per network namespace, gone with its owner.
+		std::string_view rest = name.substr(1);
+		if (rest.empty())
+			return make_error(Errc::bad_name, "pool name '@' names no abstract socket");
+		if (rest.size() > kMaxPath)
+			return make_error(Errc::bad_name, "abstract pool name '" + std::string(name) +
+								  "' is longer than " + std::to_string(kMaxPath) +
+								  " bytes");
+		for (char c : rest)
+			if (!valid_name_char(c) && c != '/')
+				return make_error(Errc::bad_name,
+						  "abstract pool name '" + std::string(name) +
+							  "' has an illegal character (allowed: A-Z a-z 0-9 _ - . /)");
+		return std::string(name);
+	}
 	std::string path;
 	if (name.find('/') != std::string_view::npos) {
 		path = std::string(name);
@@ -121,11 +183,42 @@ Result<std::string> socket_path(std::string_view name)
 
 namespace rendezvous {
 
-Result<OwnerSocket> claim(const std::string &path, uint32_t mode)
+namespace {
+
+// An abstract name is claimed by binding it: the kernel refuses a second bind while the
+// first socket lives and frees the name with it, so there is no lock file and nothing
+// stale. Access is the owner's check alone (Publisher's allowed_peer()).
+Result<OwnerSocket> claim_abstract(const std::string &path)
 {
+	OwnerSocket owner;
+	owner.path = path;
+	owner.listener = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+	if (!owner.listener.valid())
+		return errno_error("socket");
+	Address addr = make_address(path);
+	if (::bind(owner.listener.get(), addr.get(), addr.len) < 0) {
+		if (errno != EADDRINUSE)
+			return errno_error("cannot bind abstract socket " + path);
+		pid_t pid = owner_pid(path);
+		return make_error(Errc::owner_alive,
+				  "pool '" + path + "' is owned by a live process" +
+					  (pid ? " (pid " + std::to_string(pid) + ")"
+					       : " (in a PID namespace this process cannot see, or not an xmem pool)"));
+	}
+	if (::listen(owner.listener.get(), 128) < 0)
+		return errno_error("cannot listen on " + path);
+	return owner;
+}
+
+} // namespace
+
+Result<OwnerSocket> claim(const std::string &path, uint32_t mode, std::optional<uint32_t> group)
+{
+	if (is_abstract(path))
+		return claim_abstract(path);
 	std::string dir = path.substr(0, path.rfind('/'));
 	if (dir == default_directory()) {
-		auto made = ensure_directory(dir, mode);
+		auto made = ensure_directory(dir, mode, group);
 		if (!made)
 			return made.error();
 	}
@@ -144,8 +237,10 @@ Result<OwnerSocket> claim(const std::string &path, uint32_t mode)
 			if (errno != EWOULDBLOCK)
 				return errno_error("cannot lock " + owner.lock_path);
 			pid_t pid = owner_pid(path);
-			return make_error(Errc::owner_alive, "pool '" + path + "' is owned by a live process" +
-								     (pid ? " (pid " + std::to_string(pid) + ")" : ""));
+			return make_error(Errc::owner_alive,
+					  "pool '" + path + "' is owned by a live process" +
+						  (pid ? " (pid " + std::to_string(pid) + ")"
+						       : " (in a PID namespace this process cannot see)"));
 		}
 		struct stat held, now;
 		if (::fstat(lock.get(), &held) == 0 && ::stat(owner.lock_path.c_str(), &now) == 0 &&
@@ -183,9 +278,15 @@ Result<OwnerSocket> claim(const std::string &path, uint32_t mode)
 	// at PATH with a wider mode than asked, and it is listening when it appears.
 	std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";
 	::unlink(tmp.c_str());
-	sockaddr_un addr = make_address(tmp);
-	if (::bind(owner.listener.get(), reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
+	Address addr = make_address(tmp);
+	if (::bind(owner.listener.get(), addr.get(), addr.len) < 0)
 		return errno_error("cannot bind " + tmp);
+	if (group && ::chown(tmp.c_str(), uid_t(-1), gid_t(*group)) < 0) {
+		Error e = errno_error("cannot give socket " + path + " group " + group_text(*group) +
+				      " (the owner must be a member)");
+		::unlink(tmp.c_str());
+		return e;
+	}
 	if (::chmod(tmp.c_str(), mode & 0777) < 0 || ::listen(owner.listener.get(), 128) < 0 ||
 	    ::rename(tmp.c_str(), path.c_str()) < 0) {
 		Error e = errno_error("cannot publish socket " + path);
@@ -198,6 +299,10 @@ Result<OwnerSocket> claim(const std::string &path, uint32_t mode)
 
 void release(OwnerSocket &owner)
 {
+	if (is_abstract(owner.path)) {
+		owner.listener.reset(); // the name is free once the socket is closed
+		return;
+	}
 	if (!owner.lock.valid())
 		return;
 	::unlink(owner.path.c_str());
@@ -212,17 +317,18 @@ Result<UniqueFd> connect(const std::string &path, uint64_t deadline_ns)
 		UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
 		if (!sock.valid())
 			return errno_error("socket");
-		sockaddr_un addr = make_address(path);
-		if (::connect(sock.get(), reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0)
+		Address addr = make_address(path);
+		if (::connect(sock.get(), addr.get(), addr.len) == 0)
 			return sock;
 		int err = errno;
 		if (err == EACCES || err == EPERM)
-			return make_error(Errc::permission_denied, "pool '" + path + "': permission denied");
+			return make_error(Errc::permission_denied, access_denied_text(path));
 		if (err == EPROTOTYPE)
 			return make_error(Errc::not_a_pool,
 					  "pool '" + path + "': the socket is not an xmem pool (wrong socket type)");
+		bool abstract = is_abstract(path);
 		struct stat st;
-		bool exists = ::lstat(path.c_str(), &st) == 0;
+		bool exists = !abstract && ::lstat(path.c_str(), &st) == 0;
 		if (exists && !S_ISSOCK(st.st_mode))
 			return make_error(Errc::not_a_pool, "pool '" + path + "': not a socket");
 		if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN)
@@ -230,7 +336,11 @@ Result<UniqueFd> connect(const std::string &path, uint64_t deadline_ns)
 		if (monotonic_ns() >= deadline_ns)
 			return make_error(Errc::not_found,
 					  "pool '" + path + "' not found (" +
-						  (exists ? "nobody listening: its owner is gone" : "no socket") + ")");
+						  (abstract
+							   ? "no abstract socket of that name in this network namespace"
+						   : exists ? "nobody listening: its owner is gone"
+							    : "no socket") +
+						  ")");
 		// Waiting for an owner to appear: a short sleep keeps this simple and cheap.
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
 	}

@@ -5,6 +5,7 @@
 #include "protocol.hpp"
 #include "system.hpp"
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,8 +22,9 @@ struct OwnerSocket {
 };
 
 // Claims PATH for a new owner: refuses while a live owner holds the lock, replaces
-// a dead owner's socket, and binds with MODE (atomically, by renaming into place).
-Result<OwnerSocket> claim(const std::string &path, uint32_t mode);
+// a dead owner's socket, and binds with MODE and GROUP (atomically, by renaming into
+// place). An abstract PATH ("@NAME") is claimed by binding it: no file, no lock.
+Result<OwnerSocket> claim(const std::string &path, uint32_t mode, std::optional<uint32_t> group);
 // Unlinks the socket and lock file while still holding the lock.
 void release(OwnerSocket &owner);
 

@@ -3,6 +3,8 @@
 #include "segment.hpp"
 #include "device_sync.hpp"
 
+#include <xmem/snapshot.hpp>
+
 #include <cstring>
 
 namespace xmem {
@@ -88,6 +90,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.mode = p.mode;
 	k.owner_pid = uint32_t(::getpid());
 	k.owner_uid = uint32_t(::geteuid());
+	k.owner_pid_ns = pid_namespace_here();
 	k.block_timeout_ns = p.block_timeout_ns;
 	k.created_ns = monotonic_ns();
 	copy_string(k.producer, sizeof(k.producer), p.producer);

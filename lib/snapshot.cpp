@@ -9,8 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <span>
+#include <sstream>
 #include <thread>
+
+#include <dirent.h>
+#include <sys/stat.h>
 
 namespace xmem {
 
@@ -94,6 +99,7 @@ HeaderSnapshot read_header(const layout::ControlConstants &k)
 	h.mode = k.mode;
 	h.owner_pid = k.owner_pid;
 	h.owner_uid = k.owner_uid;
+	h.owner_pid_ns = k.owner_pid_ns;
 	h.block_timeout_ns = k.block_timeout_ns;
 	h.created_ns = k.created_ns;
 	h.producer = field_string(k.producer);
@@ -138,8 +144,8 @@ ConsumerRecords find_consumer_records(std::span<const std::byte> segment, uint32
 	return records;
 }
 
-SlotSnapshot read_slot(const layout::SlotRecord &slot, uint32_t index, uint32_t owner_pid,
-		       const std::vector<uint32_t> &consumer_pids)
+SlotSnapshot read_slot(const layout::SlotRecord &slot, uint32_t index, std::optional<uint32_t> owner_pid,
+		       const std::vector<std::optional<uint32_t>> &consumer_pids)
 {
 	SlotSnapshot s{};
 	s.index = index;
@@ -176,6 +182,9 @@ ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index
 	c.state = ConsumerState(state);
 	c.pid = rec.pid;
 	c.uid = rec.uid;
+	c.gid = rec.gid;
+	c.own_pid = rec.own_pid;
+	c.pid_ns = rec.pid_ns;
 	c.client = field_string(rec.client);
 	// Head first: it never passes tail, so tail read after it is not behind it.
 	c.head = rec.head.load(std::memory_order_acquire);
@@ -198,6 +207,58 @@ ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index
 	return c;
 }
 
+// The process that PID_NS numbers OWN_PID, as this process numbers it: a walk of /proc
+// for a process in that namespace whose innermost pid (the last of its status's NSpid)
+// is OWN_PID. Found only where PID_NS is this process's namespace or a descendant.
+std::optional<uint32_t> find_in_namespace(uint32_t own_pid, uint64_t pid_ns)
+{
+	DIR *proc = ::opendir("/proc");
+	if (!proc)
+		return std::nullopt;
+	std::optional<uint32_t> found;
+	// readdir() is only unsafe on a DIR shared between threads; this one is not.
+	while (dirent *e = ::readdir(proc)) { // NOLINT(concurrency-mt-unsafe)
+		char *end = nullptr;
+		unsigned long pid = std::strtoul(e->d_name, &end, 10);
+		if (!end || *end != '\0' || pid == 0 || pid > UINT32_MAX)
+			continue;
+		std::string dir = std::string("/proc/") + e->d_name;
+		struct stat st;
+		if (::stat((dir + "/ns/pid").c_str(), &st) < 0 || st.st_ino != pid_ns)
+			continue;
+		std::ifstream status(dir + "/status");
+		std::string line;
+		while (std::getline(status, line)) {
+			if (line.rfind("NSpid:", 0) != 0)
+				continue;
+			std::istringstream fields(line.substr(6));
+			uint64_t inner = 0;
+			for (uint64_t v; fields >> v;)
+				inner = v;
+			if (inner == own_pid)
+				found = uint32_t(pid);
+			break;
+		}
+		if (found)
+			break;
+	}
+	::closedir(proc);
+	return found;
+}
+
+// A consumer's pid as this process (in namespace HERE) numbers it, from what the owner
+// saw and what the consumer reported.
+std::optional<uint32_t> consumer_pid_here(const ConsumerSnapshot &c, uint64_t owner_ns, uint64_t here)
+{
+	if (here && c.pid_ns == here && c.own_pid)
+		return c.own_pid;
+	if (c.pid && ((here && owner_ns == here) || (!owner_ns && !c.pid_ns)))
+		return c.pid; // the owner's view is this process's (or nothing better is known)
+	if (here && c.pid_ns && c.own_pid)
+		return find_in_namespace(c.own_pid, c.pid_ns);
+	return std::nullopt;
+}
+
 } // namespace
 
 Result<PoolSnapshot> snapshot(const BufferPool &pool)
@@ -211,6 +272,11 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 	v.name = pool.name();
 	v.path = pool.path();
 	v.header = read_header(h);
+	v.pid_ns_here = pid_namespace_here();
+	if (uint32_t pid = pool.owner_pid())
+		v.owner_pid_here = pid;
+	else if (v.pid_ns_here && v.header.owner_pid_ns == v.pid_ns_here)
+		v.owner_pid_here = v.header.owner_pid;
 
 	// The layout follows the slot count validated at attach, not a re-read of the
 	// header, exactly as the library's own handle does.
@@ -228,24 +294,26 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 	v.dropped = h.dropped.load(std::memory_order_relaxed);
 	v.reaped = h.reaped.load(std::memory_order_relaxed);
 
-	std::vector<uint32_t> consumer_pids(consumers.count);
-	for (uint32_t i = 0; i < consumers.count; i++)
-		consumer_pids[i] = consumers[i].pid;
-
-	const auto *slots = reinterpret_cast<const layout::SlotRecord *>(segment.data() + layout::slots_offset());
-	for (uint32_t i = 0; i < slots_shown; i++) {
-		v.slots.push_back(read_slot(slots[i], i, v.header.owner_pid, consumer_pids));
-		if (v.slots.back().free)
-			v.slots_free++;
-	}
-
+	// Each consumer record's pid as this process numbers it (free records' too: a bit
+	// may outlive its consumer for a moment).
+	std::vector<std::optional<uint32_t>> consumer_pids(consumers.count);
 	for (uint32_t i = 0; i < consumers.count; i++) {
 		uint32_t state = consumers[i].state.load(std::memory_order_acquire);
+		ConsumerSnapshot c = read_consumer(consumers[i], i, state, v.header.ring_capacity);
+		c.pid_here = consumer_pid_here(c, v.header.owner_pid_ns, v.pid_ns_here);
+		consumer_pids[i] = c.pid_here;
 		if (state == layout::kConsumerFree)
 			continue;
 		if (state == layout::kConsumerActive)
 			v.consumers_attached++;
-		v.consumers.push_back(read_consumer(consumers[i], i, state, v.header.ring_capacity));
+		v.consumers.push_back(std::move(c));
+	}
+
+	const auto *slots = reinterpret_cast<const layout::SlotRecord *>(segment.data() + layout::slots_offset());
+	for (uint32_t i = 0; i < slots_shown; i++) {
+		v.slots.push_back(read_slot(slots[i], i, v.owner_pid_here, consumer_pids));
+		if (v.slots.back().free)
+			v.slots_free++;
 	}
 	return v;
 }

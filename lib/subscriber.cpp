@@ -1,6 +1,7 @@
 // subscriber.cpp - a consumer's side of a pool: the attach handshake with every check
 // on what the owner sent, and receive() with its sleep/wake protocol.
 #include "subscriber.hpp"
+#include "identity.hpp"
 #include "protocol.hpp"
 #include "rendezvous.hpp"
 
@@ -107,8 +108,12 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	protocol::Hello hello =
 		protocol::make_hello(inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer,
 				     options.queue_size, options.client);
-	int evfd = ev.get();
-	auto sent = rendezvous::send_message(conn.get(), &hello, sizeof(hello), &evfd, inspect ? 0 : 1);
+	// With the eventfd, a pidfd of this process where the kernel makes one: the owner
+	// learns from it when this process has exited, also from another PID namespace.
+	UniqueFd pidfd = inspect ? UniqueFd() : pidfd_of_self();
+	int hello_fds[2] = { ev.get(), pidfd.get() };
+	size_t nfds = inspect ? 0 : pidfd.valid() ? 2 : 1;
+	auto sent = rendezvous::send_message(conn.get(), &hello, sizeof(hello), hello_fds, nfds);
 	if (!sent)
 		return sent.error();
 	uint64_t reply_deadline = std::max(deadline_ns, monotonic_ns() + kReplyTimeoutNs);
@@ -142,6 +147,9 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 							    std::to_string(welcome->consumer_index) + " out of range");
 	pool_.format.store(std::make_shared<const std::string>(welcome->format));
 	pool_.format_seq = welcome->format_seq;
+	// The owner as this process numbers it: 0 when its PID namespace is not visible here.
+	if (auto owner = peer_credentials(conn.get()))
+		pool_.owner_pid_here = uint32_t(owner->pid);
 	sock = std::move(conn);
 	if (inspect) {
 		pool_.role = Role::inspector;

@@ -4,6 +4,9 @@
 #include "common.hpp"
 #include "layout.hpp"
 #include "protocol.hpp"
+#include "system.hpp"
+
+#include <xmem/snapshot.hpp>
 
 #include <atomic>
 #include <cstring>
@@ -17,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 
 namespace {
@@ -591,7 +595,7 @@ TEST(FakeOwner, ValidSegmentsAttach)
 	auto pool = open(path);
 	ASSERT_OK(pool);
 	EXPECT_EQ(owner.hello_size(), sizeof(protocol::Hello));
-	EXPECT_EQ(owner.hello_fds(), 1u) << "a consumer sends its eventfd";
+	EXPECT_EQ(owner.hello_fds(), 2u) << "a consumer sends its eventfd and a pidfd of itself";
 	auto &p = **pool;
 	EXPECT_EQ(p.role(), xmem::Role::consumer);
 	EXPECT_EQ(p.slot_count(), FakeSegments::kSlots);
@@ -915,6 +919,9 @@ TEST(RealOwner, SurvivesGarbagePeers)
 	int ev[3];
 	for (int &e : ev)
 		e = ::eventfd(0, EFD_CLOEXEC);
+	// A pidfd, but of another process than the peer's (its parent, visible here).
+	xmem::UniqueFd parent(int(::syscall(SYS_pidfd_open, ::getppid(), 0)));
+	ASSERT_TRUE(parent.valid()) << std::strerror(errno);
 	protocol::Hello bad_version = hello();
 	bad_version.header.version = 2;
 	protocol::Hello bad_magic = hello();
@@ -939,6 +946,8 @@ TEST(RealOwner, SurvivesGarbagePeers)
 		{ "hello, wrong type", hello_with(wrong_type, { ev[0] }), XMEM_ENOTPOOL },
 		{ "hello, unknown role", hello_with(bad_role, { ev[0] }), XMEM_ENOTPOOL },
 		{ "hello with 3 fds", hello_with(hello(), { ev[0], ev[1], ev[2] }), XMEM_EINVAL },
+		{ "hello with an eventfd where the pidfd goes", hello_with(hello(), { ev[0], ev[1] }), XMEM_EINVAL },
+		{ "hello with another process's pidfd", hello_with(hello(), { ev[0], parent.get() }), XMEM_EINVAL },
 		{ "hello without an eventfd", hello_with(hello(), {}), XMEM_EINVAL },
 		{ "inspector hello with an fd", hello_with(hello(protocol::PeerRole::inspector), { ev[0] }),
 		  XMEM_EINVAL },
@@ -985,6 +994,35 @@ TEST(RealOwner, SurvivesGarbagePeers)
 	ASSERT_OK(consumer);
 	EXPECT_EQ((*owner)->stats().consumers, 1u);
 	round_trip(**owner, **consumer, 5);
+}
+
+// A consumer from before the Hello carried its pid and PID namespace (56 bytes, its
+// eventfd alone) is admitted; the owner records what the kernel says of it.
+TEST(RealOwner, AdmitsAHelloWithoutPidFields)
+{
+	RuntimeDir dir;
+	auto owner = BufferPool::create("old-peer", config(2));
+	ASSERT_OK(owner);
+	int sock = connect_raw((*owner)->path());
+	ASSERT_GE(sock, 0);
+	protocol::Hello h = hello();
+	h.header.size = protocol::kHelloV1Size;
+	xmem::UniqueFd ev(::eventfd(0, EFD_CLOEXEC));
+	ASSERT_TRUE(send_with_fds(sock, &h, protocol::kHelloV1Size, { ev.get() }));
+	auto reply = receive_raw(sock, 10000);
+	ASSERT_TRUE(reply);
+	ASSERT_EQ(reply->data.size(), sizeof(protocol::Welcome)) << "expected a Welcome";
+	auto view = xmem::snapshot(**owner);
+	ASSERT_OK(view);
+	ASSERT_EQ(view->consumers.size(), 1u);
+	const xmem::ConsumerSnapshot &c = view->consumers[0];
+	EXPECT_EQ(c.pid, uint32_t(::getpid())) << "SO_PEERCRED's pid";
+	EXPECT_EQ(c.own_pid, 0u);
+	EXPECT_EQ(c.pid_ns, 0u);
+	ASSERT_TRUE(c.pid_here.has_value());
+	EXPECT_EQ(*c.pid_here, uint32_t(::getpid()));
+	reply->close_fds();
+	::close(sock);
 }
 
 TEST(RealOwner, SilentPeerDoesNotBlockOthers)

@@ -209,19 +209,30 @@ std::string octal(uint32_t mode)
 	return buf;
 }
 
-// PID alive as far as kill(2) can tell; EPERM means it exists under another user.
-// pid 0 and "negative" pids would address process groups, so they are never alive.
-bool process_alive(uint32_t pid)
-{
-	if (pid == 0 || pid > uint32_t(INT_MAX))
-		return false;
-	return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
-}
-
-// Whether consumer C's process still runs, which the snapshot leaves to the caller.
+// Whether consumer C is attached: its owner holds its connection and reaps it when the
+// connection ends, so an active record is a live process, in whatever PID namespace. A
+// pid is never asked (kill(2)): from another namespace it can name another process.
 bool consumer_alive(const xmem::ConsumerSnapshot &c)
 {
-	return c.state == xmem::ConsumerState::active && process_alive(c.pid);
+	return c.state == xmem::ConsumerState::active;
+}
+
+// How a PID namespace relates to this process's: "same", "other" or "unknown".
+const char *namespace_relation(uint64_t pid_ns, uint64_t here)
+{
+	if (!pid_ns || !here)
+		return "unknown";
+	return pid_ns == here ? "same" : "other";
+}
+
+// "1234", or what is known of a process this one cannot number.
+std::string pid_text(std::optional<uint32_t> pid_here, uint32_t own_pid)
+{
+	if (pid_here)
+		return std::to_string(*pid_here);
+	if (own_pid)
+		return "pid " + std::to_string(own_pid) + " in another PID namespace";
+	return "in another PID namespace";
 }
 
 void print_json(const xmem::PoolSnapshot &v)
@@ -250,7 +261,18 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("gpu_ordering").string(xmem::gpu_ordering_name(h.sync_mode));
 	j.key("policy").string(policy_name(h.policy));
 	j.key("mode").string(octal(h.mode));
-	j.key("owner_pid").number(h.owner_pid);
+	// The owner's pid as this process numbers it (null: another PID namespace), and as
+	// it numbers itself.
+	j.key("owner_pid");
+	if (v.owner_pid_here)
+		j.number(*v.owner_pid_here);
+	else
+		j.null();
+	j.key("owner_own_pid").number(h.owner_pid);
+	j.key("owner_pid_namespace")
+		.string(v.owner_pid_here && h.owner_pid_ns != v.pid_ns_here
+				? "visible"
+				: namespace_relation(h.owner_pid_ns, v.pid_ns_here));
 	j.key("owner_uid").number(h.owner_uid);
 	j.key("block_timeout_ns").number(h.block_timeout_ns);
 	j.key("created_ns").number(h.created_ns);
@@ -299,8 +321,20 @@ void print_json(const xmem::PoolSnapshot &v)
 	for (const xmem::ConsumerSnapshot &c : v.consumers) {
 		j.begin_object();
 		j.key("index").number(c.index);
-		j.key("pid").number(c.pid);
+		// Its pid as this process numbers it (null: a PID namespace not visible here),
+		// as the consumer numbers itself, and as its owner saw it (0: not visible there).
+		j.key("pid");
+		if (c.pid_here)
+			j.number(*c.pid_here);
+		else
+			j.null();
+		j.key("own_pid").number(c.own_pid);
+		j.key("owner_seen_pid").number(c.pid);
+		j.key("pid_namespace")
+			.string(c.pid_here && c.pid_ns != v.pid_ns_here ? "visible"
+									: namespace_relation(c.pid_ns, v.pid_ns_here));
 		j.key("uid").number(c.uid);
+		j.key("gid").number(c.gid);
 		j.key("client").string(c.client);
 		j.key("state").string(xmem::state_name(c.state));
 		j.key("alive").boolean(consumer_alive(c));
@@ -361,7 +395,8 @@ void print_text(const xmem::PoolSnapshot &v)
 		std::printf(" (timeout %llu ms)", (unsigned long long)(h.block_timeout_ns / 1'000'000));
 	std::printf("\n");
 	std::printf("  mode             %s\n", octal(h.mode).c_str());
-	std::printf("  owner            pid %u, uid %u\n", h.owner_pid, h.owner_uid);
+	std::printf("  owner            %s%s, uid %u\n", v.owner_pid_here ? "pid " : "",
+		    pid_text(v.owner_pid_here, h.owner_pid).c_str(), h.owner_uid);
 	std::printf("  producer         %s\n", quoted(h.producer, false).c_str());
 	std::printf("  state            %s\n", xmem::state_name(v.state));
 	if (v.format)
@@ -381,7 +416,7 @@ void print_text(const xmem::PoolSnapshot &v)
 				holders += "owner ";
 			else
 				holders += "consumer " + std::to_string(holder.consumer_index()) + " ";
-			holders += holder.pid ? "pid " + std::to_string(*holder.pid) : "pid ?";
+			holders += holder.pid ? "pid " + std::to_string(*holder.pid) : "(other PID namespace)";
 		}
 		if (holders.empty())
 			holders = "-";
@@ -395,10 +430,14 @@ void print_text(const xmem::PoolSnapshot &v)
 			    "alive", "queued", "received", "dropped", "queue");
 		for (const xmem::ConsumerSnapshot &c : v.consumers) {
 			std::string queued = c.queued ? std::to_string(*c.queued) : "?";
-			std::printf("  %5u  %8u  %-20s  %-6s  %-5s  %6s  %10llu  %10llu  %5u\n", c.index, c.pid,
+			std::string pid = c.pid_here ? std::to_string(*c.pid_here) : "other-ns";
+			std::printf("  %5u  %8s  %-20s  %-6s  %-5s  %6s  %10llu  %10llu  %5u\n", c.index, pid.c_str(),
 				    quoted(c.client, false).c_str(), xmem::state_name(c.state),
 				    consumer_alive(c) ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
 				    (unsigned long long)c.dropped, c.queue_size);
+			if (!c.pid_here)
+				std::printf("         %s, not visible from this process's\n",
+					    pid_text(c.pid_here, c.own_pid).c_str());
 			if (c.sync_mode != 0)
 				std::printf("         GPU ordering %s\n", xmem::gpu_ordering_name(c.sync_mode));
 		}
@@ -474,8 +513,7 @@ int list(bool json)
 		if (pool) {
 			l.stats = (*pool)->stats();
 			l.slot_size = (*pool)->slot_size();
-			if (auto snapshot = xmem::snapshot(**pool))
-				l.owner_pid = snapshot->header.owner_pid;
+			l.owner_pid = (*pool)->owner_pid(); // 0: in a PID namespace not visible here
 		} else {
 			l.error = pool.error().message;
 		}
@@ -493,7 +531,11 @@ int list(bool json)
 			j.key("path").string(l.path);
 			j.key("live").boolean(l.stats.has_value());
 			if (l.stats) {
-				j.key("owner_pid").number(l.owner_pid);
+				j.key("owner_pid");
+				if (l.owner_pid)
+					j.number(l.owner_pid);
+				else
+					j.null();
 				j.key("slots_total").number(l.stats->slots_total);
 				j.key("slots_free").number(l.stats->slots_free);
 				j.key("slot_size").number(l.slot_size);
@@ -518,11 +560,13 @@ int list(bool json)
 	std::printf("pools in %s:\n", quoted(dir, false).c_str());
 	for (const Listed &l : pools) {
 		if (l.stats)
-			std::printf("  %-24s live (owner pid %u): %u slots of %llu bytes, %u free, %u consumers, "
+			std::printf("  %-24s live (owner %s): %u slots of %llu bytes, %u free, %u consumers, "
 				    "%llu published\n",
-				    quoted(l.name, false).c_str(), l.owner_pid, l.stats->slots_total,
-				    (unsigned long long)l.slot_size, l.stats->slots_free, l.stats->consumers,
-				    (unsigned long long)l.stats->published);
+				    quoted(l.name, false).c_str(),
+				    l.owner_pid ? ("pid " + std::to_string(l.owner_pid)).c_str()
+						: "in another PID namespace",
+				    l.stats->slots_total, (unsigned long long)l.slot_size, l.stats->slots_free,
+				    l.stats->consumers, (unsigned long long)l.stats->published);
 		else
 			std::printf("  %-24s no live owner: %s\n", quoted(l.name, false).c_str(), l.error.c_str());
 	}

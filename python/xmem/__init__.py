@@ -14,6 +14,7 @@ same files work with every CPython from 3.9 on.
 
 import asyncio
 import ctypes
+import grp
 import re
 
 from . import _capi, _dlpack
@@ -472,7 +473,8 @@ class Consumer(_Handle):
 class Producer(_Handle):
     """The owner of a pool: acquire() a slot, fill it, publish() it."""
 
-    def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0):
+    def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
+                 mode=0o600, group=None):
         if policy not in _capi.POLICIES:
             raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
         if storage not in _capi.STORAGES:
@@ -486,6 +488,10 @@ class Producer(_Handle):
         config.producer = b"python"
         config.storage = _capi.STORAGES[storage]
         config.device = int(device)
+        config.mode = int(mode)
+        if group is not None:
+            config.has_group = 1
+            config.group = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
         handle = ctypes.c_void_p()
         self.name = name
         _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
@@ -607,6 +613,10 @@ def open(name, timeout=None, queue_size=4):  # noqa: A001 - the issue's name
     return Consumer(name, timeout=timeout, queue_size=queue_size)
 
 
-def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0):
-    """Creates pool NAME and becomes its producer."""
-    return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device)
+def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,
+           group=None):
+    """Creates pool NAME and becomes its producer. MODE says who may attach, as file
+    permission bits (0o660: GROUP's members too); GROUP is a gid or a group name the
+    caller is a member of (None: the caller's group). NAME "@name" is an abstract socket."""
+    return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device,
+                    mode=mode, group=group)

@@ -63,7 +63,9 @@ class PoolConfig(ctypes.Structure):
         ("producer", ctypes.c_char_p),
         ("storage", ctypes.c_uint32),
         ("device", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 8),
+        ("has_group", ctypes.c_uint32),
+        ("group", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 6),
     ]
 
 

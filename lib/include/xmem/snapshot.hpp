@@ -42,8 +42,9 @@ struct HeaderSnapshot {
 	uint64_t sync_offset;
 	uint32_t policy; // an xmem_policy value
 	uint32_t mode;
-	uint32_t owner_pid;
+	uint32_t owner_pid; // as the owner numbers itself, in its PID namespace
 	uint32_t owner_uid;
+	uint64_t owner_pid_ns; // that namespace (see pid_namespace_here()); 0 when unknown
 	uint64_t block_timeout_ns;
 	uint64_t created_ns;
 	std::string producer;
@@ -52,7 +53,8 @@ struct HeaderSnapshot {
 // One set holder bit of a slot: bit 0 is the owner, bit 1 + i consumer record i.
 struct HolderSnapshot {
 	uint32_t bit;
-	// The owner's or that consumer record's pid; none for a bit past the consumer
+	// The owner's or that consumer's pid as the process taking the snapshot numbers it;
+	// none for a process in a PID namespace it cannot see, or a bit past the consumer
 	// records the mapping holds.
 	std::optional<uint32_t> pid;
 
@@ -80,13 +82,23 @@ struct QueueEntrySnapshot {
 	uint32_t seq; // low 32 bits of the frame's sequence number
 };
 
-// A consumer record that is not free. Whether its process still runs is not part of
-// the snapshot (asking costs a syscall): see kill(2) with signal 0.
+// A consumer record that is not free. An active one is attached: its owner holds its
+// connection and reaps it when the connection ends, whatever PID namespace it is in
+// (its pid is not asked: a pid seen from another namespace can name another process).
 struct ConsumerSnapshot {
 	uint32_t index;
 	ConsumerState state;
-	uint32_t pid;
-	uint32_t uid;
+	uint32_t pid; // as the owner saw it (SO_PEERCRED): 0 from a PID namespace it cannot see
+	uint32_t uid; // as the owner saw them: 65534 when its user namespace does not map them
+	uint32_t gid;
+	// As the consumer reported itself: its pid in its own PID namespace, and that
+	// namespace; 0 when unknown (from consumers older than the fields).
+	uint32_t own_pid;
+	uint64_t pid_ns;
+	// Its pid as the process taking the snapshot numbers it; none when that process
+	// cannot see the consumer's PID namespace (then own_pid is what the consumer's
+	// namespace calls it).
+	std::optional<uint32_t> pid_here;
 	std::string client;
 	uint64_t head; // ring entries [head, tail) are queued
 	uint64_t tail;
@@ -122,6 +134,10 @@ struct PoolSnapshot {
 	std::string name;
 	std::string path;
 	HeaderSnapshot header;
+	// The owner's pid as the process taking the snapshot numbers it; none when the
+	// owner is in a PID namespace that process cannot see.
+	std::optional<uint32_t> owner_pid_here;
+	uint64_t pid_ns_here; // that process's PID namespace (pid_namespace_here())
 	PoolState state;
 	std::optional<FormatSnapshot> format; // none while the owner is stuck rewriting it
 	uint64_t published;
@@ -143,10 +159,17 @@ struct PoolSnapshot {
 // shown as the segment holds them now, not as validated at attach. Whatever the owner
 // wrote, every index is bounded by the mapping and by the slot count validated at
 // attach; what does not fit is left out and named in warnings.
-// Costs: no syscall and no lock, but for the format's seqlock: while the owner is
-// rewriting the format the read is retried, yielding the CPU, for up to 200 ms.
+// Costs: no lock, but for the format's seqlock: while the owner is rewriting the format
+// the read is retried, yielding the CPU, for up to 200 ms. Syscalls: one stat of
+// /proc/self/ns/pid, and for each consumer in a PID namespace other than this process's
+// and the owner's, a walk of /proc looking for it (found when its namespace is a
+// descendant of this one: the host sees its containers' processes).
 // Errors: Errc::bad_segment when the mapping is too small to hold the header.
 Result<PoolSnapshot> snapshot(const BufferPool &pool);
+
+// This process's PID namespace: the inode number of /proc/self/ns/pid, 0 when /proc
+// cannot tell. Processes with equal values number processes alike.
+uint64_t pid_namespace_here();
 
 inline const char *state_name(SlotState state)
 {

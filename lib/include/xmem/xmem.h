@@ -113,12 +113,15 @@ typedef struct xmem_pool_config {
 	uint32_t max_consumers; /* 1..XMEM_MAX_CONSUMERS; 0 means 64 */
 	xmem_policy policy; /* what a full consumer queue does */
 	uint64_t block_timeout_ns; /* with XMEM_POLICY_BLOCK; 0 means 1 s */
-	uint32_t mode; /* socket and memory file mode; 0 means 0600 */
+	uint32_t mode; /* who may attach, as file permission bits (0660: the group too);
+			* 0 means 0600. The owner checks every peer against it. */
 	const char *format; /* initial format string (may be NULL) */
 	const char *producer; /* producer's name for metadata (may be NULL) */
 	uint32_t storage; /* xmem_storage of the slots; XMEM_STORAGE_SYSTEM by default */
 	uint32_t device; /* CUDA device ordinal for XMEM_STORAGE_CUDA, else 0 */
-	uint32_t reserved[8]; /* must be zero (xmem_pool_config_init does it) */
+	uint32_t has_group; /* nonzero: GROUP is the group mode's group bits let in */
+	uint32_t group; /* a gid the owner is a member of; the socket's group */
+	uint32_t reserved[6]; /* must be zero (xmem_pool_config_init does it) */
 } xmem_pool_config;
 
 /* Fills a config with the defaults: 8 slots, no size (must be set), 64 consumers,

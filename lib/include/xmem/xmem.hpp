@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,7 +102,13 @@ struct PoolConfig {
 	uint32_t max_consumers = 64;
 	Policy policy = Policy::drop_oldest;
 	std::chrono::nanoseconds block_timeout = std::chrono::seconds(1);
+	// Who may attach, as a file mode's permission bits: the socket file's mode, and the
+	// rule the owner applies to every peer's credentials (also for an abstract socket,
+	// which has no file): the owner's uid, root, the group with 0060, anyone with 0006.
 	uint32_t mode = 0600;
+	// The group MODE's group bits let in (a gid; the owner must be a member): the socket
+	// file's group, and the default directory's. None: the owner's effective group.
+	std::optional<uint32_t> group;
 	std::string format;
 	std::string producer;
 	Storage storage = Storage::system;
@@ -300,6 +307,10 @@ public:
 
 	// For xmem-inspect: the raw control segment of an inspector handle.
 	std::span<const std::byte> control_segment() const;
+	// The owner's pid as this process numbers it: getpid() for the owner, for others
+	// the kernel's answer at attach (SO_PEERCRED), 0 when the owner is in a PID
+	// namespace this process cannot see (a sibling container).
+	uint32_t owner_pid() const;
 
 	explicit BufferPool(std::shared_ptr<PoolImpl> impl);
 
@@ -348,8 +359,14 @@ Result<void> cuda_synchronize_context(void *context);
 // may be of different contexts; neither may be a default stream.
 Result<void> cuda_stream_wait(CudaStream waiter, CudaStream producer);
 
-// Where NAME's socket lives, or an error for a bad name.
+// Where NAME's socket lives, or an error for a bad name: a plain name's under
+// default_directory(), a name with a '/' is a path, and "@NAME" is NAME in the abstract
+// socket namespace (no file: one per network namespace, for containers that share a
+// network namespace but no directory; access is the owner's check of each peer's
+// credentials against its mode and group).
 Result<std::string> socket_path(std::string_view name);
+// Whether a socket path names an abstract socket ("@NAME").
+bool is_abstract(std::string_view path);
 // The directory plain names live in.
 std::string default_directory();
 
