@@ -31,6 +31,7 @@ using xmem::test::number_option;
 
 // produce NAME --frames N --size BYTES --slots K --fps F --policy block|drop-oldest|drop-new
 //         --wait-consumers C --consumers-gone --block-timeout-ms T --format F
+//         --mode OCTAL --group GID
 int produce(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::PoolConfig config;
@@ -39,6 +40,10 @@ int produce(const std::string &name, const xmem::test::Options &o)
 	config.max_consumers = uint32_t(number_option(o, "max-consumers", 64));
 	config.block_timeout = std::chrono::milliseconds(number_option(o, "block-timeout-ms", 1000));
 	config.producer = "xmem-test-peer";
+	if (o.count("mode"))
+		config.mode = uint32_t(std::strtoul(o.at("mode").c_str(), nullptr, 8));
+	if (o.count("group"))
+		config.group = uint32_t(number_option(o, "group", 0));
 	if (o.count("format"))
 		config.format = o.at("format");
 	std::string policy = o.count("policy") ? o.at("policy") : "drop-oldest";
@@ -94,6 +99,7 @@ int produce(const std::string &name, const xmem::test::Options &o)
 
 // consume NAME --frames N (stop after N; 0 = until EOS/closed) --hold K --work-us U
 //         --queue Q --timeout-ms T --reconnect --expect-size S
+//         --hold-forever (after N frames, keep the K held and sleep until killed)
 int consume(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::OpenOptions options;
@@ -150,6 +156,12 @@ int consume(const std::string &name, const xmem::test::Options &o)
 			}
 			if (work_us)
 				std::this_thread::sleep_for(std::chrono::microseconds(work_us));
+		}
+		if (o.count("hold-forever")) {
+			std::printf("holding=%zu\n", held.size());
+			std::fflush(stdout);
+			for (;;)
+				std::this_thread::sleep_for(1s);
 		}
 		for (auto &[g, seq] : held)
 			if (!check(g.data(), seq))
