@@ -294,16 +294,16 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 	v.dropped = h.dropped.load(std::memory_order_relaxed);
 	v.reaped = h.reaped.load(std::memory_order_relaxed);
 
-	// Each consumer record's pid as this process numbers it (free records' too: a bit
-	// may outlive its consumer for a moment).
+	// Each consumer's pid as this process numbers it, for its holder bits too (none for
+	// a free record's: a bit may outlive its consumer for a moment).
 	std::vector<std::optional<uint32_t>> consumer_pids(consumers.count);
 	for (uint32_t i = 0; i < consumers.count; i++) {
 		uint32_t state = consumers[i].state.load(std::memory_order_acquire);
+		if (state == layout::kConsumerFree)
+			continue;
 		ConsumerSnapshot c = read_consumer(consumers[i], i, state, v.header.ring_capacity);
 		c.pid_here = consumer_pid_here(c, v.header.owner_pid_ns, v.pid_ns_here);
 		consumer_pids[i] = c.pid_here;
-		if (state == layout::kConsumerFree)
-			continue;
 		if (state == layout::kConsumerActive)
 			v.consumers_attached++;
 		v.consumers.push_back(std::move(c));
