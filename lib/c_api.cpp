@@ -126,6 +126,8 @@ const char *xmem_status_name(int s)
 		return "XMEM_ESYSTEM";
 	case XMEM_ENOMEM:
 		return "XMEM_ENOMEM";
+	case XMEM_EBADFRAME:
+		return "XMEM_EBADFRAME";
 	}
 	return "XMEM_UNKNOWN";
 }
@@ -301,6 +303,11 @@ int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats)
 uint64_t xmem_pool_side_data_refused(const xmem_pool *pool)
 {
 	return pool ? pool->pool->side_data_refused() : 0;
+}
+
+uint64_t xmem_pool_frames_refused(const xmem_pool *pool)
+{
+	return pool ? pool->pool->frames_refused() : 0;
 }
 
 uint64_t xmem_pool_slot_size(const xmem_pool *pool)

@@ -1,5 +1,6 @@
 // pool.cpp - references to slots (guards, add_ref/release, get/get_mut with
 // copy-on-write) and the BufferPool facade shared by owner and consumers.
+#include "frame_check.hpp"
 #include "pool_impl.hpp"
 #include "publisher.hpp"
 #include "subscriber.hpp"
@@ -64,10 +65,9 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	g.pool_ = shared_from_this();
 	g.index_ = index;
 	g.meta_ = seg.slots[index].meta;
-	// Another process wrote these: keep counts and strings within their arrays.
+	// Another process wrote these: keep strings within their arrays. The layout's
+	// counts and sizes are checked by checked_guard(), on this copy.
 	g.meta_.index = index;
-	g.meta_.ndim = std::min<uint8_t>(g.meta_.ndim, XMEM_MAX_DIMS);
-	g.meta_.n_planes = std::min<uint32_t>(g.meta_.n_planes, XMEM_MAX_PLANES);
 	g.meta_.content_type[XMEM_CONTENT_TYPE_MAX - 1] = '\0';
 	g.meta_.producer[XMEM_PRODUCER_MAX - 1] = '\0';
 	// The owner wrote its ordinal; this process may number the device otherwise.
@@ -81,6 +81,19 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	g.format_ = role == Role::owner ? format.load() : format_of(seg.slots[index]);
 	g.side_data_ = side_data_of(seg.slots[index]);
 	return g;
+}
+
+Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
+{
+	BufferGuard g = make_guard(index, writable);
+	auto fits = check_frame_layout(g.meta_, g.capacity_);
+	if (fits)
+		return g;
+	// Given back unread: no GPU work of this process touched it.
+	frames_refused.fetch_add(1, std::memory_order_relaxed);
+	g.pool_.reset();
+	(void)release(index, nullptr, false);
+	return make_error(Errc::bad_frame, where() + ": " + fits.error().message);
 }
 
 std::shared_ptr<const std::vector<std::byte>> PoolImpl::side_data_of(const SlotRecord &slot)
@@ -175,16 +188,18 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		}
 	}
 
-	if (!writable)
-		return make_guard(index, false);
+	auto checked = checked_guard(index, false);
+	if (!writable || !checked)
+		return checked;
+	BufferGuard shared = std::move(checked.value());
 
 	lock.lock();
-
-	if (take_exclusive(index))
-		return make_guard(index, true);
+	if (take_exclusive(index)) {
+		shared.writable_ = true;
+		return shared;
+	}
 	lock.unlock();
 
-	BufferGuard shared = make_guard(index, false);
 	auto copy = private_copy(shared, shared.storage(), shared.device());
 	if (copy)
 		copy->writable_ = true;
@@ -658,6 +673,11 @@ std::string BufferPool::format() const
 uint64_t BufferPool::side_data_refused() const
 {
 	return impl_->side_data_refused.load(std::memory_order_relaxed);
+}
+
+uint64_t BufferPool::frames_refused() const
+{
+	return impl_->frames_refused.load(std::memory_order_relaxed);
 }
 
 std::span<const std::byte> BufferPool::control_segment() const

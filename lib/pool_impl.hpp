@@ -102,6 +102,10 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	Result<void> release(uint32_t index, void *stream = nullptr, bool gpu_reads = true);
 	Result<void> set_ref_count(uint32_t index, uint32_t count);
 	BufferGuard make_guard(uint32_t index, bool writable);
+	// A guard on a slot this process holds, for a reader: its metadata copied and its
+	// layout checked (frame_check.hpp). A layout that does not fit is Errc::bad_frame,
+	// the reference given back and counted in frames_refused.
+	Result<BufferGuard> checked_guard(uint32_t index, bool writable);
 	Result<BufferGuard> private_copy(const BufferGuard &frame, Storage to, uint32_t device, void *stream = nullptr);
 	bool take_exclusive(uint32_t index); // refs_lock held
 	void clear_holder_bit(uint32_t index, uint32_t bit);
@@ -112,6 +116,8 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	std::shared_ptr<const std::vector<std::byte>> side_data_of(const layout::SlotRecord &slot);
 	// Frames taken without their side data, its size out of range (any thread).
 	std::atomic<uint64_t> side_data_refused{ 0 };
+	// Frames refused for their layout (checked_guard; any thread).
+	std::atomic<uint64_t> frames_refused{ 0 };
 };
 
 } // namespace xmem

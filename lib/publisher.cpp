@@ -1,6 +1,8 @@
 // publisher.cpp - the owner's side of a pool: creating it, acquire and publish with
 // the queue policies, and the thread that attaches and reaps consumers.
 #include "publisher.hpp"
+
+#include "frame_check.hpp"
 #include "identity.hpp"
 
 #include <algorithm>
@@ -315,13 +317,9 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 		return make_error(Errc::out_of_range, pool_.where() + ": frame size " + std::to_string(g.meta_.size) +
 							      " exceeds the slot size " +
 							      std::to_string(seg.slot_size));
-	if (g.meta_.n_planes > XMEM_MAX_PLANES)
-		return make_error(Errc::invalid_argument, pool_.where() + ": n_planes " +
-								  std::to_string(g.meta_.n_planes) + " > " +
-								  std::to_string(XMEM_MAX_PLANES));
-	if (g.meta_.ndim > XMEM_MAX_DIMS)
-		return make_error(Errc::invalid_argument, pool_.where() + ": ndim " + std::to_string(g.meta_.ndim) +
-								  " > " + std::to_string(XMEM_MAX_DIMS));
+	// Consumers would refuse it: say so here, where the mistake is.
+	if (auto fits = check_frame_layout(g.meta_, seg.slot_size); !fits)
+		return make_error(Errc::invalid_argument, pool_.where() + ": publish: " + fits.error().message);
 	std::span<const std::byte> side = g.side_data();
 	if (side.size() > kSideDataMax) // set_side_data() refuses it: never truncate here either
 		return make_error(Errc::out_of_range, pool_.where() + ": side data of " + std::to_string(side.size()) +

@@ -229,12 +229,9 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 	return {};
 }
 
-BufferGuard Subscriber::frame_guard(uint32_t index)
+Result<BufferGuard> Subscriber::frame_guard(uint32_t index)
 {
-	BufferGuard g = pool_.make_guard(index, false);
-	if (g.meta_.size > seg.slot_size)
-		g.meta_.size = seg.slot_size;
-	return g;
+	return pool_.checked_guard(index, false);
 }
 
 Result<BufferGuard> Subscriber::deliver_parked(void *stream, uint64_t deadline_ns)

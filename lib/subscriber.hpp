@@ -41,7 +41,8 @@ private:
 	// The parked frame goes back unread (detach, close).
 	void drop_parked();
 	void disarm_retry();
-	BufferGuard frame_guard(uint32_t index);
+	// The received frame in slot INDEX, its layout checked (Errc::bad_frame: refused).
+	Result<BufferGuard> frame_guard(uint32_t index);
 
 	PoolImpl &pool_;
 	ControlSegment &seg;

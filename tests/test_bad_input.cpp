@@ -614,29 +614,41 @@ TEST(FakeOwner, HostileSegmentContentAfterAttach)
 	ASSERT_OK(pool);
 	auto &p = **pool;
 	layout::ConsumerRecord *me = s.consumer(0);
-	std::atomic<uint64_t> *ring = layout::ring_of(me);
+	std::atomic<uint64_t> *ring_entries = layout::ring_of(me);
+	// Entry N of the queue (the ring wraps).
+	auto ring = [&](uint64_t n) -> std::atomic<uint64_t> & {
+		return ring_entries[n % s.header->ring_capacity];
+	};
 
-	// A frame whose size, counts and strings overrun: clamped to the slot and arrays.
+	// A frame whose size and counts overrun: refused, its slot given back, counted.
 	layout::SlotRecord *slot0 = s.slot(0);
 	slot0->meta = xmem_frame_meta{};
 	slot0->meta.seq = 1;
 	slot0->meta.size = uint64_t{ 1 } << 40;
 	slot0->meta.ndim = 200;
 	slot0->meta.n_planes = 1000;
-	std::memset(slot0->meta.content_type, 'c', sizeof(slot0->meta.content_type));
-	std::memset(slot0->meta.producer, 'p', sizeof(slot0->meta.producer));
 	slot0->meta.format_seq = 1;
 	slot0->state.store(layout::kSlotPublished);
 	slot0->holders[0].store(layout::holder_mask(1));
-	ring[0].store((uint64_t{ 1 } << 32) | 0);
+	ring(0).store((uint64_t{ 1 } << 32) | 0);
 	me->tail.store(1);
+	EXPECT_ERRC(p.receive(0s), Errc::bad_frame);
+	EXPECT_EQ(p.frames_refused(), 1u);
+	EXPECT_EQ(layout::holders_of(*slot0), 0u) << "the refused frame's reference went back";
+
+	// Strings without their terminator: kept within their arrays.
+	slot0->meta.size = 10;
+	slot0->meta.ndim = 0;
+	slot0->meta.n_planes = 0;
+	std::memset(slot0->meta.content_type, 'c', sizeof(slot0->meta.content_type));
+	std::memset(slot0->meta.producer, 'p', sizeof(slot0->meta.producer));
+	slot0->holders[0].store(layout::holder_mask(1));
+	ring(1).store((uint64_t{ 1 } << 32) | 0);
+	me->tail.store(2);
 	auto f = p.receive(0s);
 	ASSERT_OK(f);
 	EXPECT_EQ(f->index(), 0u);
-	EXPECT_LE(f->data().size(), FakeSegments::kSlotSize);
-	EXPECT_LE(f->meta().size, FakeSegments::kSlotSize);
-	EXPECT_LE(f->meta().ndim, XMEM_MAX_DIMS);
-	EXPECT_LE(f->meta().n_planes, uint32_t(XMEM_MAX_PLANES));
+	EXPECT_EQ(f->data().size(), 10u);
 	EXPECT_LT(strnlen(f->meta().content_type, sizeof(f->meta().content_type)), sizeof(f->meta().content_type));
 	EXPECT_LT(strnlen(f->meta().producer, sizeof(f->meta().producer)), sizeof(f->meta().producer));
 	f->reset();
@@ -650,23 +662,23 @@ TEST(FakeOwner, HostileSegmentContentAfterAttach)
 	std::memset(slot1->format, 'x', sizeof(slot1->format));
 	slot1->state.store(layout::kSlotPublished);
 	slot1->holders[0].store(layout::holder_mask(1));
-	ring[1].store((uint64_t{ 2 } << 32) | 1);
-	me->tail.store(2);
+	ring(2).store((uint64_t{ 2 } << 32) | 1);
+	me->tail.store(3);
 	auto g = p.receive(0s);
 	ASSERT_OK(g);
 	EXPECT_EQ(g->format(), std::string(XMEM_FORMAT_MAX, 'x'));
 	g->reset();
 
 	// A queued index past the slots.
-	ring[2].store((uint64_t{ 3 } << 32) | 7);
-	me->tail.store(3);
+	ring(3).store((uint64_t{ 3 } << 32) | 7);
+	me->tail.store(4);
 	EXPECT_ERRC(p.receive(0s), Errc::bad_segment);
 
 	// Queue indices that make no sense.
-	me->head.store(3);
-	me->tail.store(3 + 1000);
+	me->head.store(4);
+	me->tail.store(4 + 1000);
 	EXPECT_ERRC(p.receive(0s), Errc::bad_segment);
-	me->tail.store(2); // behind the head
+	me->tail.store(3); // behind the head
 	EXPECT_ERRC(p.receive(0s), Errc::bad_segment);
 
 	// get() on a slot in a state that does not exist.
@@ -676,7 +688,7 @@ TEST(FakeOwner, HostileSegmentContentAfterAttach)
 	EXPECT_ERRC(p.get(1), Errc::not_held);
 
 	// The end-of-stream marker, then a pool marked closed.
-	ring[0].store(layout::kEosEntry);
+	ring(0).store(layout::kEosEntry);
 	me->tail.store(1);
 	EXPECT_ERRC(p.receive(0s), Errc::end_of_stream);
 	s.header->state.store(layout::kPoolClosed);

@@ -8,6 +8,7 @@
 
 #include "arena.hpp"
 #include "cuda/driver.hpp"
+#include "layout.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -119,6 +120,61 @@ TEST(CudaPool, InProcessFramesArriveInOrderAndCopyToCpu)
 		for (size_t i = 0; i < 64 * 1024 / 4; i++)
 			ASSERT_EQ(words[i], n) << "frame " << n << " word " << i;
 	}
+	d->cuStreamDestroy(stream);
+}
+
+// A device frame's layout is another process's writing too: one that does not fit its
+// slot is refused before any copy could follow it out of the slot's mapping (an illegal
+// address would end this process's context), with and without a stream; the slot goes
+// back to the owner, whose next acquire does not wait for reads that never happened.
+TEST(CudaPool, AFrameWhoseLayoutDoesNotFitIsRefusedBeforeAnyCopy)
+{
+	RuntimeDir dir;
+	auto owner = xmem::BufferPool::create("layout", cuda_config(64 * 1024, 2));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("layout");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream stream;
+	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	std::span<const std::byte> seg = (*consumer)->control_segment();
+	auto *slots = reinterpret_cast<xmem::layout::SlotRecord *>(const_cast<std::byte *>(seg.data()) +
+								   xmem::layout::slots_offset());
+	for (uint32_t n = 1; n <= 8; n++) {
+		auto f = (*owner)->acquire(5s, stream);
+		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+		ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), n, 64 * 1024 / 4, stream), CUDA_SUCCESS);
+		auto layout = xmem::set_video_layout(*f->meta_mut().value(), "NV12", 128, 64, 256);
+		ASSERT_TRUE(layout.ok()) << xmem::test::why(layout);
+		f->meta_mut().value()->size = *layout;
+		uint32_t index = f->index();
+		ASSERT_TRUE((*owner)->publish(std::move(f.value()), stream).ok());
+		bool scribbled = n % 2 == 1;
+		if (scribbled) // the UV plane moved past the slot
+			slots[index].meta.plane_offset[1] = 64 * 1024 + 4096;
+		// Odd rounds with a stream, even ones without, so both are refused.
+		auto r = (*consumer)->receive(5s, n % 4 == 1 ? stream : nullptr);
+		if (scribbled) {
+			ASSERT_EQ(r.code(), Errc::bad_frame) << "frame " << n << ": " << xmem::test::why(r);
+			EXPECT_NE(r.error().message.find("plane 1 starts at byte 69632"), std::string::npos)
+				<< r.error().message;
+			continue;
+		}
+		ASSERT_TRUE(r.ok()) << "frame " << n << ": " << xmem::test::why(r);
+		EXPECT_EQ(r->meta().seq, n);
+		auto host = r->copy_to_cpu();
+		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+		const uint32_t *words = reinterpret_cast<const uint32_t *>(host->data().data());
+		EXPECT_EQ(words[0], n);
+	}
+	EXPECT_EQ((*consumer)->frames_refused(), 4u);
+	// Every refused slot came back: both slots can be taken at once, without a wait.
+	auto a = (*owner)->acquire(1s, stream);
+	auto b = (*owner)->acquire(1s, stream);
+	EXPECT_TRUE(a.ok() && b.ok()) << xmem::test::why(a) << " " << xmem::test::why(b);
+	EXPECT_EQ(d->cuStreamSynchronize(stream), CUDA_SUCCESS);
 	d->cuStreamDestroy(stream);
 }
 

@@ -49,6 +49,9 @@ typedef enum xmem_status {
 	XMEM_EROLE = -16, /* call not allowed for this role (owner vs consumer) */
 	XMEM_ESYSTEM = -17, /* a system call failed; the message names it */
 	XMEM_ENOMEM = -18, /* out of memory */
+	XMEM_EBADFRAME = -19, /* a received frame's layout (size, shape, strides, planes) does not
+			       * fit its slot: refused and counted (xmem_pool_frames_refused); the
+			       * next receive goes on */
 } xmem_status;
 
 typedef enum xmem_policy {
@@ -178,7 +181,9 @@ int xmem_pool_end_of_stream(xmem_pool *pool);
 /* Consumer: the next frame, waiting up to timeout_ns (0: don't wait). XMEM_EEOS at
  * end of stream, XMEM_ECLOSED once the owner is gone and the queue is empty. For a
  * device pool a frame whose producer's GPU writes are not done within the timeout
- * stays this consumer's (XMEM_ETIMEDOUT): the next receive returns it first. */
+ * stays this consumer's (XMEM_ETIMEDOUT): the next receive returns it first. A frame
+ * whose layout does not fit its slot (another process wrote its metadata) is given
+ * back unread and refused with XMEM_EBADFRAME; the next receive goes on. */
 int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
 
 /* CUDA streams. cuda_stream is a CUstream, passed opaquely so this header needs no
@@ -215,6 +220,9 @@ int xmem_pool_stats_get(const xmem_pool *pool, xmem_pool_stats *stats);
 /* Frames this handle took without their side data because its size in the slot
  * record was out of range (0 for a NULL pool). */
 uint64_t xmem_pool_side_data_refused(const xmem_pool *pool);
+/* Frames this handle refused (XMEM_EBADFRAME) because their layout did not fit their
+ * slot: a size, shape, stride or plane another process wrote (0 for a NULL pool). */
+uint64_t xmem_pool_frames_refused(const xmem_pool *pool);
 uint64_t xmem_pool_slot_size(const xmem_pool *pool);
 uint32_t xmem_pool_slot_count(const xmem_pool *pool);
 /* xmem_storage of the pool's slots (XMEM_STORAGE_SYSTEM for a NULL pool). */

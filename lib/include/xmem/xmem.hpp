@@ -39,6 +39,7 @@ enum class Errc : int {
 	wrong_role = XMEM_EROLE,
 	system = XMEM_ESYSTEM,
 	no_memory = XMEM_ENOMEM,
+	bad_frame = XMEM_EBADFRAME,
 };
 
 struct Error {
@@ -270,7 +271,10 @@ public:
 	Result<void> end_of_stream();
 
 	// Consumer: the next frame. Errc::end_of_stream at EOS; Errc::closed once the
-	// owner is gone and the queue is drained; Errc::timed_out. For a device pool,
+	// owner is gone and the queue is drained; Errc::timed_out. Errc::bad_frame for a
+	// frame whose layout (size, dtype, shape and strides, planes) does not fit its slot,
+	// as another process may have written it: given back unread and counted in
+	// frames_refused(); the next receive() goes on with the next frame. For a device pool,
 	// work queued on STREAM after this call sees the producer's writes (the stream
 	// waits on the GPU); without a stream the frame is ready for any stream when this
 	// returns (the CPU waited). A frame whose GPU writes are not done within TIMEOUT
@@ -285,8 +289,12 @@ public:
 	// Frames this handle took without their side data, its size in the slot record
 	// being over kSideDataMax (a hostile peer's writing).
 	uint64_t side_data_refused() const;
+	// Frames this handle refused (Errc::bad_frame from receive() or get()): their
+	// layout did not fit their slot.
+	uint64_t frames_refused() const;
 
-	// Seed API. get(): a read-only reference to published slot INDEX. get_mut(): a
+	// Seed API (a frame's layout is checked as receive() does). get(): a read-only
+	// reference to published slot INDEX. get_mut(): a
 	// writable one; in place when this process is its only holder, otherwise a
 	// private copy (copy-on-write).
 	Result<BufferGuard> get(uint32_t index);
