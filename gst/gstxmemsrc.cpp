@@ -156,6 +156,8 @@ struct SrcState {
 	guint64 received = 0;
 	guint64 gaps = 0;
 	guint64 reconnects = 0;
+	/* Frames dropped because their layout did not fit their slot or their caps. */
+	guint64 refused = 0;
 	/* The frames' GstMetas added, skipped and refused (gstxmemmeta.h). */
 	GstXmemMetaCounts metas;
 
@@ -463,17 +465,120 @@ static GstCaps *gst_xmem_src_get_caps(GstBaseSrc *src, GstCaps *filter)
 	return caps;
 }
 
-/* The planes of a device frame, from its metadata. */
-static GstXmemPlanes frame_planes(const xmem::BufferGuard &frame)
+/* The bytes of one row of plane P of FINFO, WIDTH pixels wide, and its rows in a
+ * picture (or field) HEIGHT rows high: from the plane's components, each up to its
+ * last sample's last byte. 0 where the components do not say it (a palette plane, or
+ * a format packed across pixel groups): the caller uses the format's default layout. */
+static void plane_extent(const GstVideoFormatInfo *finfo, guint p, guint width, guint height, guint64 *row_bytes,
+			 guint64 *rows)
+{
+	*row_bytes = 0;
+	*rows = 0;
+	for (guint c = 0; c < GST_VIDEO_FORMAT_INFO_N_COMPONENTS(finfo); c++) {
+		if (GST_VIDEO_FORMAT_INFO_PLANE(finfo, c) != p)
+			continue;
+		gint pstride = GST_VIDEO_FORMAT_INFO_PSTRIDE(finfo, c);
+		if (pstride <= 0) {
+			*row_bytes = 0;
+			*rows = 0;
+			return;
+		}
+		guint64 samples = guint64(GST_VIDEO_FORMAT_INFO_SCALE_WIDTH(finfo, c, width));
+		guint64 bytes =
+			(guint64(GST_VIDEO_FORMAT_INFO_SHIFT(finfo, c)) + GST_VIDEO_FORMAT_INFO_DEPTH(finfo, c) + 7) /
+			8;
+		guint64 end = samples ? guint64(GST_VIDEO_FORMAT_INFO_POFFSET(finfo, c)) +
+						guint64(pstride) * (samples - 1) + std::max<guint64>(bytes, 1)
+				      : 0;
+		*row_bytes = std::max(*row_bytes, end);
+		*rows = std::max<guint64>(*rows, guint64(GST_VIDEO_FORMAT_INFO_SCALE_HEIGHT(finfo, c, height)));
+	}
+}
+
+/* Whether frame M's planes, read as INFO (its caps) describes them, stay within its
+ * payload. Another process wrote the layout; the library checked the rest (the size
+ * within the slot, each plane starting within the payload, strides a gint holds), and
+ * the caps' format says how many rows of how many bytes each plane has. WHY says what
+ * does not fit. */
+static bool planes_fit(const GstVideoInfo &info, const xmem::FrameMeta &m, std::string *why)
+{
+	guint n = GST_VIDEO_INFO_N_PLANES(&info);
+	const GstVideoFormatInfo *finfo = info.finfo;
+	auto too_small = [&](const char *what, guint64 need) {
+		*why = std::string(what) + " needs " + std::to_string(need) + " bytes, the frame has " +
+		       std::to_string(m.size);
+		return false;
+	};
+	/* No planes: downstream reads the caps' default layout. */
+	if (m.n_planes == 0)
+		return m.size >= info.size || too_small("the caps' default layout", info.size);
+	if (m.n_planes != n) {
+		*why = "the frame has " + std::to_string(m.n_planes) + " planes, its caps' format " +
+		       GST_VIDEO_INFO_NAME(&info) + " has " + std::to_string(n);
+		return false;
+	}
+	bool tiled = GST_VIDEO_FORMAT_INFO_IS_TILED(finfo);
+	for (guint p = 0; p < n; p++) {
+		guint64 row_bytes, rows;
+		plane_extent(finfo, p, GST_VIDEO_INFO_WIDTH(&info), GST_VIDEO_INFO_FIELD_HEIGHT(&info), &row_bytes,
+			     &rows);
+		guint64 end;
+		if (tiled || row_bytes == 0) {
+			/* Tiles, palettes, pixel groups: the default layout of the caps, as is. */
+			if (m.plane_offset[p] != info.offset[p] || gint(m.plane_stride[p]) != info.stride[p]) {
+				*why = "plane " + std::to_string(p) + " of " + GST_VIDEO_INFO_NAME(&info) +
+				       " is not in the caps' default layout";
+				return false;
+			}
+			end = p + 1 < n ? info.offset[p + 1] : info.size;
+		} else {
+			if (m.plane_stride[p] < row_bytes) {
+				*why = "plane " + std::to_string(p) + "'s rows of " + std::to_string(row_bytes) +
+				       " bytes overlap (stride " + std::to_string(m.plane_stride[p]) + ")";
+				return false;
+			}
+			/* A row is read up to its last sample (videoconvert), or as the caps'
+			 * default stride says within the frame's (the CUDA copies). */
+			row_bytes = std::max(row_bytes, std::min(guint64(info.stride[p]), guint64(m.plane_stride[p])));
+			end = m.plane_offset[p] + guint64(m.plane_stride[p]) * (rows - 1) + row_bytes;
+		}
+		if (end > m.size) {
+			*why = "plane " + std::to_string(p) + " (at byte " + std::to_string(m.plane_offset[p]) +
+			       ", stride " + std::to_string(m.plane_stride[p]) + ", " + std::to_string(rows) +
+			       " rows of " + std::to_string(row_bytes) + " bytes) ends at byte " + std::to_string(end) +
+			       " of a " + std::to_string(m.size) + "-byte frame";
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Drops a frame whose layout does not fit (WHY): counted in stats (frames-refused); a
+ * warning on the bus the first time, in the debug log each time. The stream goes on. */
+static void refuse_frame(GstXmemSrc *self, const std::string &why)
+{
+	SrcState *s = self->state;
+	if (s->refused++ == 0)
+		GST_ELEMENT_WARNING(self, STREAM, DECODE, ("Refused a frame whose layout does not fit its memory."),
+				    ("pool '%s': %s (later ones are counted in stats, frames-refused)",
+				     s->pool->name().c_str(), why.c_str()));
+	else
+		GST_WARNING_OBJECT(self, "refused frame: %s", why.c_str());
+}
+
+/* The planes of a device frame: its metadata's, or the caps' default layout (INFO)
+ * for a frame that has none (planes_fit() checked either against the frame). */
+static GstXmemPlanes frame_planes(const xmem::BufferGuard &frame, const GstVideoInfo &info)
 {
 	const xmem::FrameMeta &m = frame.meta();
 	GstXmemPlanes planes;
 	planes.base = frame.device_ptr();
 	planes.device = true;
-	planes.n_planes = std::min<guint>(m.n_planes, GST_VIDEO_MAX_PLANES);
+	planes.n_planes =
+		m.n_planes ? std::min<guint>(m.n_planes, GST_VIDEO_MAX_PLANES) : GST_VIDEO_INFO_N_PLANES(&info);
 	for (guint p = 0; p < planes.n_planes; p++) {
-		planes.offset[p] = m.plane_offset[p];
-		planes.stride[p] = gint(m.plane_stride[p]);
+		planes.offset[p] = m.n_planes ? m.plane_offset[p] : info.offset[p];
+		planes.stride[p] = m.n_planes ? gint(m.plane_stride[p]) : info.stride[p];
 	}
 	return planes;
 }
@@ -485,15 +590,12 @@ static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, 
 	SrcState *s = self->state;
 	const xmem::FrameMeta m = frame.meta();
 	GstVideoInfo layout = s->info;
-	if (m.n_planes != GST_VIDEO_INFO_N_PLANES(&s->info)) {
-		*error = { xmem::Errc::invalid_argument, "the frame's planes do not match its caps" };
-		return nullptr;
-	}
+	GstXmemPlanes planes = frame_planes(frame, s->info);
 	gsize offset[GST_VIDEO_MAX_PLANES] = {};
 	gint stride[GST_VIDEO_MAX_PLANES] = {};
-	for (guint p = 0; p < m.n_planes; p++) {
-		layout.offset[p] = offset[p] = m.plane_offset[p];
-		layout.stride[p] = stride[p] = gint(m.plane_stride[p]);
+	for (guint p = 0; p < planes.n_planes; p++) {
+		layout.offset[p] = offset[p] = planes.offset[p];
+		layout.stride[p] = stride[p] = planes.stride[p];
 	}
 	layout.size = gsize(m.size ? m.size : frame.capacity());
 	GstMemory *mem = s->cuda->wrap(std::move(frame), layout);
@@ -504,7 +606,7 @@ static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, 
 	GstBuffer *buf = gst_buffer_new();
 	gst_buffer_append_memory(buf, mem);
 	gst_buffer_add_video_meta_full(buf, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT(&s->info),
-				       GST_VIDEO_INFO_WIDTH(&s->info), GST_VIDEO_INFO_HEIGHT(&s->info), m.n_planes,
+				       GST_VIDEO_INFO_WIDTH(&s->info), GST_VIDEO_INFO_HEIGHT(&s->info), planes.n_planes,
 				       offset, stride);
 	return buf;
 }
@@ -537,7 +639,7 @@ static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&fram
 	}
 	guint device = frame.device();
 	xmem::CudaStream stream = s->cuda->stream();
-	auto r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame), device, stream);
+	auto r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame, s->info), device, stream);
 	/* The slot is the producer's again once our copy has read it (on the GPU). */
 	auto released = frame.release(stream);
 	auto synced = xmem::cuda_synchronize(device, stream);
@@ -573,7 +675,7 @@ static GstBuffer *copy_to_system_memory(GstXmemSrc *self, xmem::BufferGuard &&fr
 			dst.offset[p] = s->info.offset[p];
 			dst.stride[p] = s->info.stride[p];
 		}
-		r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame), frame.device(), nullptr);
+		r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame, s->info), frame.device(), nullptr);
 	} else {
 		r = xmem::cuda_copy_2d({ host, size, false }, { frame.device_ptr(), size, true }, size, 1,
 				       frame.device());
@@ -691,6 +793,12 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 			if (frame) {
 				if (!apply_format(self, frame->format()))
 					return GST_FLOW_NOT_NEGOTIATED;
+				/* Before any path reads pixels: videoconvert, a CUDA copy, a
+				 * wrapped slot all follow the planes. */
+				if (std::string why; s->is_video && !planes_fit(s->info, frame->meta(), &why)) {
+					refuse_frame(self, "frame " + std::to_string(frame->meta().seq) + ": " + why);
+					continue;
+				}
 				xmem::Error error;
 				auto metas = gst_xmem_metas_take(*s->pool, *frame, s->metas);
 				*out = wrap_frame(self, std::move(frame.value()), &error);
@@ -703,6 +811,10 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 					return GST_FLOW_ERROR;
 				}
 				return GST_FLOW_OK;
+			}
+			if (frame.code() == xmem::Errc::bad_frame) {
+				refuse_frame(self, frame.error().message);
+				continue;
 			}
 			if (frame.code() == xmem::Errc::end_of_stream) {
 				GST_INFO_OBJECT(self, "end of stream from pool '%s'", s->pool->name().c_str());
@@ -807,7 +919,8 @@ static GstStructure *make_stats(SrcState *s)
 	GstStructure *stats = gst_structure_new(
 		"application/x-xmem-src-stats", "received", G_TYPE_UINT64, s->received, "dropped", G_TYPE_UINT64,
 		s->gaps, "reconnects", G_TYPE_UINT64, s->reconnects, "zero-copy", G_TYPE_UINT64, s->zero_copy, "copied",
-		G_TYPE_UINT64, s->copied, "memory", G_TYPE_STRING, s->out_cuda ? "cuda" : "system", nullptr);
+		G_TYPE_UINT64, s->copied, "memory", G_TYPE_STRING, s->out_cuda ? "cuda" : "system", "frames-refused",
+		G_TYPE_UINT64, s->refused, nullptr);
 	gst_xmem_metas_add_stats(stats, s->metas, false);
 	return stats;
 }

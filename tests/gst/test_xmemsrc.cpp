@@ -518,3 +518,69 @@ TEST_F(XmemSrc, WithoutReconnectTheProducersDepartureIsAnError)
 	EXPECT_EQ(error->domain, GST_RESOURCE_ERROR);
 	EXPECT_NE(error->all().find("once"), std::string::npos) << "the error does not name the pool: " << error->all();
 }
+
+// Planes another process wrote that start within the frame but, read as the caps say
+// (I420 64x48: 48 luma rows, 24 of each chroma), run past it: each is refused before
+// anything reads a pixel (stats: frames-refused), and the stream goes on.
+TEST_F(XmemSrc, FramesWhosePlanesDoNotFitTheirCapsAreRefusedAndTheStreamGoesOn)
+{
+	auto producer = make_producer("planes");
+	ASSERT_TRUE(producer);
+	GstHarness *h = src_harness("planes");
+	ASSERT_TRUE(eventually([&] { return producer->stats().consumers == 1; }));
+	Layout l;
+	const std::vector<std::pair<const char *, std::function<void(xmem::FrameMeta &)>>> bad = {
+		{ "a chroma stride past the frame",
+		  [](xmem::FrameMeta &m) {
+			  m.plane_stride[2] = 1u << 30;
+		  } },
+		{ "the last plane at the frame's end",
+		  [](xmem::FrameMeta &m) {
+			  m.plane_offset[2] = m.size - 1;
+		  } },
+		{ "a luma stride twice its rows",
+		  [](xmem::FrameMeta &m) {
+			  m.plane_stride[0] *= 4;
+		  } },
+		{ "two planes for a three-plane format",
+		  [](xmem::FrameMeta &m) {
+			  m.n_planes = 2;
+		  } },
+		{ "no planes and less than the caps' size",
+		  [](xmem::FrameMeta &m) {
+			  m.n_planes = 0;
+			  m.size = 64 * 48;
+		  } },
+	};
+	uint64_t seq = 0;
+	for (auto &[what, scribble] : bad) {
+		SCOPED_TRACE(what);
+		publish(*producer, ++seq);
+		auto frame = producer->acquire(5s);
+		ASSERT_TRUE(frame.ok()) << frame.error().message;
+		auto *m = frame->meta_mut().value();
+		m->size = l.size;
+		m->n_planes = 3;
+		for (int p = 0; p < 3; p++) {
+			m->plane_stride[p] = l.stride[p];
+			m->plane_offset[p] = l.offset[p];
+		}
+		scribble(*m);
+		ASSERT_TRUE(producer->publish(std::move(*frame)).ok()) << "the library's own checks pass";
+		++seq;
+		publish(*producer, ++seq);
+		for (uint64_t want : { seq - 2, seq }) {
+			GstBuffer *buffer = pull(h);
+			ASSERT_NE(buffer, nullptr) << "frame " << want;
+			EXPECT_EQ(GST_BUFFER_OFFSET(buffer), want);
+			// The one after the refused frame says the stream has a gap (the first
+			// buffer is a discontinuity anyway).
+			EXPECT_EQ(GST_BUFFER_FLAG_IS_SET(buffer, GST_BUFFER_FLAG_DISCONT), want == seq || want == 1)
+				<< "frame " << want;
+			gst_buffer_unref(buffer);
+		}
+	}
+	EXPECT_EQ(stat_u64(h->element, "frames-refused"), bad.size());
+	EXPECT_EQ(stat_u64(h->element, "received"), 2 * bad.size());
+	gst_harness_teardown(h);
+}
