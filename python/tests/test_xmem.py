@@ -255,6 +255,82 @@ def test_planes_have_their_real_strides(fmt, shapes):
             assert a[1].ravel()[0] == (offset + stride) % 251
 
 
+_META_FIELDS = {"size": ctypes.c_uint64, "ndim": ctypes.c_uint8, "dtype": ctypes.c_uint8, "shape": ctypes.c_uint64,
+                "strides": ctypes.c_uint64, "n_planes": ctypes.c_uint32, "plane_stride": ctypes.c_uint32,
+                "plane_offset": ctypes.c_uint64}
+
+
+def scribble_meta(pool, index, field, value, element=0):
+    """Writes FIELD[ELEMENT] of the frame metadata in slot INDEX's record, in the pool's
+    control segment as this process maps it: what any peer that maps it can do."""
+    for line in open("/proc/self/maps"):
+        if "/memfd:xmem-control:%s (deleted)" % pool in line and line.split()[1].startswith("rw"):
+            base = int(line.split("-")[0], 16)
+            break
+    else:
+        raise AssertionError("no writable mapping of pool %s's control segment" % pool)
+    # ControlConstants: header_size and slot_record_size; the slot records follow the
+    # header, 64-byte aligned, each with the metadata at byte 40.
+    header_size = ctypes.c_uint32.from_address(base + 8).value
+    record_size = ctypes.c_uint32.from_address(base + 12).value
+    meta = base + (header_size + 63) // 64 * 64 + index * record_size + 40
+    kind = _META_FIELDS[field]
+    address = meta + getattr(xmem._capi.FrameMeta, field).offset + element * ctypes.sizeof(kind)
+    kind.from_address(address).value = value
+
+
+def publish_nv12(producer, width=64, height=48):
+    """Publishes an NV12 frame laid out by the library; its slot index and size."""
+    w = producer.acquire(timeout=5)
+    meta = xmem.lib.xmem_buffer_meta_mut(w._raw)
+    assert xmem.lib.xmem_set_video_layout(meta, b"NV12", width, height, 1) == 0
+    size, index = meta.contents.size, meta.contents.index
+    producer.publish(w, size=size)
+    return index, size
+
+
+def test_a_frame_whose_layout_does_not_fit_is_refused_and_the_stream_goes_on():
+    pool = name()
+    caps = "video/x-raw,format=NV12,width=64,height=48"
+    with xmem.create(pool, 8192, slots=4, format=caps) as p, xmem.open(pool, timeout=5, queue_size=4) as c:
+        for field, value, element in [("plane_offset", 1 << 40, 1), ("size", 1 << 20, 0),
+                                      ("plane_stride", 0xFFFFFFF0, 0), ("ndim", 99, 0)]:
+            index, _ = publish_nv12(p)
+            scribble_meta(pool, index, field, value, element)
+            with pytest.raises(xmem.FrameRefused, match="does not fit the slot"):
+                c.receive(timeout=5)
+            publish_nv12(p)
+            frame = c.receive(timeout=5)
+            assert [a.shape for a in frame.planes()] == [(48, 64), (24, 32, 2)]
+            frame.release()
+        assert c.frames_refused() == 4
+        assert eventually(lambda: p.stats()["slots_free"] == 4), "a refused frame kept its slot"
+        # Iterating skips a refused frame and goes on.
+        index, _ = publish_nv12(p)
+        scribble_meta(pool, index, "plane_offset", 1 << 40, 1)
+        publish_nv12(p)
+        p.end_of_stream()
+        assert len([f.meta.seq for f in c]) == 1
+        assert c.frames_refused() == 5
+
+
+def test_planes_that_run_past_the_frame_raise():
+    """The library checks that planes start within the frame; where they end depends on
+    the format, which planes() knows: a stride that runs the chroma rows past the frame
+    is refused with the numbers, never read."""
+    pool = name()
+    caps = "video/x-raw,format=NV12,width=64,height=48"
+    with xmem.create(pool, 8192, slots=2, format=caps) as p, xmem.open(pool, timeout=5) as c:
+        w = p.acquire(timeout=5)
+        meta = xmem.lib.xmem_buffer_meta_mut(w._raw)
+        assert xmem.lib.xmem_set_video_layout(meta, b"NV12", 64, 48, 1) == 0
+        meta.contents.plane_stride[1] = 1 << 20
+        p.publish(w, size=meta.contents.size)
+        frame = c.receive(timeout=5)
+        with pytest.raises(ValueError, match="plane 1 .* ends at byte .* of a 4608-byte payload"):
+            frame.planes()
+
+
 def test_dlpack_capsules_zero_copy_and_lifetime():
     pool = name()
     with xmem.create(pool, 4096, slots=2) as p, xmem.open(pool, timeout=5) as c:

@@ -29,6 +29,7 @@ __all__ = [
     "Producer",
     "Frame",
     "FrameMeta",
+    "FrameRefused",
     "open",
     "create",
 ]
@@ -54,10 +55,17 @@ class Closed(Error):
     """The pool's producer went away (closed or died), or this handle was closed."""
 
 
+class FrameRefused(Error):
+    """A frame's layout (size, shape and strides, planes) did not fit its slot: another
+    process wrote its metadata. It went back unread and was counted
+    (Consumer.frames_refused()); the next receive() goes on."""
+
+
 def _raise(status, what):
     message = _capi.last_error() or what
     name = lib.xmem_status_name(status).decode()
-    kind = {_capi.ETIMEDOUT: Timeout, _capi.EEOS: EndOfStream, _capi.ECLOSED: Closed}.get(status, Error)
+    kind = {_capi.ETIMEDOUT: Timeout, _capi.EEOS: EndOfStream, _capi.ECLOSED: Closed,
+            _capi.EBADFRAME: FrameRefused}.get(status, Error)
     raise kind("%s (%s)" % (message, name), status)
 
 
@@ -315,6 +323,17 @@ class Frame:
         arrays = []
         for p, (sub_w, sub_h, channels) in enumerate(layout):
             w, h = -(-width // sub_w), -(-height // sub_h)
+            # The library checked that each plane starts within the payload; where it
+            # ends depends on the format, known here: another process wrote the layout.
+            end = self.meta.plane_offsets[p] + self.meta.plane_strides[p] * (h - 1) + w * channels
+            if self.meta.plane_strides[p] < w * channels:
+                raise ValueError("planes(): frame %d's plane %d has rows of %d bytes with a stride of %d: they "
+                                 "overlap" % (self.meta.seq, p, w * channels, self.meta.plane_strides[p]))
+            if h > 0 and w > 0 and end > self.meta.size:
+                raise ValueError("planes(): frame %d's plane %d (%dx%d, stride %d, at byte %d) ends at byte %d "
+                                 "of a %d-byte payload: its layout does not fit"
+                                 % (self.meta.seq, p, w, h, self.meta.plane_strides[p],
+                                    self.meta.plane_offsets[p], end, self.meta.size))
             shape = (h, w, channels) if channels > 1 else (h, w)
             strides = (self.meta.plane_strides[p], channels, 1) if channels > 1 else (self.meta.plane_strides[p], 1)
             a = numpy.ndarray(shape, numpy.uint8, buffer=whole, offset=self.meta.plane_offsets[p], strides=strides)
@@ -428,7 +447,8 @@ class Consumer(_Handle):
         self._pool = _Pool(handle)
 
     def receive(self, timeout=None, stream=None):
-        """The next frame; raises Timeout, EndOfStream or Closed. For a device pool,
+        """The next frame; raises Timeout, EndOfStream or Closed, and FrameRefused for a
+        frame whose layout did not fit its slot (receive again). For a device pool,
         STREAM (a CUstream as an int, or a torch.cuda.Stream or CuPy stream) is made to
         wait on the GPU for the producer's writes, and the CPU does not wait; without
         one the CPU waits, and the frame is ready for any stream."""
@@ -442,20 +462,30 @@ class Consumer(_Handle):
         """Polls readable when receive() may return without waiting."""
         return lib.xmem_pool_fd(self._get())
 
+    def frames_refused(self):
+        """Frames this handle refused (FrameRefused): their layout did not fit their slot."""
+        return lib.xmem_pool_frames_refused(self._get())
+
     def __iter__(self):
+        """Frames until end of stream; refused frames are skipped (and counted)."""
         while True:
             try:
                 yield self.receive()
+            except FrameRefused:
+                continue
             except EndOfStream:
                 return
 
     async def frames(self):
         """Frames for ``async for``, until end of stream: the event loop watches the
-        pool's fd (no thread, no busy wait). Raises Closed when the producer goes."""
+        pool's fd (no thread, no busy wait); refused frames are skipped (and counted).
+        Raises Closed when the producer goes."""
         loop = asyncio.get_running_loop()
         while True:
             try:
                 yield self.receive(timeout=0)
+                continue
+            except FrameRefused:
                 continue
             except Timeout:
                 pass

@@ -16,7 +16,7 @@ NONE = (1 << 64) - 1
 OK = 0
 EINVAL, ENAME, ENOENT, EACCES, EBUSY, ENOTPOOL, EVERSION, EBADSEG = -1, -2, -3, -4, -5, -6, -7, -8
 ERANGE, ETIMEDOUT, ECLOSED, EEOS, EFULL, ENOTHELD, EREADONLY, EROLE = -9, -10, -11, -12, -13, -14, -15, -16
-ESYSTEM, ENOMEM = -17, -18
+ESYSTEM, ENOMEM, EBADFRAME = -17, -18, -19
 
 STORAGE_SYSTEM, STORAGE_CUDA = 0, 1
 POLICIES = {"block": 0, "drop-oldest": 1, "drop-new": 2}
@@ -130,6 +130,7 @@ _SIGNATURES = {
     "xmem_pool_fd": (ctypes.c_int, [_P]),
     "xmem_pool_format": (ctypes.c_char_p, [_P]),
     "xmem_pool_stats_get": (ctypes.c_int, [_P, ctypes.POINTER(PoolStats)]),
+    "xmem_pool_frames_refused": (ctypes.c_uint64, [_P]),
     "xmem_pool_slot_size": (ctypes.c_uint64, [_P]),
     "xmem_pool_slot_count": (ctypes.c_uint32, [_P]),
     "xmem_pool_storage": (ctypes.c_uint32, [_P]),
