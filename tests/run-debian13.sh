@@ -49,12 +49,16 @@ fi
 xmem_install_packages debootstrap
 
 # In a mount namespace of its own, so that nothing stays mounted when it ends: the
-# root with /proc, /dev, a private /tmp, the tree at /xmem and the CUDA headers.
+# root with /proc, /dev, a private /tmp, the tree at /xmem and the CUDA headers. The
+# root becomes the namespace's / (pivot_root), not a chroot: the kernel refuses new
+# user namespaces in a chroot, and a mount namespace whose / is not a mount point
+# (tests/containers makes both).
 # shellcheck disable=SC2016 # the inner script expands its own arguments
 in_root() {
 	unshare --mount --propagation private -- /bin/sh -euc '
 		root=$1 tree=$2 cuda=$3
 		shift 3
+		mount --bind "$root" "$root"
 		mount -t proc proc "$root/proc"
 		mount --rbind /dev "$root/dev"
 		mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
@@ -65,7 +69,11 @@ in_root() {
 			mount --bind -o ro "$cuda" "$root$cuda"
 		fi
 		cp /etc/resolv.conf "$root/etc/resolv.conf"
-		exec chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		cd "$root"
+		pivot_root . mnt
+		cd /
+		/usr/bin/umount -l /mnt
+		exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			HOME=/root LANG=C.UTF-8 CI="${CI:-}" XMEM_TEST_JOBS="${XMEM_TEST_JOBS:-2}" \
 			DEBIAN_FRONTEND=noninteractive "$@"
 	' sh "$root" "$tree" "$cuda_prefix" "$@"
