@@ -461,6 +461,11 @@ bool GstXmemCuda::map_device(GstMemory *, GstMapInfo *, GstMapFlags)
 	return false;
 }
 
+bool GstXmemCuda::map_input(GstMemory *, GstMapInfo *)
+{
+	return false;
+}
+
 bool GstXmemCuda::memory_layout(GstMemory *, GstVideoInfo *)
 {
 	return false;
