@@ -95,7 +95,7 @@ bool PeerCredentials::in_group(gid_t group) const
 std::string mode_text(uint32_t mode)
 {
 	char text[8];
-	std::snprintf(text, sizeof(text), "%04o", mode & 07777);
+	(void)std::snprintf(text, sizeof(text), "%04o", mode & 07777);
 	return text;
 }
 
