@@ -57,6 +57,7 @@
 
 #include <gst/video/video.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -613,12 +614,20 @@ static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &s
 		m.plane_offset[p] = vmeta ? vmeta->offset[p] : layout->offset[p];
 		m.plane_stride[p] = guint32(vmeta ? vmeta->stride[p] : layout->stride[p]);
 	}
+	/* The first plane as a (rows, columns, channels) tensor of bytes: the channels of
+	 * its pixels (RGBA 4, YUY2 2, NV12's luma 1), none shared with another pixel or
+	 * plane, so readers find no more elements than bytes (lib/frame_check.cpp). */
+	const GstVideoFormatInfo *finfo = s->info.finfo;
+	guint channels = 0;
+	for (guint c = 0; c < GST_VIDEO_FORMAT_INFO_N_COMPONENTS(finfo); c++)
+		channels += GST_VIDEO_FORMAT_INFO_PLANE(finfo, c) == 0;
+	gint pstride = GST_VIDEO_INFO_COMP_PSTRIDE(&s->info, 0);
 	m.ndim = 3;
 	m.shape[0] = GST_VIDEO_INFO_HEIGHT(&s->info);
 	m.shape[1] = GST_VIDEO_INFO_WIDTH(&s->info);
-	m.shape[2] = GST_VIDEO_INFO_N_COMPONENTS(&s->info);
+	m.shape[2] = pstride > 0 ? std::min<guint>(channels, guint(pstride)) : 1;
 	m.strides[0] = m.plane_stride[0];
-	m.strides[1] = GST_VIDEO_INFO_COMP_PSTRIDE(&s->info, 0);
+	m.strides[1] = guint64(std::max(pstride, 0));
 	m.strides[2] = 1;
 }
 

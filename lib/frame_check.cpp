@@ -15,21 +15,30 @@ Error layout_error(const FrameMeta &m, const std::string &what)
 	return { Errc::bad_frame, frame + std::to_string(m.index) + ": its layout does not fit the slot: " + what };
 }
 
-// The byte just past the tensor's last element, when it fits in 64 bits.
-bool tensor_end(const FrameMeta &m, uint64_t item, uint64_t *end)
+// Where the tensor ends and how many bytes its elements are, counted apart (an element
+// of a broadcast or overlapping view counts each time a reader visits it): false when
+// either leaves what numpy and DLPack hold (int64), even beside a dimension of 0.
+bool tensor_extent(const FrameMeta &m, uint64_t item, uint64_t *end, uint64_t *bytes)
 {
-	uint64_t at = item;
+	constexpr uint64_t kMax = INT64_MAX;
+	uint64_t at = item, count = item;
+	bool empty = false;
 	for (uint32_t d = 0; d < m.ndim; d++) {
+		if (m.shape[d] > kMax || m.strides[d] > kMax)
+			return false;
 		if (m.shape[d] == 0) {
-			*end = 0; // no element
-			return true;
+			empty = true;
+			continue;
 		}
 		uint64_t step;
 		if (__builtin_mul_overflow(m.shape[d] - 1, m.strides[d], &step) ||
-		    __builtin_add_overflow(at, step, &at))
+		    __builtin_add_overflow(at, step, &at) || __builtin_mul_overflow(count, m.shape[d], &count))
 			return false;
 	}
-	*end = at;
+	if (at > kMax || count > kMax)
+		return false;
+	*end = empty ? 0 : at;
+	*bytes = empty ? 0 : count;
 	return true;
 }
 
@@ -69,12 +78,18 @@ Result<void> check_frame_layout(const FrameMeta &m, uint64_t capacity)
 	if (m.ndim > XMEM_MAX_DIMS)
 		return layout_error(m, "ndim " + std::to_string(m.ndim) + " > " + std::to_string(XMEM_MAX_DIMS));
 	if (m.ndim > 0) {
-		uint64_t end;
-		if (!tensor_end(m, item, &end))
-			return layout_error(m, "its shape and strides overflow 64 bits");
+		uint64_t end, bytes;
+		if (!tensor_extent(m, item, &end, &bytes))
+			return layout_error(m, "its shape and strides overflow int64");
 		if (end > m.size)
 			return layout_error(m, "its shape and strides reach byte " + std::to_string(end) + " of a " +
 						       std::to_string(m.size) + "-byte payload");
+		// A view that visits more bytes than the payload has shares them (a stride of 0,
+		// overlapping dimensions): a reader of every element could loop for ever.
+		if (bytes > m.size)
+			return layout_error(m, "its shape has " + std::to_string(bytes) + " bytes of elements in a " +
+						       std::to_string(m.size) +
+						       "-byte payload (a broadcast or overlap)");
 	}
 	if (m.n_planes > XMEM_MAX_PLANES)
 		return layout_error(m,

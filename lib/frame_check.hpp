@@ -14,8 +14,10 @@ namespace xmem {
 uint32_t dtype_size(uint32_t dtype);
 
 // Whether META's layout stays within a slot of CAPACITY bytes: the payload size within
-// the slot; the dtype known; the tensor (ndim, shape, strides) within the payload; each
-// plane starting within the payload, with a row stride a signed 32-bit int holds (what
+// the slot; the dtype known; the tensor (ndim, shape, strides) within the payload, in
+// int64 (numpy's and DLPack's), with no more bytes of elements than the payload has
+// (no broadcast or overlapping view, whose reader could loop for ever); each plane
+// starting within the payload, with a row stride a signed 32-bit int holds (what
 // GStreamer's GstVideoMeta and every reader take). How many rows a plane has depends on
 // the format, which the library does not interpret: a reader that knows the format
 // checks the planes' ends (xmemsrc against its caps, Python's planes()). The error is

@@ -102,6 +102,19 @@ const std::vector<Scribble> &scribbles()
 			  m.strides[0] = 4;
 		  },
 		  "overflow" },
+		{ "a zero dimension beside one past int64",
+		  [](FrameMeta &m) {
+			  m.shape[0] = 0;
+			  m.shape[1] = uint64_t{ 1 } << 63;
+		  },
+		  "overflow int64" },
+		{ "a stride past int64", [](FrameMeta &m) { m.strides[2] = uint64_t{ 1 } << 63; }, "overflow int64" },
+		{ "a broadcast over the payload",
+		  [](FrameMeta &m) {
+			  m.shape[2] = uint64_t{ 1 } << 40;
+			  m.strides[2] = 0;
+		  },
+		  "(a broadcast or overlap)" },
 		{ "n_planes past the array", [](FrameMeta &m) { m.n_planes = XMEM_MAX_PLANES + 1; }, "n_planes 5 > 4" },
 		{ "plane past the payload", [](FrameMeta &m) { m.plane_offset[1] = m.size; },
 		  "plane 1 starts at byte" },
