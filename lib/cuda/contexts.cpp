@@ -35,17 +35,17 @@ void note_stream(CUstream stream)
 		note_context(ctx);
 }
 
-CUresult synchronize_contexts(const PrimaryContext &primary, const char **failed_call)
+namespace {
+
+// Calls FN(state) in each context of PRIMARY's device that xmem can know of: the
+// primary, the calling thread's current one, those noted; each made current for the
+// call. STATE is CUDA_SUCCESS, or the error the context answers every call with (a
+// sticky one: its device cannot even be asked, so it may be on another). Contexts
+// destroyed since they were noted are forgotten. Stops at the first FN that says false.
+template<typename Fn>
+void for_each_context(const PrimaryContext &primary, Fn fn)
 {
 	const Driver *d = driver().value();
-	CUresult first = CUDA_SUCCESS;
-	auto failed = [&](CUresult r, const char *call) {
-		if (first == CUDA_SUCCESS && r != CUDA_SUCCESS) {
-			first = r;
-			if (failed_call)
-				*failed_call = call;
-		}
-	};
 	CUcontext current = nullptr;
 	if (d->cuCtxGetCurrent(&current) != CUDA_SUCCESS)
 		current = nullptr;
@@ -66,19 +66,57 @@ CUresult synchronize_contexts(const PrimaryContext &primary, const char **failed
 		}
 		CUdevice device = -1;
 		CUresult r = d->cuCtxGetDevice(&device);
+		bool more = true;
+		bool destroyed = r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;
 		if (r == CUDA_SUCCESS && device == primary.device())
-			failed(d->cuCtxSynchronize(), "cuCtxSynchronize");
+			more = fn(r);
+		else if (r != CUDA_SUCCESS && !destroyed)
+			more = fn(r);
 		else if (r != CUDA_SUCCESS && c != primary.get())
 			gone.push_back(c); // destroyed while it stayed current somewhere
 		CUcontext popped;
 		d->cuCtxPopCurrent(&popped);
+		if (!more)
+			break;
 	}
 	if (!gone.empty()) {
 		std::lock_guard guard(known_lock);
 		std::erase_if(*known,
 			      [&](CUcontext c) { return std::find(gone.begin(), gone.end(), c) != gone.end(); });
 	}
+}
+
+} // namespace
+
+CUresult synchronize_contexts(const PrimaryContext &primary, const char **failed_call)
+{
+	const Driver *d = driver().value();
+	CUresult first = CUDA_SUCCESS;
+	for_each_context(primary, [&](CUresult state) {
+		CUresult r = state == CUDA_SUCCESS ? d->cuCtxSynchronize() : state;
+		if (first == CUDA_SUCCESS && r != CUDA_SUCCESS) {
+			first = r;
+			if (failed_call)
+				*failed_call = "cuCtxSynchronize";
+		}
+		return true;
+	});
 	return first;
+}
+
+CUresult context_fault(const PrimaryContext &primary)
+{
+	const Driver *d = driver().value();
+	CUresult fault = CUDA_SUCCESS;
+	for_each_context(primary, [&](CUresult state) {
+		// The context's legacy stream always exists; querying it never waits, and
+		// returns the context's sticky error where it has one.
+		CUresult r = state == CUDA_SUCCESS ? d->cuStreamQuery(CU_STREAM_LEGACY) : state;
+		if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY)
+			fault = r;
+		return fault == CUDA_SUCCESS;
+	});
+	return fault;
 }
 
 } // namespace xmem::cuda

@@ -21,4 +21,9 @@ void note_stream(CUstream stream);
 // gone with them). The first failure is returned, after every context was waited for.
 CUresult synchronize_contexts(const PrimaryContext &primary, const char **failed_call = nullptr);
 
+// The sticky error of a context of PRIMARY's device that xmem can know of (those
+// synchronize_contexts() waits for), without waiting: CUDA_SUCCESS when none has one.
+// A context with a sticky error runs none of its queued work ever again.
+CUresult context_fault(const PrimaryContext &primary);
+
 } // namespace xmem::cuda

@@ -206,9 +206,13 @@ bool Ordering::drain_done(uint32_t holder, uint64_t deadline_ns)
 		if (seq == 0)
 			continue;
 		// Our stream's write of the word comes after its reads of the slot.
-		while (!reached(seg_.done(i, holder).load(std::memory_order_acquire), seq)) {
+		for (uint32_t polls = 1; !reached(seg_.done(i, holder).load(std::memory_order_acquire), seq); polls++) {
 			if (monotonic_ns() >= deadline_ns)
 				return false; // a stream stuck past the deadline: the owner quarantines us
+			// A context with a sticky error never runs the write: stop waiting for it
+			// (every ~1 ms; the owner quarantines us until this process exits).
+			if (polls % 50 == 0 && context_fault(*ctx_) != CUDA_SUCCESS)
+				return false;
 			std::this_thread::sleep_for(std::chrono::microseconds(20));
 		}
 		queued_done_[i] = 0;

@@ -258,6 +258,42 @@ int hang_up_writing(const std::string &name, const xmem::test::Options &o)
 	std::_Exit(0);
 }
 
+// fault-and-close NAME : receives a frame on its stream, queues a copy from an address
+// nothing maps on the same stream (an illegal address: the context's sticky error, which
+// ends every later piece of its work unrun), releases the frame there (a done write that
+// will never land) and closes its pool: prints how long the close took, then lingers
+// until killed, as a process that reports the error and has not exited yet.
+int fault_and_close(const std::string &name, const xmem::test::Options &)
+{
+	xmem::OpenOptions options;
+	options.timeout = 10s;
+	options.client = "cuda-peer-fault";
+	auto pool = xmem::BufferPool::open(name, options);
+	if (!pool)
+		return fail(pool.error().message);
+	Gpu g;
+	if (auto e = gpu_init(g, (*pool)->device()); !e.empty())
+		return fail(e);
+	xmem::cuda::ContextScope scope(*g.ctx);
+	auto f = (*pool)->receive(10s, g.stream);
+	if (!f)
+		return fail("receive: " + f.error().message);
+	CUdeviceptr nowhere = f->device_ptr() + (uint64_t{ 1 } << 40);
+	if (g.d->cuMemcpyDtoDAsync(f->device_ptr(), nowhere, 4096, g.stream) != CUDA_SUCCESS)
+		return fail("cannot queue the faulting copy");
+	(void)f->release(g.stream);
+	CUresult fault = g.d->cuStreamSynchronize(g.stream);
+	std::printf("faulted %s\n", fault == CUDA_SUCCESS ? "no" : "yes");
+	std::fflush(stdout);
+	auto start = std::chrono::steady_clock::now();
+	pool->reset();
+	auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+	std::printf("closed close_ms=%lld\n", (long long)ms.count());
+	std::fflush(stdout);
+	for (;;)
+		std::this_thread::sleep_for(1s);
+}
+
 // create NAME [--device D] [--size B] : prints "ok" or "error MESSAGE" for a CUDA pool.
 int create(const std::string &name, const xmem::test::Options &o)
 {
@@ -289,6 +325,8 @@ int main(int argc, char **argv)
 		return consume(name, o);
 	if (mode == "create")
 		return create(name, o);
+	if (mode == "fault-and-close")
+		return fault_and_close(name, o);
 	if (mode == "hang-up-writing")
 		return hang_up_writing(name, o);
 	return 2;

@@ -1316,3 +1316,32 @@ TEST(CudaCrash, ASlotHeldForWritingAtAHangUpStaysOutOfUseUntilTheExit)
 	owner->reset();
 	d->cuStreamDestroy(stream);
 }
+
+// A consumer whose context took a sticky error (an illegal address on its stream) will
+// never write the done words queued behind it: its close stops waiting for them at once
+// instead of after the 10 s drain bound, and the owner quarantines it until it exits,
+// then has its slot back. (The simulator runs nothing more in a faulted context, as the
+// driver documents for sticky errors; that a GPU does the same is the driver's to show.)
+TEST(CudaCrash, AConsumerWhoseContextFaultedClosesAtOnce)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator())
+		GTEST_SKIP() << "faults its context on purpose: on the simulator only";
+	auto owner = xmem::BufferPool::create("faulted", cuda_config(64 * 1024, 1));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto &p = **owner;
+	Process faulty = peer({}, { "fault-and-close", "faulted" });
+	ASSERT_TRUE(eventually([&] { return p.stats().consumers == 1; })) << faulty.output();
+	auto f = p.acquire(5s);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	f->meta_mut().value()->size = 64 * 1024;
+	ASSERT_TRUE(p.publish(std::move(f.value())).ok());
+	ASSERT_TRUE(faulty.wait_output("closed", 20s)) << faulty.output();
+	EXPECT_NE(faulty.output().find("faulted yes"), std::string::npos) << faulty.output();
+	EXPECT_LT(faulty.field("close_ms"), 2000) << "the close waited for done words a faulted context never writes";
+	// Quarantined while the process lives: its queued writes are not known to be over.
+	EXPECT_FALSE(p.acquire(300ms).ok()) << "the slot came back while the faulted consumer lives";
+	faulty.kill_wait();
+	auto again = p.acquire(10s);
+	EXPECT_TRUE(again.ok()) << "the slot did not come back after the exit: " << xmem::test::why(again);
+}
