@@ -31,7 +31,8 @@ cuda_prefix=/usr/local/cuda
 packages=(g++ meson ninja-build pkg-config libgtest-dev
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
 	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
-	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-onnxruntime python3-onnx)
+	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
+	python3-onnxruntime python3-onnx)
 
 # The CUDA pools need the toolkit's cuda.h, which Debian 13's archive has only in
 # non-free (nvidia-cuda-toolkit, 12.x); the root sees the host's, read-only. CI has it,

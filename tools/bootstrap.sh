@@ -6,13 +6,14 @@
 # in the elements); gstreamer1.0-plugins-bad its nvcodec elements, which the suite
 # runs on the CUDA driver simulator; libffmpeg-nvenc-dev the NVIDIA Video Codec SDK
 # headers for examples/nvdec_producer.cpp; python3-numpy, python3-pytest and
-# python3-torch (1.13, CPU) the Python module's tests. spin checks the protocol model
+# python3-torch (1.13, CPU) the Python module's tests, python3-gi and
+# gir1.2-gstreamer-1.0 the pixel-reading GStreamer consumers of tests/hostile. spin checks the protocol model
 # (tests/model); clang and libclang-rt-14-dev build the fuzzers (tests/fuzz);
 # clang-format and clang-tidy check the tree; python3-matplotlib draws bench/soak.sh's plot.
 XMEM_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
 	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
-	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch
+	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
 	spin clang libclang-rt-14-dev clang-format clang-tidy python3-matplotlib)
 
 xmem_install_packages() {

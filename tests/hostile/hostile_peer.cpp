@@ -5,6 +5,7 @@
 #include "layout.hpp"
 #include "options.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -154,7 +155,7 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	options.queue_size = uint32_t(number_option(o, "queue", 4));
 	options.client = "xmem-hostile-peer";
 	size_t hold = size_t(number_option(o, "hold", 0));
-	unsigned long long received = 0, timeouts = 0, attaches = 0, eos = 0, checksum = 0;
+	unsigned long long received = 0, refused = 0, timeouts = 0, attaches = 0, eos = 0, checksum = 0;
 	ErrorLog errors;
 	Heartbeat beat;
 	while (!stop.load()) {
@@ -180,6 +181,10 @@ int consume(const std::string &name, const xmem::test::Options &o)
 			if (!frame) {
 				if (frame.code() == xmem::Errc::timed_out) {
 					timeouts++;
+					continue;
+				}
+				if (frame.code() == xmem::Errc::bad_frame) {
+					refused++; // its layout was scribbled: the stream goes on
 					continue;
 				}
 				if (frame.code() == xmem::Errc::end_of_stream)
@@ -210,8 +215,9 @@ int consume(const std::string &name, const xmem::test::Options &o)
 				held.pop_front();
 		}
 	}
-	beat.tick(true, "done received=%llu timeouts=%llu errors=%llu attaches=%llu eos=%llu checksum=%llu\n", received,
-		  timeouts, errors.count, attaches, eos, checksum);
+	beat.tick(true,
+		  "done received=%llu refused=%llu timeouts=%llu errors=%llu attaches=%llu eos=%llu checksum=%llu\n",
+		  received, refused, timeouts, errors.count, attaches, eos, checksum);
 	return 0;
 }
 
@@ -227,6 +233,7 @@ const char *const kTargets[] = {
 	"ring-index", // ring heads and tails
 	"ring-entry", // ring entries
 	"consumer", // consumer records: state, pid, queue size, armed, detached, client
+	"layout", // what a frame's readers trust: planes, size, shape and strides, dtype
 };
 
 class Scribbler
@@ -369,6 +376,8 @@ public:
 				break;
 			}
 			ring_of(c)[pick(k_.ring_capacity)].store(e);
+		} else if (target == "layout") {
+			scribble_layout(slot()->meta);
 		} else if (target == "consumer") {
 			ConsumerRecord *c = consumer();
 			switch (pick(8)) {
@@ -401,6 +410,145 @@ public:
 	}
 
 private:
+	// One field of the layout a reader of the frame's pixels follows (xmemsrc's video
+	// meta, Python's planes(), arrays and DLPack): edge values mostly, plausible but
+	// wrong ones often, so that a reader that trusts it goes past the slot.
+	void scribble_layout(xmem_frame_meta &m)
+	{
+		switch (pick(10)) {
+		case 0:
+		case 1: {
+			uint64_t p = pick(XMEM_MAX_PLANES);
+			m.plane_offset[p] = plane_offset(m.plane_offset[p]);
+			break;
+		}
+		case 2:
+		case 3: {
+			uint64_t p = pick(XMEM_MAX_PLANES);
+			m.plane_stride[p] = plane_stride(m.plane_stride[p]);
+			break;
+		}
+		case 4: // 0 (not planar), 1..4, past XMEM_MAX_PLANES, or anything
+			m.n_planes = uint32_t(rng_() % 4 ? pick(7) : value64());
+			break;
+		case 5:
+			m.size = payload_size(m.size);
+			break;
+		case 6: // 0..XMEM_MAX_DIMS + 1, or anything
+			m.ndim = uint8_t(rng_() % 4 ? pick(XMEM_MAX_DIMS + 2) : value64());
+			break;
+		case 7: {
+			uint64_t d = pick(XMEM_MAX_DIMS);
+			m.shape[d] = extent(m.shape[d]);
+			break;
+		}
+		case 8: {
+			uint64_t d = pick(XMEM_MAX_DIMS);
+			m.strides[d] = extent(m.strides[d]);
+			break;
+		}
+		default: // another element size, or none at all
+			m.dtype = uint8_t(rng_() % 2 ? pick(XMEM_DTYPE_F64 + 1)
+						     : XMEM_DTYPE_F64 + 1 + pick(255 - XMEM_DTYPE_F64));
+			break;
+		}
+	}
+	uint64_t plane_offset(uint64_t now)
+	{
+		uint64_t slot = k_.slot_size;
+		switch (pick(10)) {
+		case 0:
+			return slot - 1; // one byte left for a whole plane
+		case 1:
+			return slot;
+		case 2:
+			return slot + 1 + pick(4096);
+		case 3:
+			return now + 1 + pick(64); // the plane's last rows a little past the end
+		case 4:
+			return now * 2 + 1;
+		case 5:
+			return slot - pick(std::min<uint64_t>(slot, 4096));
+		case 6:
+			return pick(slot); // in the slot, but not where the plane is
+		case 7:
+			return uint64_t{ 1 } << (32 + pick(32));
+		default:
+			return value64();
+		}
+	}
+	uint32_t plane_stride(uint32_t now)
+	{
+		switch (pick(10)) {
+		case 0:
+			return 0;
+		case 1:
+			return 0xffffffffu; // -1 as a gint
+		case 2:
+			return 0x80000000u + uint32_t(pick(0x80000000u)); // over INT32_MAX: negative as a gint
+		case 3:
+			return 0x7fffffffu;
+		case 4:
+			return now * 2; // doubled: the plane's rows run past the slot
+		case 5:
+			return now + 1 + uint32_t(pick(64));
+		case 6:
+			return uint32_t(std::min<uint64_t>(k_.slot_size, 0xffffffffu));
+		case 7:
+			return uint32_t(k_.slot_size / 2);
+		default:
+			return uint32_t(value64());
+		}
+	}
+	uint64_t payload_size(uint64_t now)
+	{
+		uint64_t slot = k_.slot_size;
+		switch (pick(8)) {
+		case 0:
+			return 0;
+		case 1:
+			return ~uint64_t{ 0 };
+		case 2:
+			return slot + 1 + pick(64); // slightly over the slot
+		case 3:
+			return slot;
+		case 4:
+			return now / 2; // short: the planes end past the payload
+		case 5:
+			return slot - 1 - pick(std::min<uint64_t>(slot, 4096));
+		default:
+			return value64();
+		}
+	}
+	// A shape or a stride (bytes): huge, products that overflow 64 bits, plausible.
+	uint64_t extent(uint64_t now)
+	{
+		switch (pick(12)) {
+		case 0:
+			return 0;
+		case 1:
+			return 1;
+		case 2:
+			return ~uint64_t{ 0 }; // -1 as a signed stride
+		case 3:
+			return uint64_t{ 1 } << 63;
+		case 4:
+			return uint64_t{ 1 } << 32; // two of them multiply to 0
+		case 5:
+			return 0x5555555555555556ull; // times 3 is 2
+		case 6:
+			return now * 2;
+		case 7:
+			return now + 1;
+		case 8:
+			return k_.slot_size;
+		case 9:
+			return pick(4096);
+		default:
+			return value64();
+		}
+	}
+
 	uint64_t pick(uint64_t n) { return n ? rng_() % n : 0; }
 	// Values that tend to hit edges: 0, 1, small, all ones, sign bits, or random.
 	uint64_t value64()
