@@ -96,7 +96,10 @@ void fuzz_pool_name(std::string_view name)
 	if (!path)
 		return;
 	XMEM_FUZZ_CHECK(!path->empty() && path->find('\0') == std::string::npos, *path);
-	if (name.find('/') == std::string_view::npos) {
+	if (xmem::is_abstract(name)) {
+		// "@NAME": the abstract socket NAME, as given (no file, no directory).
+		XMEM_FUZZ_CHECK(*path == name && name.size() > 1, *path);
+	} else if (name.find('/') == std::string_view::npos) {
 		XMEM_FUZZ_CHECK(*path == xmem::default_directory() + "/" + std::string(name), *path);
 		XMEM_FUZZ_CHECK(name[0] != '.', *path);
 	} else {
