@@ -68,9 +68,9 @@ void for_each_context(const PrimaryContext &primary, Fn fn)
 		CUresult r = d->cuCtxGetDevice(&device);
 		bool more = true;
 		bool destroyed = r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;
-		if (r == CUDA_SUCCESS && device == primary.device())
-			more = fn(r);
-		else if (r != CUDA_SUCCESS && !destroyed)
+		bool ours = r == CUDA_SUCCESS && device == primary.device();
+		bool faulted = r != CUDA_SUCCESS && !destroyed;
+		if (ours || faulted)
 			more = fn(r);
 		else if (r != CUDA_SUCCESS && c != primary.get())
 			gone.push_back(c); // destroyed while it stayed current somewhere
