@@ -148,6 +148,12 @@ public:
 	bool writable() const { return writable_; }
 	bool is_copy() const { return copy_ != nullptr; }
 
+	// This guard's copy of the frame's metadata. A received frame's layout was checked
+	// against its slot (receive(): Errc::bad_frame otherwise): size, tensor, and each
+	// plane starting within meta().size with a stride under 2^31. How many rows of how
+	// many bytes a plane has depends on the format, which the library does not parse:
+	// code that reads planes itself checks offset + stride * (rows - 1) + row bytes
+	// <= meta().size for its format (xmemsrc and Python's planes() do).
 	const FrameMeta &meta() const { return meta_; }
 	Storage storage() const { return Storage(meta_.storage_type); }
 	// CUDA device ordinal of a device frame in this process (0 for system memory).
