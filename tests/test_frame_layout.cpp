@@ -2,7 +2,7 @@
 // another process's writing: a reader refuses one that does not fit its slot, counts it,
 // gives the slot back and goes on with the next frame; an owner cannot publish one.
 #include "common.hpp"
-#include "layout.hpp"
+#include "scribble.hpp"
 
 #include <climits>
 #include <cstring>
@@ -16,6 +16,7 @@ using xmem::Errc;
 using xmem::FrameMeta;
 using xmem::test::eventually;
 using xmem::test::RuntimeDir;
+using xmem::test::slot_record;
 using xmem::test::why;
 
 constexpr uint32_t kSlots = 4;
@@ -69,14 +70,6 @@ uint32_t publish(BufferPool &owner)
 	auto r = owner.publish(std::move(*g));
 	EXPECT_TRUE(r.ok()) << why(r);
 	return index;
-}
-
-// A consumer's writable view of a slot record: what a hostile same-user peer has.
-xmem::layout::SlotRecord *slot_record(BufferPool &consumer, uint32_t index)
-{
-	std::span<const std::byte> seg = consumer.control_segment();
-	auto *base = const_cast<std::byte *>(seg.data()) + xmem::layout::slots_offset();
-	return reinterpret_cast<xmem::layout::SlotRecord *>(base) + index;
 }
 
 // A layout another process could write, and what the refusal must name.

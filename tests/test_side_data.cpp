@@ -2,7 +2,7 @@
 // API's xmem_buffer_*_side_data): its trip to consumers, its budget, and a size scribbled
 // into the slot record refused and counted.
 #include "common.hpp"
-#include "layout.hpp"
+#include "scribble.hpp"
 
 #include <cstring>
 #include <numeric>
@@ -13,6 +13,7 @@ using namespace std::chrono_literals;
 using xmem::BufferPool;
 using xmem::Errc;
 using xmem::test::RuntimeDir;
+using xmem::test::slot_record;
 using xmem::test::why;
 
 std::shared_ptr<BufferPool> create(const std::string &name)
@@ -62,14 +63,6 @@ uint32_t publish(BufferPool &pool, std::span<const std::byte> side)
 	auto r = pool.publish(std::move(*g));
 	EXPECT_TRUE(r.ok()) << why(r);
 	return index;
-}
-
-// A consumer's writable view of the pool's slot records: what a hostile same-user peer has.
-xmem::layout::SlotRecord *slot_record(BufferPool &consumer, uint32_t index)
-{
-	std::span<const std::byte> seg = consumer.control_segment();
-	auto *base = const_cast<std::byte *>(seg.data()) + xmem::layout::slots_offset();
-	return reinterpret_cast<xmem::layout::SlotRecord *>(base) + index;
 }
 
 } // namespace

@@ -6,9 +6,9 @@
 // which exits 77 (skipped) without a GPU. docs/gpu-results.md records GPU runs.
 #include "../common.hpp"
 
+#include "../scribble.hpp"
 #include "arena.hpp"
 #include "cuda/driver.hpp"
-#include "layout.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -139,9 +139,6 @@ TEST(CudaPool, AFrameWhoseLayoutDoesNotFitIsRefusedBeforeAnyCopy)
 	xmem::cuda::ContextScope scope(*ctx);
 	CUstream stream;
 	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-	std::span<const std::byte> seg = (*consumer)->control_segment();
-	auto *slots = reinterpret_cast<xmem::layout::SlotRecord *>(const_cast<std::byte *>(seg.data()) +
-								   xmem::layout::slots_offset());
 	for (uint32_t n = 1; n <= 8; n++) {
 		auto f = (*owner)->acquire(5s, stream);
 		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
@@ -153,7 +150,7 @@ TEST(CudaPool, AFrameWhoseLayoutDoesNotFitIsRefusedBeforeAnyCopy)
 		ASSERT_TRUE((*owner)->publish(std::move(f.value()), stream).ok());
 		bool scribbled = n % 2 == 1;
 		if (scribbled) // the UV plane moved past the slot
-			slots[index].meta.plane_offset[1] = 64 * 1024 + 4096;
+			xmem::test::slot_record(**consumer, index)->meta.plane_offset[1] = 64 * 1024 + 4096;
 		// Odd rounds with a stream, even ones without, so both are refused.
 		auto r = (*consumer)->receive(5s, n % 4 == 1 ? stream : nullptr);
 		if (scribbled) {
