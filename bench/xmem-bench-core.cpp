@@ -191,17 +191,10 @@ bool parse(int argc, char **argv, Options &o)
 	       o.slots > 0 && o.fps <= 1000000;
 }
 
-const char *policy_name(xmem::Policy p)
+// The pool policy as this benchmark's reports have always named it ("block").
+const char *bench_policy_name(xmem::Policy p)
 {
-	switch (p) {
-	case xmem::Policy::block:
-		return "block";
-	case xmem::Policy::drop_oldest:
-		return "drop-oldest";
-	case xmem::Policy::drop_new:
-		return "drop-new";
-	}
-	return "?";
+	return p == xmem::Policy::block ? "block" : xmem::policy_name(p);
 }
 
 bool read_all(int fd, void *buf, size_t len)
@@ -595,7 +588,7 @@ int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_droppe
 		num("consumers", o.consumers, 0);
 		num("slots", o.slots, 0);
 		num("queue_size", o.queue, 0);
-		str("policy", policy_name(o.policy));
+		str("policy", bench_policy_name(o.policy));
 		str("consumer_wait", wait);
 		num("p50_us", p50, 1);
 		num("p99_us", p99, 1);
@@ -619,7 +612,7 @@ int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_droppe
 			    "first %zu: the zero-copy handoff), %u consumer(s) %s, %s fps, %s policy, queue %u\n",
 			    pair, o.mode.c_str(), o.width, o.height, frame_bytes, sizeof(Stamp), o.consumers,
 			    o.spin ? "spinning" : "sleeping", o.fps ? std::to_string(o.fps).c_str() : "unthrottled",
-			    policy_name(o.policy), o.queue);
+			    bench_policy_name(o.policy), o.queue);
 		std::printf("  publish->receive latency: p50 %.1f us, p99 %.1f us, max %.1f us (%zu samples)\n", p50,
 			    p99, max, g.latencies.size());
 		std::printf("  acquire+stamp+publish:    p50 %.2f us, p99 %.2f us (wall time in the producer)\n",

@@ -101,6 +101,7 @@ enum {
 	PROP_GROUP,
 	PROP_MEMORY,
 	PROP_CUDA_DEVICE_ID,
+	PROP_SPILL_SIZE,
 	PROP_STATS,
 };
 
@@ -122,6 +123,7 @@ struct SinkState {
 	guint buffers = DEFAULT_BUFFERS;
 	xmem_policy policy = DEFAULT_POLICY;
 	guint64 block_timeout = DEFAULT_BLOCK_TIMEOUT;
+	guint64 spill_size = 0;
 	guint wait_for_consumers = DEFAULT_WAIT_FOR_CONSUMERS;
 	guint64 wait_timeout = DEFAULT_WAIT_TIMEOUT;
 	guint max_consumers = DEFAULT_MAX_CONSUMERS;
@@ -186,8 +188,14 @@ GType gst_xmem_policy_get_type(void)
 	static const GEnumValue values[] = {
 		{ XMEM_POLICY_BLOCK, "Wait for the consumer, up to block-timeout, then drop its oldest frame",
 		  "block" },
+		{ XMEM_POLICY_FIFO, "Every frame: as block", "fifo" },
 		{ XMEM_POLICY_DROP_OLDEST, "Drop the consumer's oldest queued frame", "drop-oldest" },
 		{ XMEM_POLICY_DROP_NEW, "Do not queue the new frame for that consumer", "drop-new" },
+		{ XMEM_POLICY_LATEST, "A mailbox of one: a newer frame replaces the queued one", "latest" },
+		{ XMEM_POLICY_FIFO_SPILL,
+		  "Every frame, never waited for: frames queued for the consumer move to the spill tier "
+		  "(spill-size) when the producer needs their slots",
+		  "fifo-spill" },
 		{ 0, nullptr, nullptr },
 	};
 	if (g_once_init_enter(&type))
@@ -274,6 +282,7 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	config.max_consumers = s->max_consumers;
 	config.policy = xmem::Policy(s->policy);
 	config.block_timeout = std::chrono::nanoseconds(s->block_timeout);
+	config.spill_bytes = s->spill_size;
 	config.mode = s->perms;
 	if (!s->group.empty()) {
 		auto gid = resolve_group(s->group);
@@ -1015,6 +1024,9 @@ static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GVa
 	case PROP_CUDA_DEVICE_ID:
 		s->cuda_device = g_value_get_int(value);
 		break;
+	case PROP_SPILL_SIZE:
+		s->spill_size = g_value_get_uint64(value);
+		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
 		break;
@@ -1063,6 +1075,9 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 		break;
 	case PROP_CUDA_DEVICE_ID:
 		g_value_set_int(value, s->cuda_device);
+		break;
+	case PROP_SPILL_SIZE:
+		g_value_set_uint64(value, s->spill_size);
 		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
@@ -1164,6 +1179,12 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 		g_param_spec_int("cuda-device-id", "CUDA device id",
 				 "CUDA device of a device pool (-1: the device of upstream's CUDA memory, else 0)", -1,
 				 G_MAXINT, DEFAULT_CUDA_DEVICE_ID, flags));
+	g_object_class_install_property(
+		gobject, PROP_SPILL_SIZE,
+		g_param_spec_uint64("spill-size", "Spill size",
+				    "Bytes of host memory for the spill tier of policy=fifo-spill consumers (0: none; "
+				    "system-memory pools)",
+				    0, guint64{ 1 } << 44, 0, flags));
 	g_object_class_install_property(
 		gobject, PROP_STATS,
 		g_param_spec_boxed("stats", "Statistics",

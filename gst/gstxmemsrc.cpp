@@ -63,7 +63,7 @@ GST_DEBUG_CATEGORY_STATIC(gst_xmem_src_debug);
 #define DEFAULT_IS_LIVE TRUE
 #define DEFAULT_TIMEOUT 0
 #define DEFAULT_RECONNECT TRUE
-#define DEFAULT_QUEUE_SIZE 4
+#define DEFAULT_QUEUE_SIZE 0
 
 enum {
 	PROP_0,
@@ -72,8 +72,56 @@ enum {
 	PROP_TIMEOUT,
 	PROP_RECONNECT,
 	PROP_QUEUE_SIZE,
+	PROP_POLICY,
+	PROP_FALLBACK,
+	PROP_BLOCK_TIMEOUT,
 	PROP_STATS,
 };
+
+/* This consumer's policy: the pool's, or its own (xmem_policy + 1). */
+enum GstXmemSrcPolicy {
+	GST_XMEM_SRC_POLICY_POOL = 0,
+	GST_XMEM_SRC_POLICY_FIFO = 1 + XMEM_POLICY_FIFO,
+	GST_XMEM_SRC_POLICY_DROP_OLDEST = 1 + XMEM_POLICY_DROP_OLDEST,
+	GST_XMEM_SRC_POLICY_DROP_NEW = 1 + XMEM_POLICY_DROP_NEW,
+	GST_XMEM_SRC_POLICY_LATEST = 1 + XMEM_POLICY_LATEST,
+	GST_XMEM_SRC_POLICY_FIFO_SPILL = 1 + XMEM_POLICY_FIFO_SPILL,
+};
+
+static GType gst_xmem_src_policy_get_type(void)
+{
+	static GType type = 0;
+	static const GEnumValue values[] = {
+		{ GST_XMEM_SRC_POLICY_POOL, "The pool's policy (xmemsink policy)", "pool" },
+		{ GST_XMEM_SRC_POLICY_FIFO,
+		  "Every frame: the producer waits for this consumer up to block-timeout, then the fallback applies",
+		  "fifo" },
+		{ GST_XMEM_SRC_POLICY_LATEST, "A mailbox of one: a newer frame replaces the queued one", "latest" },
+		{ GST_XMEM_SRC_POLICY_DROP_OLDEST, "A full queue drops its oldest frame", "drop-oldest" },
+		{ GST_XMEM_SRC_POLICY_DROP_NEW, "A full queue does not take the new frame", "drop-new" },
+		{ GST_XMEM_SRC_POLICY_FIFO_SPILL,
+		  "Every frame, never waited for: queued frames move to the pool's spill tier (host memory) "
+		  "when the producer needs their slots; past its cap, the fallback applies",
+		  "fifo-spill" },
+		{ 0, nullptr, nullptr },
+	};
+	if (g_once_init_enter(&type))
+		g_once_init_leave(&type, g_enum_register_static("GstXmemSrcPolicy", values));
+	return type;
+}
+
+static GType gst_xmem_src_fallback_get_type(void)
+{
+	static GType type = 0;
+	static const GEnumValue values[] = {
+		{ XMEM_POLICY_DROP_OLDEST, "Drop the oldest queued frame", "drop-oldest" },
+		{ XMEM_POLICY_DROP_NEW, "Do not queue the new frame", "drop-new" },
+		{ 0, nullptr, nullptr },
+	};
+	if (g_once_init_enter(&type))
+		g_once_init_leave(&type, g_enum_register_static("GstXmemSrcFallback", values));
+	return type;
+}
 
 namespace {
 
@@ -134,6 +182,15 @@ struct SrcState {
 	guint64 timeout = DEFAULT_TIMEOUT;
 	bool reconnect = DEFAULT_RECONNECT;
 	guint queue_size = DEFAULT_QUEUE_SIZE;
+	GstXmemSrcPolicy policy = GST_XMEM_SRC_POLICY_POOL;
+	xmem_policy fallback = XMEM_POLICY_DROP_OLDEST;
+	guint64 block_timeout = 0;
+	/* How the owner serves this consumer, as of the last attach or frame (written by
+	 * the streaming thread, read by the stats property). */
+	std::atomic<guint> served_policy{ G_MAXUINT };
+	std::atomic<guint> served_queue{ 0 };
+	std::atomic<guint64> lost{ 0 };
+	std::atomic<guint64> spilled{ 0 };
 	GstCaps *caps = nullptr;
 
 	/* Streaming thread only. */
@@ -224,6 +281,18 @@ static void post_error(GstXmemSrc *self, const xmem::Error &e)
 	}
 }
 
+/* Notes how the owner serves this consumer now, for the stats property. */
+static void note_served(SrcState *s)
+{
+	auto served = s->pool->consumer_stats();
+	if (!served)
+		return;
+	s->served_policy.store(served->policy, std::memory_order_relaxed);
+	s->served_queue.store(served->queue_size, std::memory_order_relaxed);
+	s->lost.store(served->dropped, std::memory_order_relaxed);
+	s->spilled.store(served->spilled, std::memory_order_relaxed);
+}
+
 /* Attaches, waiting up to `timeout` for the pool to appear (0: forever). Errors
  * other than "not there yet" end the wait at once. */
 static GstFlowReturn attach(GstXmemSrc *self)
@@ -239,6 +308,10 @@ static GstFlowReturn attach(GstXmemSrc *self)
 		timeout = s->timeout;
 		reconnect = s->reconnect;
 		options.queue_size = s->queue_size;
+		if (s->policy != GST_XMEM_SRC_POLICY_POOL)
+			options.policy = xmem::Policy(int(s->policy) - 1);
+		options.fallback = xmem::Policy(s->fallback);
+		options.block_timeout = std::chrono::nanoseconds(s->block_timeout);
 	}
 	/* "program:element", so xmem-inspect tells gst-launch consumers apart. */
 	const gchar *prg = g_get_prgname();
@@ -254,6 +327,7 @@ static GstFlowReturn attach(GstXmemSrc *self)
 			s->pool = pool.value();
 			s->discont = true;
 			s->last_seq = 0;
+			note_served(s);
 			GST_INFO_OBJECT(self, "attached to pool '%s' (%s)", name.c_str(), s->pool->path().c_str());
 			return GST_FLOW_OK;
 		}
@@ -757,6 +831,7 @@ static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::
 		GST_BUFFER_DTS(buf) = m.dts;
 	}
 	s->received++;
+	note_served(s);
 	return buf;
 }
 
@@ -908,6 +983,15 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	case PROP_QUEUE_SIZE:
 		s->queue_size = g_value_get_uint(value);
 		break;
+	case PROP_POLICY:
+		s->policy = GstXmemSrcPolicy(g_value_get_enum(value));
+		break;
+	case PROP_FALLBACK:
+		s->fallback = xmem_policy(g_value_get_enum(value));
+		break;
+	case PROP_BLOCK_TIMEOUT:
+		s->block_timeout = g_value_get_uint64(value);
+		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
 		break;
@@ -921,6 +1005,12 @@ static GstStructure *make_stats(SrcState *s)
 		s->gaps, "reconnects", G_TYPE_UINT64, s->reconnects, "zero-copy", G_TYPE_UINT64, s->zero_copy, "copied",
 		G_TYPE_UINT64, s->copied, "memory", G_TYPE_STRING, s->out_cuda ? "cuda" : "system", "frames-refused",
 		G_TYPE_UINT64, s->refused, nullptr);
+	guint policy = s->served_policy.load(std::memory_order_relaxed);
+	const char *name = policy == G_MAXUINT ? "none" : xmem::policy_name(xmem::Policy(policy));
+	gst_structure_set(stats, "policy", G_TYPE_STRING, name ? name : "invalid", "queue-size", G_TYPE_UINT,
+			  s->served_queue.load(std::memory_order_relaxed), "lost", G_TYPE_UINT64,
+			  s->lost.load(std::memory_order_relaxed), "spilled", G_TYPE_UINT64,
+			  s->spilled.load(std::memory_order_relaxed), nullptr);
 	gst_xmem_metas_add_stats(stats, s->metas, false);
 	return stats;
 }
@@ -944,6 +1034,15 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 		break;
 	case PROP_QUEUE_SIZE:
 		g_value_set_uint(value, s->queue_size);
+		break;
+	case PROP_POLICY:
+		g_value_set_enum(value, s->policy);
+		break;
+	case PROP_FALLBACK:
+		g_value_set_enum(value, s->fallback);
+		break;
+	case PROP_BLOCK_TIMEOUT:
+		g_value_set_uint64(value, s->block_timeout);
 		break;
 	case PROP_STATS:
 		/* Read racily from the streaming thread's counters: a snapshot. */
@@ -1016,14 +1115,37 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 				     "When the producer goes away or is killed (EOS aside), wait "
 				     "for a new owner of the same name and continue",
 				     DEFAULT_RECONNECT, flags));
-	g_object_class_install_property(gobject, PROP_QUEUE_SIZE,
-					g_param_spec_uint("queue-size", "Queue size",
-							  "Frames this consumer may have queued in the pool", 1,
-							  XMEM_MAX_SLOTS, DEFAULT_QUEUE_SIZE, flags));
+	g_object_class_install_property(
+		gobject, PROP_QUEUE_SIZE,
+		g_param_spec_uint("queue-size", "Queue size",
+				  "Frames this consumer may have queued in the pool (0: its policy's default: 4, 1 "
+				  "for latest, the whole ring for fifo-spill)",
+				  0, XMEM_MAX_SLOTS + 4096, DEFAULT_QUEUE_SIZE, flags));
+	g_object_class_install_property(gobject, PROP_POLICY,
+					g_param_spec_enum("policy", "Policy",
+							  "How the producer serves this consumer (pool: the pool's "
+							  "policy); it never changes what other consumers receive",
+							  gst_xmem_src_policy_get_type(), GST_XMEM_SRC_POLICY_POOL,
+							  flags));
+	g_object_class_install_property(
+		gobject, PROP_FALLBACK,
+		g_param_spec_enum("fallback", "Fallback",
+				  "policy=fifo or fifo-spill: what a full queue does once the "
+				  "producer has waited block-timeout, or the spill tier is full",
+				  gst_xmem_src_fallback_get_type(), XMEM_POLICY_DROP_OLDEST, flags));
+	g_object_class_install_property(
+		gobject, PROP_BLOCK_TIMEOUT,
+		g_param_spec_uint64("block-timeout", "Block timeout",
+				    "policy=fifo: how long (ns) the producer waits for room in this consumer's "
+				    "queue (0: the pool's block-timeout)",
+				    0, G_MAXINT64, 0, flags));
 	g_object_class_install_property(
 		gobject, PROP_STATS,
 		g_param_spec_boxed("stats", "Statistics",
 				   "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
+				   "pushed as the shared slot itself), copied, memory, frames-refused; and how the "
+				   "producer serves it: policy, queue-size, lost (frames its policy dropped), "
+				   "spilled (its frames moved to the spill tier). Details: zero-copy (frames "
 				   "pushed as the shared slot itself), copied (frames of a device pool copied "
 				   "into CUDA or system memory), memory (what goes downstream: cuda, system)",
 				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));

@@ -147,7 +147,7 @@ void xmem_pool_config_init(xmem_pool_config *c)
 void xmem_open_options_init(xmem_open_options *o)
 {
 	if (o)
-		*o = xmem_open_options{ 0, 4, nullptr, {} };
+		*o = xmem_open_options{ 0, 0, nullptr, 0, XMEM_POLICY_DROP_OLDEST, XMEM_POLICY_DROP_OLDEST, 0, 0, {} };
 }
 
 int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **out)
@@ -168,6 +168,8 @@ int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **ou
 		config.device = c->device;
 		if (c->has_group)
 			config.group = c->group;
+		config.spill_bytes = c->spill_bytes;
+		config.spill_frames = c->spill_frames;
 		if (!all_zero(c->reserved))
 			return fail(XMEM_EINVAL, (std::string("pool '") + name +
 						  "': xmem_pool_config has reserved fields set "
@@ -191,7 +193,11 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 			options.timeout = ns(o->timeout_ns);
 			options.queue_size = o->queue_size;
 			options.client = o->client ? o->client : "";
-			if (!all_zero(o->reserved))
+			if (o->has_policy)
+				options.policy = xmem::Policy(o->policy);
+			options.fallback = o->fallback ? xmem::Policy(o->fallback) : xmem::Policy::drop_oldest;
+			options.block_timeout = ns(int64_t(std::min<uint64_t>(o->block_timeout_ns, INT64_MAX)));
+			if (!all_zero(o->reserved) || o->reserved0)
 				return fail(XMEM_EINVAL, (std::string("pool '") + name +
 							  "': xmem_open_options has reserved fields set "
 							  "(initialise it with xmem_open_options_init)")
@@ -308,6 +314,27 @@ uint64_t xmem_pool_side_data_refused(const xmem_pool *pool)
 uint64_t xmem_pool_frames_refused(const xmem_pool *pool)
 {
 	return pool ? pool->pool->frames_refused() : 0;
+}
+
+int xmem_pool_consumer_stats(const xmem_pool *pool, xmem_consumer_stats *stats)
+{
+	if (!pool || !stats)
+		return fail(XMEM_EINVAL, "xmem_pool_consumer_stats: null argument");
+	return guarded([&] {
+		auto r = pool->pool->consumer_stats();
+		if (!r)
+			return fail(r.error());
+		*stats = *r;
+		return int(XMEM_OK);
+	});
+}
+
+int xmem_pool_spill_stats(const xmem_pool *pool, xmem_spill_stats *stats)
+{
+	if (!pool || !stats)
+		return fail(XMEM_EINVAL, "xmem_pool_spill_stats: null argument");
+	*stats = pool->pool->spill_stats();
+	return int(XMEM_OK);
 }
 
 uint64_t xmem_pool_slot_size(const xmem_pool *pool)

@@ -12,10 +12,22 @@
 namespace xmem::layout {
 
 inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
-inline constexpr uint32_t kAbiVersion = 3; // 3: SlotRecord's side data
+inline constexpr uint32_t kAbiVersion = 4; // 4: per-consumer policies, the spill tier
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
-inline constexpr uint32_t kEosEntry = 0xffffffffu; // ring entry meaning end of stream
+// A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
+// the owner pushed it at, tells which use of the ring cell it is (a taker compares it
+// with the head it read); WHAT is a slot index, kSpillEntry | a spill buffer's index,
+// or one of the markers below (docs/design.md, "Queues").
+inline constexpr uint32_t kEosEntry = 0xffffffffu; // end of stream
+inline constexpr uint32_t kTakenEntry = 0xfffffffeu; // claimed by its taker (consumer or owner)
+inline constexpr uint32_t kSkipEntry = 0xfffffffdu; // a frame dropped in place: skipped
+inline constexpr uint32_t kSpillEntry = 0x80000000u; // | the spill buffer's index
+
+inline constexpr uint64_t ring_entry(uint64_t position, uint32_t what)
+{
+	return (position << 32) | what;
+}
 
 static_assert(XMEM_MAX_CONSUMERS + 1 <= kHolderWords * 64);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -95,11 +107,15 @@ struct ControlConstants {
 	// system memory, and from producers older than the field (then device_id is used).
 	uint8_t device_uuid[16];
 	uint32_t device_kind; // DeviceKind of device_uuid; 0 from producers older than the field
-	uint32_t reserved32; // zero
+	// The spill tier (0: none): host buffers for frames of fifo-spill consumers, in a
+	// memfd of spill_size bytes, its SlotRecords first (spill.hpp).
+	uint32_t spill_frames;
 	// The owner's PID namespace (identity.hpp: the inode of /proc/self/ns/pid), which
 	// owner_pid is numbered in; 0 when unknown or from producers older than the field.
 	uint64_t owner_pid_ns;
-	uint64_t reserved[4]; // zero
+	uint64_t spill_bytes; // the tier's cap on payload bytes (whole pages)
+	uint64_t spill_size; // its memfd's size
+	uint64_t reserved[2]; // zero
 };
 
 static_assert(sizeof(ControlConstants) == 216);
@@ -120,6 +136,13 @@ struct alignas(64) ControlHeader : ControlConstants {
 	// Seqlock around format: odd while the owner rewrites it. [owner]
 	std::atomic<uint64_t> format_lock;
 	char format[XMEM_FORMAT_MAX];
+	// The spill tier's use [owner]: bytes and buffers held now, the most bytes held
+	// at once, frames spilled, and spills refused because the tier was full.
+	alignas(64) std::atomic<uint64_t> spill_bytes_held;
+	std::atomic<uint64_t> spill_peak;
+	std::atomic<uint64_t> spilled;
+	std::atomic<uint64_t> spill_full;
+	std::atomic<uint32_t> spill_frames_held;
 };
 
 // The shared copy of a frame's metadata lives in xmem_frame_meta, which is already
@@ -175,9 +198,15 @@ struct alignas(64) ConsumerRecord {
 	uint32_t own_pid;
 	uint32_t gid; // from SO_PEERCRED, as uid
 	uint64_t pid_ns;
+	// How the owner serves it [owner, at attach; the owner's own copy decides]: an
+	// xmem_policy, the fallback of fifo and fifo-spill, fifo's wait.
+	uint32_t policy;
+	uint32_t fallback;
+	uint64_t block_timeout_ns;
 	alignas(64) std::atomic<uint64_t> tail; // [owner]
 	std::atomic<uint64_t> dropped; // [owner]
 	std::atomic<uint64_t> queued_total; // [owner]
+	std::atomic<uint64_t> spilled; // its frames moved into the spill tier [owner]
 	// Followed by ring_capacity std::atomic<uint64_t> entries: (seq32 << 32) | slot.
 };
 
@@ -236,6 +265,18 @@ inline constexpr uint64_t control_size(uint32_t slot_count, uint32_t max_consume
 inline constexpr uint64_t sync_offset(uint32_t slot_count, uint32_t max_consumers, uint32_t ring_capacity)
 {
 	return round_up(consumers_end(slot_count, max_consumers, ring_capacity), 64);
+}
+
+// The spill tier's memfd: spill_frames SlotRecords (each a host buffer's record, as a
+// slot's), then the payload area of spill_bytes, page-aligned.
+inline constexpr uint32_t kMaxSpillFrames = 4096;
+inline constexpr uint64_t spill_payload_offset(uint32_t spill_frames)
+{
+	return round_up(uint64_t{ spill_frames } * sizeof(SlotRecord), 4096);
+}
+inline constexpr uint64_t spill_size(uint32_t spill_frames, uint64_t spill_bytes)
+{
+	return spill_frames ? spill_payload_offset(spill_frames) + round_up(spill_bytes, 4096) : 0;
 }
 
 inline std::atomic<uint64_t> *ring_of(ConsumerRecord *c)
@@ -297,6 +338,7 @@ static_assert(offsetof(ControlHeader, reaped) == 288);
 static_assert(offsetof(ControlHeader, format_seq) == 296);
 static_assert(offsetof(ControlHeader, format_lock) == 304);
 static_assert(offsetof(ControlHeader, format) == 312);
+static_assert(offsetof(ControlHeader, spill_bytes_held) % 64 == 0);
 #pragma GCC diagnostic pop
 static_assert(sizeof(SlotRecord) % 64 == 0);
 static_assert(offsetof(SlotRecord, state) == 0);
@@ -319,5 +361,8 @@ static_assert(offsetof(ConsumerRecord, pid_ns) == 96);
 static_assert(offsetof(ConsumerRecord, tail) == 128);
 static_assert(offsetof(ConsumerRecord, dropped) == 136);
 static_assert(offsetof(ConsumerRecord, queued_total) == 144);
+static_assert(offsetof(ConsumerRecord, policy) == 104);
+static_assert(offsetof(ConsumerRecord, block_timeout_ns) == 112);
+static_assert(offsetof(ConsumerRecord, spilled) == 152);
 
 } // namespace xmem::layout

@@ -38,6 +38,33 @@ const char *state_name(uint32_t s)
 
 } // namespace
 
+const char *policy_name(Policy policy)
+{
+	switch (policy) {
+	case Policy::fifo:
+		return "fifo";
+	case Policy::drop_oldest:
+		return "drop-oldest";
+	case Policy::drop_new:
+		return "drop-new";
+	case Policy::latest:
+		return "latest";
+	case Policy::fifo_spill:
+		return "fifo-spill";
+	}
+	return nullptr;
+}
+
+std::optional<Policy> policy_from_name(std::string_view name)
+{
+	if (name == "block")
+		return Policy::fifo;
+	for (Policy p : { Policy::fifo, Policy::drop_oldest, Policy::drop_new, Policy::latest, Policy::fifo_spill })
+		if (name == policy_name(p))
+			return p;
+	return std::nullopt;
+}
+
 PoolImpl::PoolImpl() = default;
 
 // The role objects go first (members are destroyed in reverse): the owner's I/O
@@ -61,25 +88,37 @@ std::shared_ptr<const std::string> PoolImpl::format_of(const SlotRecord &slot)
 
 BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 {
+	const SlotRecord &rec = record(index);
 	BufferGuard g;
 	g.pool_ = shared_from_this();
 	g.index_ = index;
-	g.meta_ = seg.slots[index].meta;
+	g.meta_ = rec.meta;
 	// Another process wrote these: keep strings within their arrays. The layout's
 	// counts and sizes are checked by checked_guard(), on this copy.
 	g.meta_.index = index;
 	g.meta_.content_type[XMEM_CONTENT_TYPE_MAX - 1] = '\0';
 	g.meta_.producer[XMEM_PRODUCER_MAX - 1] = '\0';
-	// The owner wrote its ordinal; this process may number the device otherwise.
-	if (arena->storage() == Storage::cuda)
-		g.meta_.device_id = uint8_t(arena->device());
-	uint64_t offset = uint64_t{ index } * seg.slot_stride;
-	g.data_ = arena->host(offset);
-	g.device_ = arena->device_address(offset);
-	g.capacity_ = seg.slot_size;
+	if (is_spill(index)) {
+		// A spilled frame, in host memory: the owner's offset, read once and bounded by
+		// the tier's payload area (a capacity of 0 refuses any payload).
+		uint64_t offset = *static_cast<const volatile uint64_t *>(&rec.offset);
+		std::span<std::byte> at = spill->payload(offset);
+		g.data_ = at.empty() ? nullptr : at.data();
+		g.capacity_ = std::min<uint64_t>(seg.slot_size, at.size());
+		g.meta_.storage_type = uint8_t(Storage::system);
+		g.meta_.device_id = 0;
+	} else {
+		// The owner wrote its ordinal; this process may number the device otherwise.
+		if (arena->storage() == Storage::cuda)
+			g.meta_.device_id = uint8_t(arena->device());
+		uint64_t offset = uint64_t{ index } * seg.slot_stride;
+		g.data_ = arena->host(offset);
+		g.device_ = arena->device_address(offset);
+		g.capacity_ = seg.slot_size;
+	}
 	g.writable_ = writable;
-	g.format_ = role == Role::owner ? format.load() : format_of(seg.slots[index]);
-	g.side_data_ = side_data_of(seg.slots[index]);
+	g.format_ = role == Role::owner ? format.load() : format_of(rec);
+	g.side_data_ = side_data_of(rec);
 	return g;
 }
 
@@ -122,7 +161,7 @@ void PoolImpl::notify_owner()
 
 void PoolImpl::clear_holder_bit(uint32_t index, uint32_t bit)
 {
-	SlotRecord &slot = seg.slots[index];
+	SlotRecord &slot = record(index);
 	// Only the sole holder can have a slot EXCLUSIVE (get_mut in place): as it lets
 	// go, the frame is published again, so get() works on it as before.
 	// Only the process that took it EXCLUSIVE gives it back: another holder's release
@@ -266,6 +305,9 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 // holds it once; EXCLUSIVE then keeps get() of other processes out until released.
 bool PoolImpl::take_exclusive(uint32_t index)
 {
+	// A spilled frame is never written in place: get_mut() copies it.
+	if (is_spill(index))
+		return false;
 	SlotRecord &slot = seg.slots[index];
 	if (local_refs[index] != 1)
 		return false;
@@ -284,7 +326,7 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= seg.slot_count)
+	if (index >= index_count())
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -300,7 +342,7 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= seg.slot_count)
+	if (index >= index_count())
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -310,7 +352,7 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads)
 	if (--local_refs[index] == 0) {
 		// Done before the bit goes: the owner reuses the slot once it sees no bit,
 		// and must find this holder's done word written or pending by then.
-		if (sync && gpu_reads)
+		if (sync && gpu_reads && !is_spill(index))
 			done = sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, stream);
 		clear_holder_bit(index, holder_bit);
 	}
@@ -321,7 +363,7 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= seg.slot_count)
+	if (index >= index_count())
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -329,7 +371,7 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 							  ", which this process does not hold");
 	local_refs[index] = count;
 	if (count == 0) {
-		if (sync)
+		if (sync && !is_spill(index))
 			(void)sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, nullptr);
 		clear_holder_bit(index, holder_bit);
 	}
@@ -658,7 +700,7 @@ Result<void> BufferPool::set_ref_count(uint32_t index, uint32_t count)
 
 uint32_t BufferPool::ref_count(uint32_t index) const
 {
-	if (index >= impl_->seg.slot_count || impl_->local_refs.empty())
+	if (index >= impl_->index_count() || impl_->local_refs.size() <= index)
 		return 0;
 	std::lock_guard lock(impl_->refs_lock);
 	return impl_->local_refs[index];
@@ -678,6 +720,28 @@ uint64_t BufferPool::side_data_refused() const
 uint64_t BufferPool::frames_refused() const
 {
 	return impl_->frames_refused.load(std::memory_order_relaxed);
+}
+
+Result<ConsumerStats> BufferPool::consumer_stats() const
+{
+	if (impl_->role != Role::consumer || !impl_->subscriber)
+		return make_error(Errc::wrong_role, impl_->where() + ": consumer stats are a consumer's");
+	return impl_->subscriber->stats();
+}
+
+SpillStats BufferPool::spill_stats() const
+{
+	SpillStats s{};
+	const ControlSegment &seg = impl_->seg;
+	const ControlHeader *h = seg.header;
+	s.cap_bytes = seg.constants().spill_bytes;
+	s.cap_frames = seg.constants().spill_frames;
+	s.frames = h->spill_frames_held.load(std::memory_order_relaxed);
+	s.bytes = h->spill_bytes_held.load(std::memory_order_relaxed);
+	s.peak_bytes = h->spill_peak.load(std::memory_order_relaxed);
+	s.spilled = h->spilled.load(std::memory_order_relaxed);
+	s.full = h->spill_full.load(std::memory_order_relaxed);
+	return s;
 }
 
 std::span<const std::byte> BufferPool::control_segment() const

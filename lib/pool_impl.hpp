@@ -7,6 +7,7 @@
 #include "device_sync.hpp"
 #include "layout.hpp"
 #include "segment.hpp"
+#include "spill.hpp"
 #include "system.hpp"
 
 #include <xmem/xmem.hpp>
@@ -61,6 +62,9 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// GPU ordering of a CUDA pool's slots; none for system memory. Destroyed before
 	// the arena: it synchronizes this process's streams first.
 	std::unique_ptr<DeviceSync> sync;
+	// The spill tier (spill.hpp), when the pool has one: the owner's, and a consumer's
+	// mapping of it. Its buffers follow the slots in the index space of references.
+	std::unique_ptr<SpillTier> spill;
 
 	// Holder bit of this process: 0 for the owner, 1 + index for a consumer.
 	uint32_t holder_bit = layout::kOwnerBit;
@@ -92,6 +96,14 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	std::unique_ptr<Subscriber> subscriber;
 
 	std::string where() const { return "pool '" + name + "'"; }
+
+	// The index space of references: slots, then spill buffers.
+	uint32_t index_count() const { return seg.slot_count + (spill ? spill->frames() : 0); }
+	bool is_spill(uint32_t index) const { return index >= seg.slot_count; }
+	layout::SlotRecord &record(uint32_t index) const
+	{
+		return is_spill(index) ? spill->record(index - seg.slot_count) : seg.slots[index];
+	}
 
 	// References (all roles).
 	Result<BufferGuard> get(uint32_t index, bool writable);

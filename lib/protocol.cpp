@@ -21,12 +21,15 @@ Error refusal(xmem_status code, std::string message)
 
 } // namespace
 
-Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client)
+Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client, const Serve &serve)
 {
 	Hello h{};
 	h.header = make_header(MessageType::hello, sizeof(h));
 	h.role = role;
 	h.queue_size = queue_size;
+	h.policy = serve.policy ? 1 + uint32_t(*serve.policy) : 0;
+	h.fallback = uint32_t(serve.fallback);
+	h.block_timeout_ns = serve.block_timeout_ns;
 	copy_string(h.client, sizeof(h.client), client);
 	h.pid = uint32_t(::getpid());
 	h.pid_ns = pid_namespace_here();
@@ -45,7 +48,8 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes)
 		return refusal(XMEM_EVERSION, "protocol version " + std::to_string(mh.version) +
 						      " is not supported (owner speaks " + std::to_string(kVersion) +
 						      ")");
-	if (mh.type != MessageType::hello || (bytes.size() != sizeof(Hello) && bytes.size() != kHelloV1Size) ||
+	if (mh.type != MessageType::hello ||
+	    (bytes.size() != sizeof(Hello) && bytes.size() != kHelloPidSize && bytes.size() != kHelloV1Size) ||
 	    mh.size != bytes.size())
 		return refusal(XMEM_ENOTPOOL, "malformed hello");
 	Hello hello{};
@@ -54,6 +58,22 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes)
 	if (hello.role != PeerRole::consumer && hello.role != PeerRole::inspector)
 		return refusal(XMEM_ENOTPOOL, "unknown peer role");
 	return hello;
+}
+
+Result<Serve> serve_of(const Hello &hello)
+{
+	Serve serve;
+	if (hello.policy > 1 + uint32_t(Policy::fifo_spill))
+		return refusal(XMEM_EINVAL, "unknown policy " + std::to_string(hello.policy - 1));
+	if (hello.policy)
+		serve.policy = Policy(hello.policy - 1);
+	if (hello.fallback != uint32_t(Policy::drop_oldest) && hello.fallback != uint32_t(Policy::drop_new) &&
+	    hello.fallback != 0)
+		return refusal(XMEM_EINVAL,
+			       "fallback " + std::to_string(hello.fallback) + " is neither drop-oldest nor drop-new");
+	serve.fallback = hello.fallback == uint32_t(Policy::drop_new) ? Policy::drop_new : Policy::drop_oldest;
+	serve.block_timeout_ns = hello.block_timeout_ns;
+	return serve;
 }
 
 Welcome make_welcome(uint32_t consumer_index, uint64_t control_size, uint64_t data_size, uint64_t format_seq,

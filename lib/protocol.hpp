@@ -4,7 +4,8 @@
 //   consumer                                   owner (I/O thread)
 //   --------                                   ------------------
 //   connect($dir/NAME)  ---------------------> accept, SO_PEERCRED check
-//   Hello{role, queue_size, pid, pid ns}
+//   Hello{role, queue_size, pid, pid ns,
+//         policy}
 //     + [eventfd, pidfd] --------------------> validate, take a ConsumerRecord
 //            <--------------------------------- Welcome{index, sizes, format}
 //                                               + [control memfd, data memfd]
@@ -19,6 +20,7 @@
 #include <xmem/xmem.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,7 +28,7 @@
 namespace xmem::protocol {
 
 inline constexpr uint32_t kWireMagic = 0x584d4d50; // "PMMX"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2; // 2: a Hello asks for its policy
 
 enum class MessageType : uint16_t {
 	hello = 1,
@@ -61,6 +63,12 @@ struct Hello {
 	uint32_t pid;
 	uint32_t reserved;
 	uint64_t pid_ns;
+	// How the consumer asks to be served (Serve): 0 the pool's policy, else 1 + an
+	// xmem_policy; the fallback of fifo and fifo-spill (an xmem_policy, 0: drop-oldest);
+	// fifo's wait in ns (0: the pool's). Zero in a shorter Hello.
+	uint32_t policy;
+	uint32_t fallback;
+	uint64_t block_timeout_ns;
 	// fds: a consumer sends its eventfd, then, where it could make one, a pidfd of
 	// itself (which tells the owner when it has exited, in any PID namespace); an
 	// inspector sends none.
@@ -89,8 +97,9 @@ inline constexpr uint32_t kNoConsumer = 0xffffffffu;
 inline constexpr size_t kMaxFds = 253;
 inline constexpr size_t kMaxMessage = sizeof(Welcome);
 static_assert(sizeof(MessageHeader) == 16);
-static_assert(sizeof(Hello) == 72);
+static_assert(sizeof(Hello) == 88);
 inline constexpr size_t kHelloV1Size = 56; // a Hello without pid and pid_ns
+inline constexpr size_t kHelloPidSize = 72; // a Hello without the policy
 static_assert(sizeof(Reject) == 276);
 
 inline MessageHeader make_header(MessageType type, uint32_t size)
@@ -102,7 +111,15 @@ inline MessageHeader make_header(MessageType type, uint32_t size)
 // controls (magic, version, type, sizes) and says what is wrong in an Error whose code
 // is the xmem_status to report: an owner sends it back in a Reject.
 // A Hello from this process: its pid and PID namespace filled in.
-Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client);
+// What a consumer asks of the owner's policy, as a Hello carries it.
+struct Serve {
+	std::optional<Policy> policy; // none: the pool's
+	Policy fallback = Policy::drop_oldest;
+	uint64_t block_timeout_ns = 0; // 0: the pool's
+};
+Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client, const Serve &serve = {});
+// A parsed Hello's request; Errc::invalid_argument for values no policy has.
+Result<Serve> serve_of(const Hello &hello);
 Result<Hello> parse_hello(std::span<const std::byte> bytes);
 
 Welcome make_welcome(uint32_t consumer_index, uint64_t control_size, uint64_t data_size, uint64_t format_seq,

@@ -107,6 +107,162 @@ static bool wait_for_progress(ControlHeader *header, Done done, uint64_t deadlin
 	}
 }
 
+// The spill tier (docs/design.md, "The spill tier")
+
+void Publisher::collect_spill()
+{
+	if (!pool_.spill)
+		return;
+	for (auto it = spilled_buffers.begin(); it != spilled_buffers.end();) {
+		uint32_t r = *it;
+		SlotRecord &rec = pool_.spill->record(r);
+		if (holders_of(rec) != 0) {
+			++it;
+			continue;
+		}
+		// No holder is left, and none can come back: spill buffers are only ever
+		// held through queue entries, never taken by index.
+		rec.state.store(kSlotFree, std::memory_order_seq_cst);
+		seg.header->spill_bytes_held.fetch_sub(pool_.spill->bytes_of(r), std::memory_order_relaxed);
+		seg.header->spill_frames_held.fetch_sub(1, std::memory_order_relaxed);
+		pool_.spill->free(r);
+		it = spilled_buffers.erase(it);
+	}
+}
+
+bool Publisher::spill_one()
+{
+	if (!pool_.spill)
+		return false;
+	collect_spill();
+	// Where each fifo-spill consumer's queue holds each slot, and how far from its head.
+	struct Queued {
+		uint32_t consumer;
+		uint64_t position;
+	};
+	uint32_t best = UINT32_MAX;
+	uint64_t best_next_use = 0;
+	std::vector<Queued> best_queued;
+	std::vector<Queued> queued;
+	for (uint32_t i = 0; i < seg.slot_count; i++) {
+		SlotRecord &slot = seg.slots[i];
+		if (slot.state.load(std::memory_order_acquire) != kSlotPublished)
+			continue;
+		uint64_t words[kHolderWords];
+		bool any = false;
+		for (uint32_t w = 0; w < kHolderWords; w++) {
+			words[w] = slot.holders[w].load(std::memory_order_seq_cst);
+			any |= words[w] != 0;
+		}
+		if (!any || (words[0] & holder_mask(kOwnerBit)))
+			continue;
+		// A candidate when every holder is a fifo-spill consumer that has the frame
+		// queued: its next use is the nearest of those queue positions.
+		queued.clear();
+		uint64_t next_use = UINT64_MAX;
+		bool candidate = true;
+		for (uint32_t bit = 1; bit < kHolderWords * 64 && candidate; bit++) {
+			if (!(words[bit / 64] & holder_mask(bit)))
+				continue;
+			uint32_t c = bit - 1;
+			ConsumerRecord *rec = c < seg.max_consumers ? seg.consumer(c) : nullptr;
+			if (!rec || served[c].policy != Policy::fifo_spill ||
+			    rec->state.load(std::memory_order_acquire) != kConsumerActive) {
+				candidate = false;
+				break;
+			}
+			uint64_t h = rec->head.load(std::memory_order_acquire);
+			uint64_t t = rec->tail.load(std::memory_order_relaxed);
+			candidate = false;
+			for (uint64_t k = h; t - h <= seg.ring_capacity && k != t; k++) {
+				if (ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire) !=
+				    ring_entry(k, i))
+					continue;
+				queued.push_back(Queued{ c, k });
+				next_use = std::min(next_use, k - h);
+				candidate = true;
+				break;
+			}
+		}
+		if (candidate && (best == UINT32_MAX || next_use > best_next_use)) {
+			best = i;
+			best_next_use = next_use;
+			best_queued = queued;
+		}
+	}
+	if (best == UINT32_MAX)
+		return false;
+
+	SlotRecord &slot = seg.slots[best];
+	// The owner's own copies of what the slot says: consumers can write the record.
+	uint64_t size = std::min<uint64_t>(slot.meta.size, seg.slot_size);
+	auto r = pool_.spill->allocate(size);
+	if (!r) {
+		// The tier is full: each consumer's fallback decides what it loses.
+		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
+		bool moved = false;
+		for (const Queued &q : best_queued) {
+			ConsumerRecord *rec = seg.consumer(q.consumer);
+			if (served[q.consumer].fallback == Policy::drop_oldest) {
+				moved |= drop_oldest(q.consumer);
+				continue;
+			}
+			// drop-new: this frame, the newest it has in a slot, is dropped in place.
+			uint64_t e = ring_entry(q.position, best);
+			if (!ring_of(rec)[q.position % seg.ring_capacity].compare_exchange_strong(
+				    e, ring_entry(q.position, kSkipEntry), std::memory_order_seq_cst))
+				continue; // the consumer took it meanwhile
+			let_go(q.consumer, best);
+			rec->dropped.fetch_add(1, std::memory_order_relaxed);
+			seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+			moved = true;
+		}
+		return moved;
+	}
+
+	SlotRecord &to = pool_.spill->record(*r);
+	to.meta = slot.meta;
+	to.format_seq = slot.format_seq;
+	std::memcpy(to.format, slot.format, sizeof(to.format));
+	uint32_t side = std::min<uint32_t>(slot.side_data_size, XMEM_SIDE_DATA_MAX);
+	std::memcpy(to.side_data, slot.side_data, side);
+	to.side_data_size = side;
+	to.index = seg.slot_count + *r;
+	to.offset = pool_.spill->offset_of(*r);
+	std::memcpy(pool_.spill->payload(to.offset).data(), pool_.arena->host(uint64_t{ best } * seg.slot_stride),
+		    size);
+	uint64_t mask[kHolderWords] = {};
+	for (const Queued &q : best_queued)
+		mask[(1 + q.consumer) / 64] |= holder_mask(1 + q.consumer);
+	for (uint32_t w = 0; w < kHolderWords; w++)
+		to.holders[w].store(mask[w], std::memory_order_seq_cst);
+	to.state.store(kSlotPublished, std::memory_order_seq_cst);
+	spilled_buffers.push_back(*r);
+	uint64_t bytes = pool_.spill->bytes_of(*r);
+	uint64_t held = seg.header->spill_bytes_held.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+	if (held > seg.header->spill_peak.load(std::memory_order_relaxed))
+		seg.header->spill_peak.store(held, std::memory_order_relaxed);
+	seg.header->spill_frames_held.fetch_add(1, std::memory_order_relaxed);
+	seg.header->spilled.fetch_add(1, std::memory_order_relaxed);
+
+	// Each queue entry moves from the slot to the buffer by a CAS: a consumer that
+	// claimed it first keeps the slot (its reference), and the buffer loses its bit.
+	for (const Queued &q : best_queued) {
+		ConsumerRecord *rec = seg.consumer(q.consumer);
+		uint32_t bit = 1 + q.consumer;
+		uint64_t e = ring_entry(q.position, best);
+		if (ring_of(rec)[q.position % seg.ring_capacity].compare_exchange_strong(
+			    e, ring_entry(q.position, kSpillEntry | *r), std::memory_order_seq_cst)) {
+			let_go(q.consumer, best);
+			rec->spilled.fetch_add(1, std::memory_order_relaxed);
+		} else {
+			to.holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+		}
+	}
+	collect_spill(); // a buffer nobody took after all goes back now
+	return true;
+}
+
 Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 {
 	if (shut.load(std::memory_order_acquire))
@@ -144,9 +300,12 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 			seg.slots[i].side_data_size = 0;
 			return pool_.make_guard(i, true);
 		}
-		if (config_policy == Policy::drop_oldest) {
+		{
+			// No free slot. Frames queued only for fifo-spill consumers move to the
+			// spill tier first (nobody loses a frame); then consumers that chose to
+			// lose queued frames lose their oldest.
 			std::lock_guard lock(publish_lock);
-			if (drop_globally_oldest())
+			if (spill_one() || drop_globally_oldest())
 				continue;
 		}
 		bool any = wait_for_progress(
@@ -166,25 +325,61 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 	}
 }
 
-bool Publisher::drop_oldest(uint32_t c)
+std::optional<uint32_t> Publisher::take_head(uint32_t c)
 {
 	ConsumerRecord *rec = seg.consumer(c);
-	uint64_t h = rec->head.load(std::memory_order_acquire);
-	uint64_t t = rec->tail.load(std::memory_order_relaxed);
-	if (h == t)
-		return false;
-	uint64_t e = ring_of(rec)[h % seg.ring_capacity].load(std::memory_order_relaxed);
-	// The consumer may take the same entry: whoever wins the CAS owns it.
-	if (!rec->head.compare_exchange_strong(h, h + 1, std::memory_order_acq_rel))
-		return true;
-	uint32_t index = uint32_t(e);
-	if (index == kEosEntry)
-		return true;
-	if (index < seg.slot_count) {
-		uint32_t bit = 1 + c;
-		seg.slots[index].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+	for (;;) {
+		uint64_t h = rec->head.load(std::memory_order_acquire);
+		uint64_t t = rec->tail.load(std::memory_order_relaxed);
+		if (h == t || t - h > seg.ring_capacity)
+			return std::nullopt;
+		std::atomic<uint64_t> &cell = ring_of(rec)[h % seg.ring_capacity];
+		uint64_t e = cell.load(std::memory_order_acquire);
+		if (uint32_t(e >> 32) != uint32_t(h)) {
+			if (rec->head.load(std::memory_order_acquire) != h)
+				continue; // the consumer moved on
+			// Not what this owner pushed there: the consumer wrote its ring. Hang up
+			// on it; the I/O thread reaps it.
+			::shutdown(consumer_conn[c].get(), SHUT_RDWR);
+			return std::nullopt;
+		}
+		uint32_t what = uint32_t(e);
+		// The consumer's take_entry() claims entries the same way: one claimer each.
+		if (what != kTakenEntry &&
+		    !cell.compare_exchange_strong(e, ring_entry(h, kTakenEntry), std::memory_order_seq_cst))
+			continue;
+		uint64_t expected = h;
+		rec->head.compare_exchange_strong(expected, h + 1, std::memory_order_seq_cst);
+		if (what != kTakenEntry)
+			return what;
 	}
-	rec->dropped.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Publisher::let_go(uint32_t c, uint32_t what)
+{
+	uint32_t bit = 1 + c;
+	if (what == kEosEntry || what == kSkipEntry || what == kTakenEntry)
+		return;
+	if (what & kSpillEntry) {
+		uint32_t r = what & ~kSpillEntry;
+		if (pool_.spill && r < pool_.spill->frames())
+			pool_.spill->record(r).holders[bit / 64].fetch_and(~holder_mask(bit),
+									   std::memory_order_seq_cst);
+		return;
+	}
+	if (what < seg.slot_count)
+		seg.slots[what].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+}
+
+bool Publisher::drop_oldest(uint32_t c)
+{
+	auto what = take_head(c);
+	if (!what)
+		return false;
+	if (*what == kEosEntry || *what == kSkipEntry)
+		return true; // no frame: nothing to count
+	let_go(c, *what);
+	seg.consumer(c)->dropped.fetch_add(1, std::memory_order_relaxed);
 	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
 	pool_.notify_owner(); // another owner thread may be waiting in acquire()
 	return true;
@@ -197,10 +392,14 @@ bool Publisher::drop_globally_oldest()
 	uint32_t victim = UINT32_MAX, freeing = UINT32_MAX;
 	uint64_t oldest = UINT64_MAX, oldest_freeing = UINT64_MAX;
 	for (uint32_t c : active) {
+		// Only consumers that chose to lose queued frames lose them to slot pressure.
+		if (served[c].policy != Policy::drop_oldest && served[c].policy != Policy::latest)
+			continue;
 		ConsumerRecord *rec = seg.consumer(c);
 		uint64_t h = rec->head.load(std::memory_order_acquire);
 		if (h == rec->tail.load(std::memory_order_relaxed))
 			continue;
+		// A hint only: drop_oldest() takes whatever is at the head by then.
 		uint32_t index = uint32_t(ring_of(rec)[h % seg.ring_capacity].load(std::memory_order_relaxed));
 		if (index >= seg.slot_count)
 			continue;
@@ -219,11 +418,11 @@ bool Publisher::drop_globally_oldest()
 	return victim != UINT32_MAX && drop_oldest(victim);
 }
 
-void Publisher::push(uint32_t c, uint64_t entry)
+void Publisher::push(uint32_t c, uint32_t what)
 {
 	ConsumerRecord *rec = seg.consumer(c);
 	uint64_t t = rec->tail.load(std::memory_order_relaxed);
-	ring_of(rec)[t % seg.ring_capacity].store(entry, std::memory_order_relaxed);
+	ring_of(rec)[t % seg.ring_capacity].store(ring_entry(t, what), std::memory_order_relaxed);
 	rec->tail.store(t + 1, std::memory_order_seq_cst);
 	rec->queued_total.fetch_add(1, std::memory_order_relaxed);
 	// The consumer arms, then re-reads tail; we store tail, then read armed. One of
@@ -236,22 +435,23 @@ void Publisher::push(uint32_t c, uint64_t entry)
 }
 
 // Publish's policy step, publish_lock held: the consumers that get the new frame,
-// with their holder bits in MASKS. A full queue drops its oldest frame, or this one
-// for that consumer (drop-new), or waits (block): the block timeout bounds the whole
-// publish, so consumers stuck together cost one timeout, not one each.
+// with their holder bits in MASKS. Each consumer's own policy decides what its full
+// queue does: drop its oldest frame (drop-oldest, latest), skip this one for it
+// (drop-new), or wait for it (fifo), then fall back to what it chose; fifo-spill never
+// waits here (its queue is as deep as the pool's ring). The waits of one publish share
+// its start, so consumers stuck together cost one block timeout, not one each.
 uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 {
 	uint32_t ntargets = 0;
-	// One block timeout for the whole publish, however many consumers are stuck.
-	uint64_t deadline = 0;
+	uint64_t start = 0;
 	for (uint32_t c : active) {
 		ConsumerRecord *rec = seg.consumer(c);
-		const uint32_t queue_size = consumer_queue_size[c];
+		const Served &how = served[c];
 		bool take = rec->detached.load(std::memory_order_seq_cst) == 0;
 		while (take) {
 			uint64_t h = rec->head.load(std::memory_order_acquire);
 			uint64_t t = rec->tail.load(std::memory_order_relaxed);
-			if (t - h < queue_size)
+			if (t - h < how.queue_size)
 				break;
 			if (t - h > seg.ring_capacity) {
 				// Its head is garbage: hang up on it, the I/O thread reaps it.
@@ -259,15 +459,11 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 				take = false;
 				break;
 			}
-			if (config_policy == Policy::drop_new) {
-				rec->dropped.fetch_add(1, std::memory_order_relaxed);
-				seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
-				take = false;
-				break;
-			}
-			if (config_policy == Policy::block) {
-				if (deadline == 0)
-					deadline = deadline_after(int64_t(config_block_timeout_ns));
+			Policy act = how.policy;
+			if (act == Policy::fifo) {
+				if (start == 0)
+					start = monotonic_ns();
+				uint64_t deadline = start + how.block_timeout_ns;
 				// A consumer that closes its handle (detached) takes no more frames: the
 				// wait ends there, not when the I/O thread reaps it, which needs the
 				// publish lock this wait holds.
@@ -279,7 +475,7 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 						       rec->detached.load(std::memory_order_seq_cst) != 0 ||
 						       rec->tail.load(std::memory_order_relaxed) -
 								       rec->head.load(std::memory_order_seq_cst) <
-							       queue_size;
+							       how.queue_size;
 					},
 					deadline);
 				if (shut.load(std::memory_order_acquire) ||
@@ -291,7 +487,15 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 				if (moved)
 					continue;
 			}
-			drop_oldest(c); // drop-oldest, or block that timed out
+			if (act == Policy::fifo || act == Policy::fifo_spill)
+				act = how.fallback;
+			if (act == Policy::drop_new) {
+				rec->dropped.fetch_add(1, std::memory_order_relaxed);
+				seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+				take = false;
+				break;
+			}
+			drop_oldest(c); // drop-oldest, latest, or a fallback to drop-oldest
 		}
 		if (!take)
 			continue;
@@ -361,6 +565,8 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	uint32_t targets[XMEM_MAX_CONSUMERS];
 	uint64_t masks[kHolderWords] = {};
 	uint32_t ntargets = choose_targets(targets, masks);
+	if (!spilled_buffers.empty())
+		collect_spill(); // consumers that caught up give the tier's memory back
 	// Holder bits before the entries become visible, and before the owner's own bit
 	// goes: the slot never looks free while a frame of it is queued.
 	// A consumer's get() probe may have set its bit first (the slot is PUBLISHED
@@ -375,7 +581,6 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	// writes are covered by `ready`: no done word of its own.
 	(void)pool_.release(index, nullptr, false);
 	g.pool_.reset();
-	uint64_t entry = (seq << 32) | index;
 	for (uint32_t i = 0; i < ntargets; i++) {
 		uint32_t bit = 1 + targets[i];
 		if (taken[bit / 64] & holder_mask(bit)) {
@@ -383,7 +588,7 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 			seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
 			continue;
 		}
-		push(targets[i], entry);
+		push(targets[i], index);
 		// A consumer that detached after we looked drains its queue, then stops;
 		// we stored tail, then read `detached` (it does the reverse): one of us
 		// takes this entry back.
@@ -397,7 +602,6 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 Result<void> Publisher::end_of_stream()
 {
 	std::lock_guard lock(publish_lock);
-	uint64_t seq = published_count;
 	for (uint32_t c : active) {
 		ConsumerRecord *rec = seg.consumer(c);
 		// EOS may use the ring's spare entry, so a full queue does not hold it back.
@@ -410,7 +614,7 @@ Result<void> Publisher::end_of_stream()
 		}
 		if (queued > seg.ring_capacity)
 			continue;
-		push(c, (seq << 32) | kEosEntry);
+		push(c, kEosEntry);
 	}
 	return {};
 }
@@ -635,7 +839,10 @@ void Publisher::handle_hello(int fd)
 	epoll_event ev{};
 	ev.events = EPOLLIN | EPOLLRDHUP;
 	ev.data.u64 = io_data(IoTag::consumer, *index, cfd);
-	if (!rendezvous::send_welcome(cfd, w, seg.fd(), pool_.arena->fds()) ||
+	std::vector<int> fds = pool_.arena->fds();
+	if (pool_.spill)
+		fds.insert(fds.begin(), pool_.spill->fd());
+	if (!rendezvous::send_welcome(cfd, w, seg.fd(), fds) ||
 	    ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, cfd, &ev) < 0)
 		reap(*index);
 }
@@ -643,8 +850,29 @@ void Publisher::handle_hello(int fd)
 Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
 				  UniqueFd pidfd, UniqueFd &conn)
 {
+	auto asked = protocol::serve_of(hello);
+	if (!asked)
+		return asked.error();
+	Served how;
+	how.policy = asked->policy.value_or(config_policy);
+	how.fallback = asked->fallback;
+	how.block_timeout_ns = asked->block_timeout_ns ? asked->block_timeout_ns : config_block_timeout_ns;
+	// A fifo-spill consumer's queue may hold every slot and every spill buffer; the
+	// others' at most every slot, a latest one's a single frame.
+	uint32_t most = seg.slot_count;
 	uint32_t queue = hello.queue_size ? hello.queue_size : kDefaultQueueSize;
-	queue = std::clamp<uint32_t>(queue, 1, seg.slot_count);
+	if (how.policy == Policy::fifo_spill) {
+		if (seg.constants().spill_frames == 0)
+			return make_error(Errc::invalid_argument,
+					  pool_.where() + " has no spill tier for a fifo-spill consumer (its owner "
+							  "set no spill size)");
+		most = seg.ring_capacity - 1;
+		if (hello.queue_size == 0)
+			queue = most;
+	}
+	if (how.policy == Policy::latest)
+		queue = 1;
+	how.queue_size = std::clamp<uint32_t>(queue, 1, most);
 
 	std::lock_guard lock(publish_lock);
 	if (shut.load(std::memory_order_acquire))
@@ -662,8 +890,12 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	rec->gid = cred.gid;
 	rec->own_pid = hello.pid;
 	rec->pid_ns = hello.pid_ns;
-	rec->queue_size = queue;
-	consumer_queue_size[index] = queue;
+	rec->queue_size = how.queue_size;
+	rec->policy = uint32_t(how.policy);
+	rec->fallback = uint32_t(how.fallback);
+	rec->block_timeout_ns = how.block_timeout_ns;
+	rec->spilled.store(0, std::memory_order_relaxed);
+	served[index] = how;
 	rec->detached.store(0, std::memory_order_relaxed);
 	rec->attach_ns = monotonic_ns();
 	copy_string(rec->client, sizeof(rec->client), hello.client);
@@ -725,6 +957,13 @@ void Publisher::reap(uint32_t c)
 				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 			if (old & holder_mask(bit))
 				try_reclaim(i, kSlotFree);
+		}
+		// Its spilled frames: their buffers go back once no other consumer holds them.
+		if (pool_.spill) {
+			for (uint32_t r = 0; r < pool_.spill->frames(); r++)
+				pool_.spill->record(r).holders[bit / 64].fetch_and(~holder_mask(bit),
+										   std::memory_order_seq_cst);
+			collect_spill();
 		}
 		rec->head.store(0, std::memory_order_relaxed);
 		rec->tail.store(0, std::memory_order_relaxed);
@@ -820,8 +1059,12 @@ Result<void> validate_config(const std::string &where, const PoolConfig &config)
 		return make_error(Errc::invalid_argument,
 				  where + ": max consumers " + std::to_string(config.max_consumers) +
 					  " out of range 1.." + std::to_string(XMEM_MAX_CONSUMERS));
-	if (config.policy != Policy::block && config.policy != Policy::drop_oldest && config.policy != Policy::drop_new)
-		return make_error(Errc::invalid_argument, where + ": unknown policy");
+	if (!policy_name(config.policy))
+		return make_error(Errc::invalid_argument,
+				  where + ": unknown policy " + std::to_string(int(config.policy)));
+	if (config.policy == Policy::fifo_spill && config.spill_bytes == 0)
+		return make_error(Errc::invalid_argument,
+				  where + ": the fifo-spill policy needs a spill tier (a spill size)");
 	if (config.storage != Storage::system && config.storage != Storage::cuda)
 		return make_error(Errc::invalid_argument,
 				  where + ": unknown storage type " + std::to_string(uint32_t(config.storage)));
@@ -836,6 +1079,17 @@ Result<void> validate_config(const std::string &where, const PoolConfig &config)
 	if (config.producer.size() >= XMEM_PRODUCER_MAX)
 		return make_error(Errc::invalid_argument, where + ": producer name longer than " +
 								  std::to_string(XMEM_PRODUCER_MAX - 1) + " bytes");
+	if (config.spill_bytes && config.storage != Storage::system)
+		return make_error(Errc::invalid_argument,
+				  where + ": a spill tier is for system-memory pools (device pools: not yet)");
+	if (config.spill_bytes > (uint64_t{ 1 } << 44))
+		return make_error(Errc::invalid_argument, where + ": spill size over 16 TiB");
+	if (config.spill_frames > kMaxSpillFrames)
+		return make_error(Errc::invalid_argument,
+				  where + ": spill frames " + std::to_string(config.spill_frames) +
+					  " out of range 0.." + std::to_string(kMaxSpillFrames));
+	if (config.spill_frames && !config.spill_bytes)
+		return make_error(Errc::invalid_argument, where + ": spill frames without a spill size");
 	uint64_t stride = round_up(config.slot_size, 4096);
 	if (stride * config.slot_count / config.slot_count != stride)
 		return make_error(Errc::invalid_argument, where + ": slots too large");
@@ -886,6 +1140,13 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	params.mode = config.mode;
 	params.block_timeout_ns = uint64_t(config.block_timeout.count());
 	params.producer = config.producer;
+	if (config.spill_bytes) {
+		params.spill_bytes = config.spill_bytes;
+		params.spill_frames = config.spill_frames
+					      ? config.spill_frames
+					      : uint32_t(std::clamp<uint64_t>(config.spill_bytes / config.slot_size, 1,
+									      kMaxSpillFrames));
+	}
 	bool cuda = config.storage == Storage::cuda;
 	if (cuda) {
 		params.sync_mode = gpu_ordering_wanted(config.device) ? kSyncStreamMemOps : kSyncCpu;
@@ -899,6 +1160,13 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	if (!seg)
 		return seg.error();
 	impl->seg = std::move(seg.value());
+	if (params.spill_frames) {
+		auto tier = SpillTier::create(impl->name, params.spill_frames, impl->seg.constants().spill_bytes,
+					      config.mode);
+		if (!tier)
+			return make_error(tier.code(), impl->where() + ": spill tier: " + tier.error().message);
+		impl->spill = std::make_unique<SpillTier>(std::move(tier.value()));
+	}
 	if (cuda) {
 		std::string fallback;
 		auto sync = make_device_sync(impl->seg, *impl->arena, params.sync_mode == kSyncStreamMemOps, &fallback);
@@ -912,7 +1180,7 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 		// No consumer has seen the segment yet: record what this owner really does.
 		impl->seg.set_sync_mode(impl->sync->mode());
 	}
-	impl->local_refs.assign(impl->seg.slot_count, 0);
+	impl->local_refs.assign(impl->index_count(), 0);
 	impl->exclusive.assign(impl->seg.slot_count, 0);
 
 	auto started = impl->publisher->start(config);
@@ -930,7 +1198,7 @@ Result<void> Publisher::start(const PoolConfig &config)
 	config_gid = config.group ? gid_t(*config.group) : ::getegid();
 	std::memcpy(config_producer, seg.header->producer, sizeof(config_producer));
 	owner_pid = seg.constants().owner_pid;
-	consumer_queue_size.assign(seg.max_consumers, 0);
+	served.assign(seg.max_consumers, Served{});
 	consumer_conn.resize(seg.max_consumers);
 	consumer_event.resize(seg.max_consumers);
 	consumer_pidfd.resize(seg.max_consumers);

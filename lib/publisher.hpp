@@ -38,9 +38,22 @@ public:
 private:
 	Result<void> start(const PoolConfig &config);
 	bool try_reclaim(uint32_t index, layout::SlotState to);
+	// Claims the entry at consumer C's head as its consumer's take_entry() does: what it
+	// held; none when the queue is empty (or garbage: then C is hung up on).
+	std::optional<uint32_t> take_head(uint32_t c);
+	// Clears consumer C's holder bit for the frame WHAT names (slot or spill buffer).
+	void let_go(uint32_t c, uint32_t what);
 	bool drop_oldest(uint32_t consumer_index);
+	// Under slot pressure: the oldest frame queued for a consumer whose policy lets
+	// its queued frames go (drop-oldest, latest) is dropped. False when there is none.
 	bool drop_globally_oldest();
-	void push(uint32_t consumer_index, uint64_t entry);
+	// Under slot pressure, publish_lock held: the slot whose frame is queued only for
+	// fifo-spill consumers and will be used last moves into the spill tier (or, the
+	// tier being full, their fallbacks apply). False when no slot qualifies.
+	bool spill_one();
+	// Spill buffers no consumer holds any more go back to the tier.
+	void collect_spill();
+	void push(uint32_t consumer_index, uint32_t what);
 	// Which consumers get frame SEQ now, applying the policy to full queues.
 	uint32_t choose_targets(uint32_t *targets, uint64_t *masks);
 
@@ -96,7 +109,16 @@ private:
 	uint32_t config_mode = 0600;
 	gid_t config_gid = 0; // the group the mode's group bits let in
 	char config_producer[XMEM_PRODUCER_MAX] = {};
-	std::vector<uint32_t> consumer_queue_size; // under publish_lock
+	// How each consumer is served: the owner's own copy of what admit() decided (the
+	// shared record's copy is for xmem-inspect; a consumer could rewrite that one).
+	struct Served {
+		Policy policy = Policy::drop_oldest;
+		Policy fallback = Policy::drop_oldest; // fifo, fifo-spill
+		uint32_t queue_size = 0;
+		uint64_t block_timeout_ns = 0; // fifo
+	};
+	std::vector<Served> served; // under publish_lock
+	std::vector<uint32_t> spilled_buffers; // spill buffers in use, under publish_lock
 	uint64_t published_count = 0; // under publish_lock
 	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
 };

@@ -25,7 +25,10 @@ Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, cons
 		return segment_error(where, "slot count " + std::to_string(k.slot_count) + " out of range");
 	if (k.max_consumers < 1 || k.max_consumers > XMEM_MAX_CONSUMERS)
 		return segment_error(where, "max consumers " + std::to_string(k.max_consumers) + " out of range");
-	if (k.ring_capacity != k.slot_count + 1 ||
+	if (k.spill_frames > kMaxSpillFrames || (k.spill_frames == 0) != (k.spill_bytes == 0) ||
+	    k.spill_bytes > (uint64_t{ 1 } << 44) || k.spill_size != layout::spill_size(k.spill_frames, k.spill_bytes))
+		return segment_error(where, "spill tier sizes inconsistent");
+	if (k.ring_capacity != k.slot_count + k.spill_frames + 1 ||
 	    k.consumer_record_size != layout::consumer_record_size(k.ring_capacity))
 		return segment_error(where, "ring size inconsistent");
 	bool cuda = k.storage_type == XMEM_STORAGE_CUDA;
@@ -64,6 +67,7 @@ void ControlSegment::bind()
 	consumer_record_size = k_.consumer_record_size;
 	slot_size = k_.slot_size;
 	slot_stride = k_.slot_stride;
+	spill_frames = k_.spill_frames;
 }
 
 Result<ControlSegment> ControlSegment::create(const std::string &name, const SegmentParams &p)
@@ -76,7 +80,11 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.slot_record_size = sizeof(SlotRecord);
 	k.slot_count = p.slot_count;
 	k.max_consumers = p.max_consumers;
-	k.ring_capacity = p.slot_count + 1; // every slot queued, plus an EOS marker
+	// Every slot and spill buffer queued, plus an EOS marker.
+	k.ring_capacity = p.slot_count + p.spill_frames + 1;
+	k.spill_frames = p.spill_frames;
+	k.spill_bytes = p.spill_frames ? round_up(p.spill_bytes, 4096) : 0;
+	k.spill_size = layout::spill_size(k.spill_frames, k.spill_bytes);
 	k.consumer_record_size = layout::consumer_record_size(k.ring_capacity);
 	k.control_size = control_size(k.slot_count, k.max_consumers, k.ring_capacity, cuda);
 	k.slot_size = p.slot_size;

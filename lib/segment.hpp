@@ -25,6 +25,8 @@ struct SegmentParams {
 	uint32_t mode = 0600;
 	uint64_t block_timeout_ns = 0;
 	std::string producer;
+	uint32_t spill_frames = 0; // 0: no spill tier
+	uint64_t spill_bytes = 0;
 };
 
 // The mapping plus copies of its validated constants. The copies are what this
@@ -53,6 +55,7 @@ public:
 	uint32_t consumer_record_size = 0;
 	uint64_t slot_size = 0;
 	uint64_t slot_stride = 0;
+	uint32_t spill_frames = 0;
 
 	layout::ConsumerRecord *consumer(uint32_t i) const
 	{

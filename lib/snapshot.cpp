@@ -103,6 +103,8 @@ HeaderSnapshot read_header(const layout::ControlConstants &k)
 	h.block_timeout_ns = k.block_timeout_ns;
 	h.created_ns = k.created_ns;
 	h.producer = field_string(k.producer);
+	h.spill_frames = k.spill_frames;
+	h.spill_bytes = k.spill_bytes;
 	return h;
 }
 
@@ -127,7 +129,7 @@ ConsumerRecords find_consumer_records(std::span<const std::byte> segment, uint32
 {
 	ConsumerRecords records{ segment, layout::consumers_offset(slot_count), h.consumer_record_size, 0 };
 	uint32_t max_consumers = std::min<uint32_t>(h.max_consumers, XMEM_MAX_CONSUMERS);
-	if (h.ring_capacity > XMEM_MAX_SLOTS + 1 || records.record_size % 64 != 0 ||
+	if (h.ring_capacity > XMEM_MAX_SLOTS + layout::kMaxSpillFrames + 1 || records.record_size % 64 != 0 ||
 	    records.record_size < layout::consumer_record_size(h.ring_capacity)) {
 		warnings.push_back("consumer record size " + std::to_string(records.record_size) +
 				   " does not fit a ring of " + std::to_string(h.ring_capacity) +
@@ -175,7 +177,7 @@ SlotSnapshot read_slot(const layout::SlotRecord &slot, uint32_t index, std::opti
 }
 
 ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index, uint32_t state,
-			       uint32_t ring_capacity)
+			       uint32_t ring_capacity, std::span<const layout::SlotRecord> slots)
 {
 	ConsumerSnapshot c{};
 	c.index = index;
@@ -195,8 +197,15 @@ ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index
 		const std::atomic<uint64_t> *ring = layout::ring_of(const_cast<layout::ConsumerRecord *>(&rec));
 		for (uint64_t k = c.head; k != c.tail; k++) {
 			uint64_t e = ring[k % ring_capacity].load(std::memory_order_acquire);
-			uint32_t slot = uint32_t(e);
-			c.queue.push_back(QueueEntrySnapshot{ slot == layout::kEosEntry, slot, uint32_t(e >> 32) });
+			uint32_t what = uint32_t(e);
+			QueueEntrySnapshot q{};
+			q.end_of_stream = what == layout::kEosEntry;
+			q.taken = what == layout::kTakenEntry || what == layout::kSkipEntry;
+			q.spilled = !q.end_of_stream && !q.taken && (what & layout::kSpillEntry);
+			q.slot = q.spilled ? what & ~layout::kSpillEntry : what;
+			if (!q.spilled && q.slot < slots.size())
+				q.seq = slots[q.slot].meta.seq;
+			c.queue.push_back(q);
 		}
 	}
 	c.received = rec.received.load(std::memory_order_relaxed);
@@ -204,6 +213,10 @@ ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index
 	c.queued_total = rec.queued_total.load(std::memory_order_relaxed);
 	c.queue_size = rec.queue_size;
 	c.sync_mode = rec.sync_mode;
+	c.policy = rec.policy;
+	c.fallback = rec.fallback;
+	c.block_timeout_ns = rec.block_timeout_ns;
+	c.spilled = rec.spilled.load(std::memory_order_relaxed);
 	return c;
 }
 
@@ -293,6 +306,8 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 	v.published = h.published.load(std::memory_order_relaxed);
 	v.dropped = h.dropped.load(std::memory_order_relaxed);
 	v.reaped = h.reaped.load(std::memory_order_relaxed);
+	v.spill = pool.spill_stats();
+	const auto *slots = reinterpret_cast<const layout::SlotRecord *>(segment.data() + layout::slots_offset());
 
 	// Each consumer's pid as this process numbers it, for its holder bits too (none for
 	// a free record's: a bit may outlive its consumer for a moment).
@@ -301,7 +316,8 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 		uint32_t state = consumers[i].state.load(std::memory_order_acquire);
 		if (state == layout::kConsumerFree)
 			continue;
-		ConsumerSnapshot c = read_consumer(consumers[i], i, state, v.header.ring_capacity);
+		ConsumerSnapshot c =
+			read_consumer(consumers[i], i, state, v.header.ring_capacity, std::span(slots, slots_shown));
 		c.pid_here = consumer_pid_here(c, v.header.owner_pid_ns, v.pid_ns_here);
 		consumer_pids[i] = c.pid_here;
 		if (state == layout::kConsumerActive)
@@ -309,7 +325,6 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 		v.consumers.push_back(std::move(c));
 	}
 
-	const auto *slots = reinterpret_cast<const layout::SlotRecord *>(segment.data() + layout::slots_offset());
 	for (uint32_t i = 0; i < slots_shown; i++) {
 		v.slots.push_back(read_slot(slots[i], i, v.owner_pid_here, consumer_pids));
 		if (v.slots.back().free)

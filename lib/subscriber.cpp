@@ -105,9 +105,10 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 		if (!ev.valid())
 			return errno_error(pool_.where() + ": eventfd");
 	}
-	protocol::Hello hello =
-		protocol::make_hello(inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer,
-				     options.queue_size, options.client);
+	protocol::Hello hello = protocol::make_hello(
+		inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer, options.queue_size,
+		options.client,
+		protocol::Serve{ options.policy, options.fallback, uint64_t(options.block_timeout.count()) });
 	// With the eventfd, a pidfd of this process where the kernel makes one: the owner
 	// learns from it when this process has exited, also from another PID namespace.
 	UniqueFd pidfd = inspect ? UniqueFd() : pidfd_of_self();
@@ -136,8 +137,10 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	seg = std::move(adopted.value());
 	const layout::ControlConstants &k = seg.constants();
 	Storage storage = Storage(k.storage_type);
+	// The control memfd, the spill tier's when the pool has one, then the arena's.
+	size_t spill_fds = !inspect && k.spill_frames ? 1 : 0;
 	size_t arena_fds = inspect ? 0 : arena_fd_count(storage, k.slot_count);
-	size_t first_batch = 1 + std::min(arena_fds, protocol::kMaxFds - 1);
+	size_t first_batch = 1 + spill_fds + std::min(arena_fds, protocol::kMaxFds - 1 - spill_fds);
 	if (msg->fds.size() != first_batch)
 		return make_error(Errc::not_a_pool, pool_.where() + ": owner sent " + std::to_string(msg->fds.size()) +
 							    " file descriptors, expected " +
@@ -156,7 +159,13 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 		return {};
 	}
 
-	std::vector<UniqueFd> fds(std::make_move_iterator(msg->fds.begin() + 1),
+	if (spill_fds) {
+		auto spill = SpillTier::adopt(std::move(msg->fds[1]), k, pool_.where());
+		if (!spill)
+			return spill.error();
+		pool_.spill = std::make_unique<SpillTier>(std::move(spill.value()));
+	}
+	std::vector<UniqueFd> fds(std::make_move_iterator(msg->fds.begin() + 1 + long(spill_fds)),
 				  std::make_move_iterator(msg->fds.end()));
 	auto received = rendezvous::receive_arena_fds(sock.get(), fds, arena_fds, reply_deadline, pool_.where());
 	if (!received)
@@ -197,7 +206,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 	pool_.holder_bit = 1 + consumer_index;
 	self = seg.consumer(consumer_index);
 	self->sync_mode = pool_.sync ? pool_.sync->mode() : layout::kSyncNone;
-	pool_.local_refs.assign(seg.slot_count, 0);
+	pool_.local_refs.assign(pool_.index_count(), 0);
 	pool_.exclusive.assign(seg.slot_count, 0);
 	event = std::move(ev);
 	armed_once.store(true, std::memory_order_relaxed); // the owner arms new consumers (see Publisher::admit)
@@ -294,7 +303,6 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 	// A frame taken off the queue earlier comes first, in order.
 	if (parked != kNoneParked)
 		return deliver_parked(stream, deadline);
-	std::atomic<uint64_t> *ring = ring_of(self);
 	for (;;) {
 		// The owner clears `armed` and then writes the eventfd: read it only then, so
 		// a consumer checking an empty queue makes no syscall. If the write has not
@@ -319,24 +327,34 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 			return segment_error(pool_.where(), "queue indices out of range");
 		}
 		if (h != t) {
-			uint64_t e = ring[h % seg.ring_capacity].load(std::memory_order_acquire);
-			// The owner may drop this entry (drop-oldest) at the same time. seq_cst:
-			// this store pairs with the owner_waiting load in pool_.notify_owner().
-			if (!self->head.compare_exchange_strong(h, h + 1, std::memory_order_seq_cst))
-				continue;
+			auto taken = take_entry(h);
+			if (!taken)
+				return taken.error();
+			if (!*taken)
+				continue; // the owner took it, or moved it: look again
+			uint32_t what = **taken;
+			pool_.notify_owner(); // a fifo publish may wait for this room
+			if (what == kSkipEntry)
+				continue; // dropped in place by the owner (and counted there)
 			self->received.fetch_add(1, std::memory_order_relaxed);
-			pool_.notify_owner(); // a block-policy publish may wait for this room
-			uint32_t index = uint32_t(e);
-			if (index == kEosEntry)
+			if (what == kEosEntry)
 				return make_error(Errc::end_of_stream, pool_.where() + ": end of stream");
-			if (index >= seg.slot_count)
+			uint32_t index = what;
+			if (what & kSpillEntry) {
+				uint32_t r = what & ~kSpillEntry;
+				if (!pool_.spill || r >= pool_.spill->frames())
+					return segment_error(pool_.where(), "queued spill buffer " + std::to_string(r) +
+										    " out of range");
+				index = seg.slot_count + r;
+			} else if (index >= seg.slot_count) {
 				return segment_error(pool_.where(),
 						     "queued slot index " + std::to_string(index) + " out of range");
+			}
 			{
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
 			}
-			if (pool_.sync) {
+			if (pool_.sync && !pool_.is_spill(index)) {
 				// Device slots: parked until the producer's GPU writes are done
 				// (STREAM waits for them on the GPU, or the CPU does).
 				parked = index;
@@ -385,6 +403,24 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 	}
 }
 
+ConsumerStats Subscriber::stats() const
+{
+	ConsumerStats s{};
+	if (!self)
+		return s;
+	s.policy = self->policy;
+	s.fallback = self->fallback;
+	s.queue_size = self->queue_size;
+	s.block_timeout_ns = self->block_timeout_ns;
+	uint64_t h = self->head.load(std::memory_order_acquire);
+	uint64_t t = self->tail.load(std::memory_order_acquire);
+	s.queued = t - h <= seg.ring_capacity ? uint32_t(t - h) : 0;
+	s.received = self->received.load(std::memory_order_relaxed);
+	s.dropped = self->dropped.load(std::memory_order_relaxed);
+	s.spilled = self->spilled.load(std::memory_order_relaxed);
+	return s;
+}
+
 void Subscriber::detach_queue()
 {
 	if (!self)
@@ -397,28 +433,77 @@ void Subscriber::detach_queue()
 	// block-policy publish waiting for room in our queue stops waiting for us.
 	self->detached.store(1, std::memory_order_seq_cst);
 	pool_.notify_owner();
-	std::atomic<uint64_t> *ring = ring_of(self);
 	for (;;) {
 		uint64_t h = self->head.load(std::memory_order_acquire);
 		uint64_t t = self->tail.load(std::memory_order_seq_cst);
 		if (h == t || t - h > seg.ring_capacity)
 			return;
-		uint64_t e = ring[h % seg.ring_capacity].load(std::memory_order_acquire);
-		if (!self->head.compare_exchange_strong(h, h + 1, std::memory_order_seq_cst))
+		auto taken = take_entry(h);
+		if (!taken)
+			return;
+		if (!*taken)
 			continue;
-		uint32_t index = uint32_t(e);
-		if (index >= seg.slot_count)
+		uint32_t what = **taken;
+		uint32_t index = what;
+		if (what == kSkipEntry || what == kEosEntry)
 			continue;
+		if (what & kSpillEntry) {
+			if (!pool_.spill || (what & ~kSpillEntry) >= pool_.spill->frames())
+				continue;
+			index = seg.slot_count + (what & ~kSpillEntry);
+		} else if (index >= seg.slot_count) {
+			continue;
+		}
 		std::lock_guard lock(pool_.refs_lock);
 		if (pool_.local_refs[index] == 0)
 			pool_.clear_holder_bit(index, pool_.holder_bit);
 	}
 }
 
+Result<std::optional<uint32_t>> Subscriber::take_entry(uint64_t h)
+{
+	std::atomic<uint64_t> &cell = ring_of(self)[h % seg.ring_capacity];
+	uint64_t e = cell.load(std::memory_order_acquire);
+	if (uint32_t(e >> 32) != uint32_t(h)) {
+		// Pushed for another position: we read a stale head, or the record was
+		// overwritten by another process.
+		if (self->head.load(std::memory_order_acquire) != h)
+			return std::optional<uint32_t>();
+		return segment_error(pool_.where(), "queue entry " + std::to_string(h) + " belongs to position " +
+							    std::to_string(uint32_t(e >> 32)));
+	}
+	uint32_t what = uint32_t(e);
+	if (what != kTakenEntry) {
+		// Claimed by this CAS: the owner's rewrites (spill, drop in place) and its drops
+		// claim the same way, so exactly one of us has the entry. seq_cst: pairs with the
+		// owner_waiting load in notify_owner().
+		if (!cell.compare_exchange_strong(e, ring_entry(h, kTakenEntry), std::memory_order_seq_cst))
+			return std::optional<uint32_t>();
+	}
+	// The head moves past a claimed entry, whoever claimed it: our own claim, or the
+	// owner's drop that has not moved it yet.
+	uint64_t expected = h;
+	self->head.compare_exchange_strong(expected, h + 1, std::memory_order_seq_cst);
+	if (what == kTakenEntry)
+		return std::optional<uint32_t>();
+	return std::optional<uint32_t>(what);
+}
+
 Result<std::shared_ptr<PoolImpl>> Subscriber::open(std::string_view name, std::string path, const OpenOptions &options)
 {
+	std::string where = "pool '" + std::string(name) + "'";
 	if (options.timeout.count() < 0)
-		return make_error(Errc::invalid_argument, "pool '" + std::string(name) + "': negative timeout");
+		return make_error(Errc::invalid_argument, where + ": negative timeout");
+	if (options.policy && !policy_name(*options.policy))
+		return make_error(Errc::invalid_argument,
+				  where + ": unknown policy " + std::to_string(int(*options.policy)));
+	if (options.fallback != Policy::drop_oldest && options.fallback != Policy::drop_new)
+		return make_error(Errc::invalid_argument,
+				  where + ": a fallback is drop-oldest or drop-new, not " +
+					  (policy_name(options.fallback) ? policy_name(options.fallback)
+									 : std::to_string(int(options.fallback))));
+	if (options.block_timeout.count() < 0)
+		return make_error(Errc::invalid_argument, where + ": negative block timeout");
 	auto impl = std::make_shared<PoolImpl>();
 	impl->name = std::string(name);
 	impl->path = std::move(path);

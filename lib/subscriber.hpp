@@ -4,6 +4,7 @@
 
 #include "pool_impl.hpp"
 
+#include <optional>
 #include <thread>
 
 namespace xmem {
@@ -26,6 +27,8 @@ public:
 	// Polls readable when receive() may return without waiting (-1 for an inspector).
 	int fd() const { return epoll.valid() ? epoll.get() : -1; }
 	bool owner_gone() const { return owner_gone_.load(); }
+	// How the owner serves this consumer, from its record (the owner wrote it at attach).
+	ConsumerStats stats() const;
 
 private:
 	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
@@ -41,6 +44,10 @@ private:
 	// The parked frame goes back unread (detach, close).
 	void drop_parked();
 	void disarm_retry();
+	// Takes the entry at ring position H (the head this caller read): what it held (a
+	// slot, kSpillEntry | a spill buffer, kEosEntry, kSkipEntry), claimed and passed by
+	// the head; none when another taker had it or the head had moved (read again).
+	Result<std::optional<uint32_t>> take_entry(uint64_t h);
 	// The received frame in slot INDEX, its layout checked (Errc::bad_frame: refused).
 	Result<BufferGuard> frame_guard(uint32_t index);
 

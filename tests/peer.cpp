@@ -100,12 +100,20 @@ int produce(const std::string &name, const xmem::test::Options &o)
 // consume NAME --frames N (stop after N; 0 = until EOS/closed) --hold K --work-us U
 //         --queue Q --timeout-ms T --reconnect --expect-size S
 //         --hold-forever (after N frames, keep the K held and sleep until killed)
+//         --policy P (fifo, latest, drop-oldest, drop-new, fifo-spill)
 int consume(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::OpenOptions options;
 	options.timeout = std::chrono::milliseconds(number_option(o, "open-timeout-ms", 10000));
-	options.queue_size = uint32_t(number_option(o, "queue", 4));
+	options.queue_size = uint32_t(number_option(o, "queue", 0));
 	options.client = "xmem-test-peer";
+	if (o.count("policy")) {
+		options.policy = xmem::policy_from_name(o.at("policy"));
+		if (!options.policy) {
+			std::fprintf(stderr, "consume: unknown policy %s\n", o.at("policy").c_str());
+			return 2;
+		}
+	}
 	uint64_t limit = number_option(o, "frames", 0);
 	size_t hold = size_t(number_option(o, "hold", 0));
 	uint64_t work_us = number_option(o, "work-us", 0);

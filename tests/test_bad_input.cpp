@@ -630,7 +630,7 @@ TEST(FakeOwner, HostileSegmentContentAfterAttach)
 	slot0->meta.format_seq = 1;
 	slot0->state.store(layout::kSlotPublished);
 	slot0->holders[0].store(layout::holder_mask(1));
-	ring(0).store((uint64_t{ 1 } << 32) | 0);
+	ring(0).store(layout::ring_entry(0, 0));
 	me->tail.store(1);
 	EXPECT_ERRC(p.receive(0s), Errc::bad_frame);
 	EXPECT_EQ(p.frames_refused(), 1u);
@@ -643,7 +643,7 @@ TEST(FakeOwner, HostileSegmentContentAfterAttach)
 	std::memset(slot0->meta.content_type, 'c', sizeof(slot0->meta.content_type));
 	std::memset(slot0->meta.producer, 'p', sizeof(slot0->meta.producer));
 	slot0->holders[0].store(layout::holder_mask(1));
-	ring(1).store((uint64_t{ 1 } << 32) | 0);
+	ring(1).store(layout::ring_entry(1, 0));
 	me->tail.store(2);
 	auto f = p.receive(0s);
 	ASSERT_OK(f);
@@ -662,7 +662,7 @@ TEST(FakeOwner, HostileSegmentContentAfterAttach)
 	std::memset(slot1->format, 'x', sizeof(slot1->format));
 	slot1->state.store(layout::kSlotPublished);
 	slot1->holders[0].store(layout::holder_mask(1));
-	ring(2).store((uint64_t{ 2 } << 32) | 1);
+	ring(2).store(layout::ring_entry(2, 1));
 	me->tail.store(3);
 	auto g = p.receive(0s);
 	ASSERT_OK(g);
@@ -670,7 +670,7 @@ TEST(FakeOwner, HostileSegmentContentAfterAttach)
 	g->reset();
 
 	// A queued index past the slots.
-	ring(3).store((uint64_t{ 3 } << 32) | 7);
+	ring(3).store(layout::ring_entry(3, 7));
 	me->tail.store(4);
 	EXPECT_ERRC(p.receive(0s), Errc::bad_segment);
 
@@ -856,7 +856,7 @@ TEST(FakeOwner, SpoiledWelcomesAreRefused)
 		  } },
 		{ "wire version", Errc::version_mismatch,
 		  [](FakeSegments &, Reply &r, Fds &) {
-			  edit_welcome(r, [](W &w) { w.header.version = 2; });
+			  edit_welcome(r, [](W &w) { w.header.version = protocol::kVersion + 1; });
 		  } },
 		{ "unterminated format", Errc::ok,
 		  [](FakeSegments &, Reply &r, Fds &) {
@@ -935,7 +935,7 @@ TEST(RealOwner, SurvivesGarbagePeers)
 	xmem::UniqueFd parent(int(::syscall(SYS_pidfd_open, ::getppid(), 0)));
 	ASSERT_TRUE(parent.valid()) << std::strerror(errno);
 	protocol::Hello bad_version = hello();
-	bad_version.header.version = 2;
+	bad_version.header.version = protocol::kVersion + 1;
 	protocol::Hello bad_magic = hello();
 	bad_magic.header.magic = 0xdeadbeef;
 	protocol::Hello bad_size = hello();

@@ -111,7 +111,7 @@ static int run(const char *runtime)
 	memset(&options, 0xff, sizeof(options));
 	xmem_open_options_init(&options);
 	CHECK(options.timeout_ns == 0);
-	CHECK(options.queue_size == 4);
+	CHECK(options.queue_size == 0 && !options.has_policy);
 	CHECK(options.client == NULL);
 	CHECK(config.storage == XMEM_STORAGE_SYSTEM && config.device == 0);
 	for (size_t i = 0; i < sizeof(config.reserved) / sizeof(config.reserved[0]); i++)
@@ -122,7 +122,7 @@ static int run(const char *runtime)
 		/* Reserved words set: a caller built for a later ABI is refused, not misread. */
 		xmem_pool_config later = config;
 		later.slot_size = 4096;
-		later.reserved[3] = 1;
+		later.reserved[2] = 1;
 		xmem_pool *refused = NULL;
 		CHECK_STATUS(xmem_pool_create("reserved", &later, &refused), XMEM_EINVAL);
 		CHECK(strstr(xmem_last_error(), "reserved") != NULL);

@@ -200,8 +200,18 @@ const char *policy_name(uint32_t p)
 		return "drop-oldest";
 	case XMEM_POLICY_DROP_NEW:
 		return "drop-new";
+	case XMEM_POLICY_LATEST:
+		return "latest";
+	case XMEM_POLICY_FIFO_SPILL:
+		return "fifo-spill";
 	}
 	return "invalid";
+}
+
+// A consumer's policy as xmem names it ("fifo" for the pool's "block").
+const char *consumer_policy_name(uint32_t p)
+{
+	return p == XMEM_POLICY_FIFO ? "fifo" : policy_name(p);
 }
 
 std::string octal(uint32_t mode)
@@ -294,6 +304,15 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("dropped").number(v.dropped);
 	j.key("reaped").number(v.reaped);
 	j.key("consumers_attached").number(v.consumers_attached);
+	j.key("spill").begin_object();
+	j.key("cap_bytes").number(v.spill.cap_bytes);
+	j.key("cap_frames").number(v.spill.cap_frames);
+	j.key("frames").number(v.spill.frames);
+	j.key("bytes").number(v.spill.bytes);
+	j.key("peak_bytes").number(v.spill.peak_bytes);
+	j.key("spilled").number(v.spill.spilled);
+	j.key("full").number(v.spill.full);
+	j.end_object();
 
 	j.key("slots").begin_array();
 	for (const xmem::SlotSnapshot &s : v.slots) {
@@ -350,6 +369,10 @@ void print_json(const xmem::PoolSnapshot &v)
 			j.begin_object();
 			if (e.end_of_stream)
 				j.key("eos").boolean(true);
+			else if (e.taken)
+				j.key("taken").boolean(true);
+			else if (e.spilled)
+				j.key("spill_buffer").number(e.slot);
 			else
 				j.key("slot").number(e.slot);
 			j.key("seq").number(e.seq);
@@ -362,6 +385,12 @@ void print_json(const xmem::PoolSnapshot &v)
 		j.key("dropped").number(c.dropped);
 		j.key("queued_total").number(c.queued_total);
 		j.key("queue_size").number(c.queue_size);
+		j.key("policy").string(consumer_policy_name(c.policy));
+		if (c.policy == XMEM_POLICY_FIFO || c.policy == XMEM_POLICY_FIFO_SPILL)
+			j.key("fallback").string(consumer_policy_name(c.fallback));
+		if (c.policy == XMEM_POLICY_FIFO)
+			j.key("block_timeout_ns").number(c.block_timeout_ns);
+		j.key("spilled").number(c.spilled);
 		j.key("gpu_ordering").string(xmem::gpu_ordering_name(c.sync_mode));
 		j.end_object();
 	}
@@ -396,6 +425,12 @@ void print_text(const xmem::PoolSnapshot &v)
 	if (h.policy == XMEM_POLICY_BLOCK)
 		std::printf(" (timeout %llu ms)", (unsigned long long)(h.block_timeout_ns / 1'000'000));
 	std::printf("\n");
+	if (h.spill_frames)
+		std::printf("  spill tier       %llu of %llu bytes, %u of %u buffers held (peak %llu bytes); "
+			    "%llu frames spilled, %llu times full\n",
+			    (unsigned long long)v.spill.bytes, (unsigned long long)h.spill_bytes, v.spill.frames,
+			    h.spill_frames, (unsigned long long)v.spill.peak_bytes, (unsigned long long)v.spill.spilled,
+			    (unsigned long long)v.spill.full);
 	std::printf("  mode             %s\n", octal(h.mode).c_str());
 	std::printf("  owner            %s%s, uid %u\n", v.owner_pid_here ? "pid " : "",
 		    pid_text(v.owner_pid_here, h.owner_pid).c_str(), h.owner_uid);
@@ -428,15 +463,22 @@ void print_text(const xmem::PoolSnapshot &v)
 
 	std::printf("\nconsumers: %u attached\n", v.consumers_attached);
 	if (!v.consumers.empty()) {
-		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %10s  %10s  %5s\n", "index", "pid", "client", "state",
-			    "alive", "queued", "received", "dropped", "queue");
+		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %10s  %10s  %5s  %s\n", "index", "pid", "client",
+			    "state", "alive", "queued", "received", "dropped", "queue", "policy");
 		for (const xmem::ConsumerSnapshot &c : v.consumers) {
 			std::string queued = c.queued ? std::to_string(*c.queued) : "?";
 			std::string pid = c.pid_here ? std::to_string(*c.pid_here) : "other-ns";
-			std::printf("  %5u  %8s  %-20s  %-6s  %-5s  %6s  %10llu  %10llu  %5u\n", c.index, pid.c_str(),
-				    quoted(c.client, false).c_str(), xmem::state_name(c.state),
+			std::string policy = consumer_policy_name(c.policy);
+			if (c.policy == XMEM_POLICY_FIFO)
+				policy += " (" + std::to_string(c.block_timeout_ns / 1'000'000) + " ms, then " +
+					  consumer_policy_name(c.fallback) + ")";
+			if (c.policy == XMEM_POLICY_FIFO_SPILL)
+				policy += " (" + std::to_string(c.spilled) + " spilled; when full " +
+					  consumer_policy_name(c.fallback) + ")";
+			std::printf("  %5u  %8s  %-20s  %-6s  %-5s  %6s  %10llu  %10llu  %5u  %s\n", c.index,
+				    pid.c_str(), quoted(c.client, false).c_str(), xmem::state_name(c.state),
 				    consumer_alive(c) ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
-				    (unsigned long long)c.dropped, c.queue_size);
+				    (unsigned long long)c.dropped, c.queue_size, policy.c_str());
 			if (!c.pid_here)
 				std::printf("         %s, not visible from this process's\n",
 					    pid_text(c.pid_here, c.own_pid).c_str());

@@ -771,3 +771,33 @@ def test_onnx_example_binds_the_slot_itself():
         assert means == [0x33, 0x66, 0x99, 0xff], words
         assert words[9] == words[11] and words[12] == "zero-copy", words
     assert "onnx_infer: %d frames, 0 copied" % frames in run.stdout
+
+
+def test_each_consumer_chooses_its_policy_and_a_stalled_recorder_spills():
+    """A recorder (fifo-spill) that reads nothing while a detector (latest) reads each
+    frame: the producer never waits, the detector has the newest frame, and the recorder
+    later reads every frame in order from the spill tier."""
+    pool = name()
+    with xmem.create(pool, 4096, slots=3, spill_bytes=64 * 4096) as p:
+        with xmem.open(pool, timeout=5, policy="fifo-spill") as recorder, \
+                xmem.open(pool, timeout=5, policy="latest") as detector:
+            for i in range(1, 31):
+                w = p.acquire(timeout=0)
+                w.buffer[:4] = i.to_bytes(4, "little")
+                p.publish(w)
+                f = detector.receive(timeout=0)
+                assert f.meta.seq == i and bytes(f.data[:4]) == i.to_bytes(4, "little")
+                del f
+            assert detector.consumer_stats()["policy"] == "latest"
+            stats = recorder.consumer_stats()
+            assert stats["policy"] == "fifo-spill" and stats["queued"] == 30 and stats["spilled"] >= 27
+            assert p.spill_stats()["frames"] >= 27
+            for i in range(1, 31):
+                f = recorder.receive(timeout=0)
+                assert f.meta.seq == i and bytes(numpy.asarray(f)[:4]) == i.to_bytes(4, "little")
+                del f
+            assert recorder.consumer_stats()["dropped"] == 0
+        with pytest.raises(ValueError):
+            xmem.open(pool, policy="sometimes")
+        with pytest.raises(ValueError):
+            xmem.open(pool, policy="fifo", fallback="latest")

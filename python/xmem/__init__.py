@@ -417,6 +417,13 @@ class _Handle:
         _check(lib.xmem_pool_stats_get(self._get(), ctypes.byref(s)), "stats")
         return {name: getattr(s, name) for name, _ in _capi.PoolStats._fields_}
 
+    def spill_stats(self):
+        """The pool's spill tier: its cap, the frames and bytes it holds, its peak, frames
+        spilled, and times it was full (all zero without one)."""
+        s = _capi.SpillStats()
+        _check(lib.xmem_pool_spill_stats(self._get(), ctypes.byref(s)), "spill_stats")
+        return {name: getattr(s, name) for name, _ in _capi.SpillStats._fields_ if name != "reserved"}
+
     @property
     def storage(self):
         return "cuda" if lib.xmem_pool_storage(self._get()) == _capi.STORAGE_CUDA else "system"
@@ -435,12 +442,26 @@ class _Handle:
 class Consumer(_Handle):
     """A consumer of a pool: receive() frames, or iterate until end of stream."""
 
-    def __init__(self, name, timeout=None, queue_size=4):
+    def __init__(self, name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,
+                 client="python"):
         options = _capi.OpenOptions()
         lib.xmem_open_options_init(ctypes.byref(options))
         options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
         options.queue_size = int(queue_size)
-        options.client = b"python"
+        self._client = client.encode()
+        options.client = self._client
+        if policy is not None:
+            if policy not in _capi.POLICIES:
+                raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
+            options.has_policy = 1
+            options.policy = _capi.POLICIES[policy]
+        if fallback not in ("drop-oldest", "drop-new"):
+            raise ValueError("fallback must be 'drop-oldest' or 'drop-new'")
+        options.fallback = _capi.POLICIES[fallback]
+        if block_timeout is not None:
+            if block_timeout <= 0:
+                raise ValueError("block_timeout must be positive (seconds)")
+            options.block_timeout_ns = int(block_timeout * 1e9)
         handle = ctypes.c_void_p()
         self.name = name
         _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
@@ -465,6 +486,16 @@ class Consumer(_Handle):
     def frames_refused(self):
         """Frames this handle refused (FrameRefused): their layout did not fit their slot."""
         return lib.xmem_pool_frames_refused(self._get())
+
+    def consumer_stats(self):
+        """How the owner serves this consumer: its policy (and fallback, block timeout),
+        queue size, frames queued now, received, dropped and spilled."""
+        s = _capi.ConsumerStats()
+        _check(lib.xmem_pool_consumer_stats(self._get(), ctypes.byref(s)), "consumer_stats")
+        out = {name: getattr(s, name) for name, _ in _capi.ConsumerStats._fields_ if name != "reserved"}
+        out["policy"] = _capi.POLICY_NAMES.get(s.policy, "invalid")
+        out["fallback"] = _capi.POLICY_NAMES.get(s.fallback, "invalid")
+        return out
 
     def __iter__(self):
         """Frames until end of stream; refused frames are skipped (and counted)."""
@@ -504,7 +535,7 @@ class Producer(_Handle):
     """The owner of a pool: acquire() a slot, fill it, publish() it."""
 
     def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
-                 mode=0o600, group=None):
+                 mode=0o600, group=None, spill_bytes=0, spill_frames=0):
         if policy not in _capi.POLICIES:
             raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
         if storage not in _capi.STORAGES:
@@ -519,6 +550,8 @@ class Producer(_Handle):
         config.storage = _capi.STORAGES[storage]
         config.device = int(device)
         config.mode = int(mode)
+        config.spill_bytes = int(spill_bytes)
+        config.spill_frames = int(spill_frames)
         if group is not None:
             config.has_group = 1
             config.group = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
@@ -638,15 +671,22 @@ class WritableFrame:
         self.release()
 
 
-def open(name, timeout=None, queue_size=4):  # noqa: A001 - the issue's name
-    """Attaches to pool NAME, waiting up to TIMEOUT seconds for it (None: forever)."""
-    return Consumer(name, timeout=timeout, queue_size=queue_size)
+def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,  # noqa: A001
+         client="python"):
+    """Attaches to pool NAME, waiting up to TIMEOUT seconds for it (None: forever).
+    POLICY is how this consumer is served ("fifo", "latest", "drop-oldest", "drop-new",
+    "fifo-spill"; None: the pool's); FALLBACK what fifo and fifo-spill do once the wait
+    (BLOCK_TIMEOUT seconds, None: the pool's) or the spill tier runs out; QUEUE_SIZE
+    its queue depth (0: the policy's default)."""
+    return Consumer(name, timeout=timeout, queue_size=queue_size, policy=policy, fallback=fallback,
+                    block_timeout=block_timeout, client=client)
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,
-           group=None):
+           group=None, spill_bytes=0, spill_frames=0):
     """Creates pool NAME and becomes its producer. MODE says who may attach, as file
     permission bits (0o660: GROUP's members too); GROUP is a gid or a group name the
-    caller is a member of (None: the caller's group). NAME "@name" is an abstract socket."""
+    caller is a member of (None: the caller's group). NAME "@name" is an abstract socket.
+    SPILL_BYTES (and SPILL_FRAMES) give the pool a spill tier for fifo-spill consumers."""
     return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device,
-                    mode=mode, group=group)
+                    mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames)

@@ -19,7 +19,8 @@ ERANGE, ETIMEDOUT, ECLOSED, EEOS, EFULL, ENOTHELD, EREADONLY, EROLE = -9, -10, -
 ESYSTEM, ENOMEM, EBADFRAME = -17, -18, -19
 
 STORAGE_SYSTEM, STORAGE_CUDA = 0, 1
-POLICIES = {"block": 0, "drop-oldest": 1, "drop-new": 2}
+POLICIES = {"block": 0, "fifo": 0, "drop-oldest": 1, "drop-new": 2, "latest": 3, "fifo-spill": 4}
+POLICY_NAMES = {0: "fifo", 1: "drop-oldest", 2: "drop-new", 3: "latest", 4: "fifo-spill"}
 STORAGES = {"system": STORAGE_SYSTEM, "cuda": STORAGE_CUDA}
 
 
@@ -65,7 +66,9 @@ class PoolConfig(ctypes.Structure):
         ("device", ctypes.c_uint32),
         ("has_group", ctypes.c_uint32),
         ("group", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 6),
+        ("spill_bytes", ctypes.c_uint64),
+        ("spill_frames", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 3),
     ]
 
 
@@ -74,7 +77,12 @@ class OpenOptions(ctypes.Structure):
         ("timeout_ns", ctypes.c_int64),
         ("queue_size", ctypes.c_uint32),
         ("client", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint32 * 8),
+        ("has_policy", ctypes.c_uint32),
+        ("policy", ctypes.c_uint32),
+        ("fallback", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("block_timeout_ns", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint32 * 2),
     ]
 
 
@@ -87,6 +95,33 @@ class PoolStats(ctypes.Structure):
         ("slots_total", ctypes.c_uint32),
         ("slots_free", ctypes.c_uint32),
         ("closed", ctypes.c_uint32),
+    ]
+
+
+class ConsumerStats(ctypes.Structure):
+    _fields_ = [
+        ("policy", ctypes.c_uint32),
+        ("fallback", ctypes.c_uint32),
+        ("queue_size", ctypes.c_uint32),
+        ("queued", ctypes.c_uint32),
+        ("block_timeout_ns", ctypes.c_uint64),
+        ("received", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
+        ("spilled", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
+class SpillStats(ctypes.Structure):
+    _fields_ = [
+        ("cap_bytes", ctypes.c_uint64),
+        ("cap_frames", ctypes.c_uint32),
+        ("frames", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+        ("peak_bytes", ctypes.c_uint64),
+        ("spilled", ctypes.c_uint64),
+        ("full", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 4),
     ]
 
 
@@ -131,6 +166,8 @@ _SIGNATURES = {
     "xmem_pool_format": (ctypes.c_char_p, [_P]),
     "xmem_pool_stats_get": (ctypes.c_int, [_P, ctypes.POINTER(PoolStats)]),
     "xmem_pool_frames_refused": (ctypes.c_uint64, [_P]),
+    "xmem_pool_consumer_stats": (ctypes.c_int, [_P, ctypes.POINTER(ConsumerStats)]),
+    "xmem_pool_spill_stats": (ctypes.c_int, [_P, ctypes.POINTER(SpillStats)]),
     "xmem_pool_slot_size": (ctypes.c_uint64, [_P]),
     "xmem_pool_slot_count": (ctypes.c_uint32, [_P]),
     "xmem_pool_storage": (ctypes.c_uint32, [_P]),

@@ -119,7 +119,9 @@ void run_script(Input &in, xmem::BufferPool &pool, const Shared &shared, const l
 				break;
 			auto *c = reinterpret_cast<layout::ConsumerRecord *>(shared.base + record);
 			uint64_t t = c->tail.load();
-			layout::ring_of(c)[t % k.ring_capacity].store((uint64_t{ seq } << 32) | slot);
+			// SEQ 0: the entry an owner pushes (its position); else whatever position SEQ says.
+			layout::ring_of(c)[t % k.ring_capacity].store(seq == 0 ? layout::ring_entry(t, slot)
+									       : (uint64_t{ seq } << 32) | slot);
 			uint64_t at = layout::slots_offset() + uint64_t{ slot } * sizeof(layout::SlotRecord);
 			if (slot < k.slot_count && shared.fits(at, sizeof(layout::SlotRecord))) {
 				auto *s = reinterpret_cast<layout::SlotRecord *>(shared.base + layout::slots_offset()) +

@@ -180,6 +180,18 @@ inline GstStructure *get_stats(GstElement *element)
 	return s;
 }
 
+// A string field of ELEMENT's stats; "" when it has none.
+inline std::string stat_string(GstElement *element, const char *field)
+{
+	GstStructure *s = get_stats(element);
+	std::string v;
+	if (const gchar *text = s ? gst_structure_get_string(s, field) : nullptr)
+		v = text;
+	if (s)
+		gst_structure_free(s);
+	return v;
+}
+
 inline guint64 stat_u64(GstElement *element, const char *field)
 {
 	GstStructure *s = get_stats(element);

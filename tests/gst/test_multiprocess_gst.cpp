@@ -10,6 +10,7 @@ using xmem::gsttest::Consumer;
 using xmem::gsttest::GstTest;
 using xmem::gsttest::Pipeline;
 using xmem::gsttest::Received;
+using xmem::gsttest::stat_string;
 using xmem::gsttest::stat_u64;
 using xmem::test::eventually;
 using xmem::test::Process;
@@ -215,6 +216,48 @@ INSTANTIATE_TEST_SUITE_P(Policies, SlowConsumer,
 						 ch = '_';
 				 return name;
 			 });
+
+// The README's recorder and detector on one pool, each with its own policy: the recorder
+// (fifo-spill) is slower than the producer and gets every frame, from the spill tier when
+// the producer needs their slots; the detector (latest) beside it is never held back, and
+// neither is the producer.
+TEST_F(MultiProcess, RecorderAndDetectorEachWithItsOwnPolicy)
+{
+	const int kFrames = 60;
+	const std::string caps = "video/x-raw,format=RGBA,width=64,height=48,framerate=100/1";
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", kFrames);
+	ASSERT_EQ(int(reference.size()), kFrames);
+	Consumer recorder("xmemsrc name=src pool-name=mixed is-live=false policy=fifo-spill ! identity "
+			  "sleep-time=25000 ! appsink name=sink sync=false",
+			  by_offset(reference));
+	Consumer detector("xmemsrc name=src pool-name=mixed is-live=false policy=latest ! appsink name=sink sync=false",
+			  by_offset(reference));
+	ASSERT_TRUE(recorder.start());
+	ASSERT_TRUE(detector.start());
+	Process producer =
+		launch("videotestsrc is-live=true num-buffers=" + std::to_string(kFrames) + " pattern=ball ! " + caps +
+		       " ! xmemsink pool-name=mixed buffers=4 spill-size=4000000 wait-for-consumers=2");
+	int status = finish(producer);
+	size_t when_producer_ended = recorder.count();
+	EXPECT_EQ(status, 0) << producer.output();
+	ASSERT_TRUE(recorder.join(60s)) << "no EOS; " << recorder.count() << " frames";
+	ASSERT_TRUE(detector.join(60s)) << "no EOS; " << detector.count() << " frames";
+	EXPECT_EQ(recorder.error(), "");
+	EXPECT_EQ(detector.error(), "");
+	auto recorded = recorder.frames();
+	EXPECT_EQ(recorded.size(), size_t(kFrames));
+	EXPECT_EQ(xmem::gsttest::gaps_in(recorded), 0u);
+	EXPECT_EQ(mismatches(recorded), 0u) << "a spilled frame differs from what was published";
+	EXPECT_TRUE(xmem::gsttest::strictly_increasing(recorded));
+	EXPECT_LT(when_producer_ended, size_t(kFrames)) << "the producer waited for the recorder";
+	EXPECT_GT(stat_u64(recorder.src(), "spilled"), 0u);
+	EXPECT_EQ(stat_u64(recorder.src(), "lost"), 0u);
+	EXPECT_EQ(stat_string(recorder.src(), "policy"), "fifo-spill");
+	EXPECT_EQ(stat_string(detector.src(), "policy"), "latest");
+	auto detected = detector.frames();
+	EXPECT_EQ(mismatches(detected), 0u);
+	EXPECT_TRUE(xmem::gsttest::strictly_increasing(detected));
+}
 
 TEST_F(MultiProcess, KilledConsumerGivesSlotsBack)
 {

@@ -361,10 +361,18 @@ public:
 		} else if (target == "ring-entry") {
 			ConsumerRecord *c = consumer();
 			uint64_t e;
-			switch (pick(4)) {
+			// Mostly at a position the ring could hold now: past the position check.
+			uint64_t at = c->head.load() + pick(k_.ring_capacity);
+			switch (pick(6)) {
 			case 0:
-				e = uint64_t(rng_()) << 32 | pick(k_.slot_count);
+				e = ring_entry(at, pick(k_.slot_count));
 				break; // a real slot
+			case 4:
+				e = ring_entry(at, rng_() % 2 ? kTakenEntry : kSkipEntry);
+				break;
+			case 5:
+				e = ring_entry(at, kSpillEntry | pick(8));
+				break;
 			case 1:
 				e = uint64_t(rng_()) << 32 | kEosEntry;
 				break;

@@ -48,6 +48,8 @@ struct HeaderSnapshot {
 	uint64_t block_timeout_ns;
 	uint64_t created_ns;
 	std::string producer;
+	uint32_t spill_frames; // the spill tier's buffers; 0: none
+	uint64_t spill_bytes; // its cap on payload bytes
 };
 
 // One set holder bit of a slot: bit 0 is the owner, bit 1 + i consumer record i.
@@ -78,8 +80,10 @@ struct SlotSnapshot {
 // One frame queued for a consumer, oldest first.
 struct QueueEntrySnapshot {
 	bool end_of_stream; // the entry marks end of stream, not a frame
+	bool spilled; // the frame waits in spill buffer `slot` of the spill tier, not a slot
+	bool taken; // being taken off the queue (or dropped in place): not a frame any more
 	uint32_t slot;
-	uint32_t seq; // low 32 bits of the frame's sequence number
+	uint64_t seq; // the frame's sequence number, as its record says now (0: unknown)
 };
 
 // A consumer record that is not free. An active one is attached: its owner holds its
@@ -109,6 +113,10 @@ struct ConsumerSnapshot {
 	uint64_t queued_total;
 	uint32_t queue_size;
 	uint32_t sync_mode; // the GPU ordering this consumer uses (see gpu_ordering_name)
+	uint32_t policy; // the xmem_policy it is served with (policy_name())
+	uint32_t fallback; // of fifo and fifo-spill
+	uint64_t block_timeout_ns; // of fifo
+	uint64_t spilled; // its frames moved into the spill tier
 };
 
 // "none", "stream-memops" or "cpu" (the CPU-synchronizing fallback) for a sync mode.
@@ -147,6 +155,8 @@ struct PoolSnapshot {
 	uint32_t slots_free = 0;
 	std::vector<ConsumerSnapshot> consumers; // the consumer records that are not free
 	uint32_t consumers_attached = 0; // those that are active
+	// The spill tier's use (zero without one): see xmem_spill_stats.
+	SpillStats spill{};
 	// What did not add up, in words: the snapshot leaves out what it cannot read
 	// safely instead of failing.
 	std::vector<std::string> warnings;

@@ -54,10 +54,21 @@ typedef enum xmem_status {
 			       * next receive goes on */
 } xmem_status;
 
+/* How a consumer is served: the pool's default (xmem_pool_config) or each consumer's
+ * own (xmem_open_options). One consumer's policy never changes what another receives. */
 typedef enum xmem_policy {
-	XMEM_POLICY_BLOCK = 0, /* publisher waits (up to block_timeout_ns), then drops oldest */
+	XMEM_POLICY_BLOCK = 0, /* every frame: with a full queue the publisher waits for
+				* this consumer (up to its block timeout), then applies
+				* its fallback (drop-oldest unless it chose drop-new) */
+	XMEM_POLICY_FIFO = XMEM_POLICY_BLOCK,
 	XMEM_POLICY_DROP_OLDEST = 1, /* the consumer's oldest queued frame is dropped */
 	XMEM_POLICY_DROP_NEW = 2, /* the new frame is not queued for that consumer */
+	XMEM_POLICY_LATEST = 3, /* a mailbox of one: a newer frame replaces the queued one */
+	XMEM_POLICY_FIFO_SPILL = 4, /* every frame, never waited for: when the producer needs
+				     * a slot held only by frames queued for such consumers,
+				     * the frame used last is copied into the pool's spill tier
+				     * (host memory, xmem_pool_config.spill_bytes) and its slot
+				     * reused; past the tier's cap, the fallback applies */
 } xmem_policy;
 
 typedef enum xmem_storage {
@@ -124,18 +135,31 @@ typedef struct xmem_pool_config {
 	uint32_t device; /* CUDA device ordinal for XMEM_STORAGE_CUDA, else 0 */
 	uint32_t has_group; /* nonzero: GROUP is the group mode's group bits let in */
 	uint32_t group; /* a gid the owner is a member of; the socket's group */
-	uint32_t reserved[6]; /* must be zero (xmem_pool_config_init does it) */
+	/* The spill tier for XMEM_POLICY_FIFO_SPILL consumers: at most SPILL_BYTES of
+	 * frames (rounded up to pages each) in at most SPILL_FRAMES host buffers (0: one
+	 * per slot's worth of bytes, at least one). 0 bytes: no spill tier. System pools. */
+	uint64_t spill_bytes;
+	uint32_t spill_frames;
+	uint32_t reserved[3]; /* must be zero (xmem_pool_config_init does it) */
 } xmem_pool_config;
 
 /* Fills a config with the defaults: 8 slots, no size (must be set), 64 consumers,
- * drop-oldest, 1 s block timeout, mode 0600. */
+ * drop-oldest, 1 s block timeout, mode 0600, no spill tier. */
 void xmem_pool_config_init(xmem_pool_config *config);
 
 typedef struct xmem_open_options {
 	int64_t timeout_ns; /* wait this long for the pool to appear; 0 = try once */
-	uint32_t queue_size; /* frames this consumer may have queued; 0 means 4 */
+	uint32_t queue_size; /* frames this consumer may have queued; 0: its policy's default
+			      * (4; 1 for latest; as many as the pool's ring holds for
+			      * fifo-spill) */
 	const char *client; /* this consumer's name, shown by xmem-inspect (may be NULL) */
-	uint32_t reserved[8]; /* must be zero (xmem_open_options_init does it) */
+	uint32_t has_policy; /* nonzero: POLICY is this consumer's; else the pool's applies */
+	uint32_t policy; /* xmem_policy */
+	uint32_t fallback; /* fifo and fifo-spill: XMEM_POLICY_DROP_OLDEST (0 means it too)
+			    * or XMEM_POLICY_DROP_NEW, once the wait or the spill tier ends */
+	uint32_t reserved0;
+	uint64_t block_timeout_ns; /* fifo: how long the publisher waits; 0: the pool's */
+	uint32_t reserved[2]; /* must be zero (xmem_open_options_init does it) */
 } xmem_open_options;
 
 void xmem_open_options_init(xmem_open_options *options);
@@ -149,6 +173,31 @@ typedef struct xmem_pool_stats {
 	uint32_t slots_free; /* free, or published with no holder left */
 	uint32_t closed; /* 1 once the owner closed the pool */
 } xmem_pool_stats;
+
+/* How one consumer is served, and what it lost: xmem_pool_consumer_stats. */
+typedef struct xmem_consumer_stats {
+	uint32_t policy; /* xmem_policy it is served with (its own or the pool's) */
+	uint32_t fallback; /* fifo and fifo-spill: drop-oldest or drop-new */
+	uint32_t queue_size; /* frames it may have queued */
+	uint32_t queued; /* frames queued for it now, spilled ones included */
+	uint64_t block_timeout_ns; /* fifo: how long the publisher waits for it */
+	uint64_t received; /* frames it took off its queue */
+	uint64_t dropped; /* frames it lost: its policy's drops and its fallback's */
+	uint64_t spilled; /* its frames moved into the spill tier (fifo-spill) */
+	uint64_t reserved[4];
+} xmem_consumer_stats;
+
+/* The pool's spill tier (xmem_pool_config.spill_bytes): xmem_pool_spill_stats. */
+typedef struct xmem_spill_stats {
+	uint64_t cap_bytes; /* 0: the pool has no spill tier */
+	uint32_t cap_frames;
+	uint32_t frames; /* spilled frames held now */
+	uint64_t bytes; /* host memory they take now (whole pages) */
+	uint64_t peak_bytes; /* the most they took at once */
+	uint64_t spilled; /* frames copied into the tier since the pool was created */
+	uint64_t full; /* times a frame could not be spilled: the tier was full */
+	uint64_t reserved[4];
+} xmem_spill_stats;
 
 typedef struct xmem_pool xmem_pool;
 typedef struct xmem_buffer xmem_buffer;
@@ -223,6 +272,10 @@ uint64_t xmem_pool_side_data_refused(const xmem_pool *pool);
 /* Frames this handle refused (XMEM_EBADFRAME) because their layout did not fit their
  * slot: a size, shape, stride or plane another process wrote (0 for a NULL pool). */
 uint64_t xmem_pool_frames_refused(const xmem_pool *pool);
+/* Consumer: its policy, queue and losses, as the owner serves it. */
+int xmem_pool_consumer_stats(const xmem_pool *pool, xmem_consumer_stats *stats);
+/* Any role: the pool's spill tier (all zero without one). */
+int xmem_pool_spill_stats(const xmem_pool *pool, xmem_spill_stats *stats);
 uint64_t xmem_pool_slot_size(const xmem_pool *pool);
 uint32_t xmem_pool_slot_count(const xmem_pool *pool);
 /* xmem_storage of the pool's slots (XMEM_STORAGE_SYSTEM for a NULL pool). */

@@ -89,7 +89,23 @@ using FrameMeta = xmem_frame_meta;
 inline constexpr size_t kSideDataMax = XMEM_SIDE_DATA_MAX;
 using PoolStats = xmem_pool_stats;
 
-enum class Policy { block = XMEM_POLICY_BLOCK, drop_oldest = XMEM_POLICY_DROP_OLDEST, drop_new = XMEM_POLICY_DROP_NEW };
+using ConsumerStats = xmem_consumer_stats;
+using SpillStats = xmem_spill_stats;
+
+// How a consumer is served (xmem.h's xmem_policy): the pool's default, or each
+// consumer's own (OpenOptions::policy). fifo and block are one policy.
+enum class Policy {
+	block = XMEM_POLICY_BLOCK,
+	fifo = XMEM_POLICY_FIFO,
+	drop_oldest = XMEM_POLICY_DROP_OLDEST,
+	drop_new = XMEM_POLICY_DROP_NEW,
+	latest = XMEM_POLICY_LATEST,
+	fifo_spill = XMEM_POLICY_FIFO_SPILL,
+};
+// "fifo", "drop-oldest", "drop-new", "latest", "fifo-spill"; nullptr for another value.
+const char *policy_name(Policy policy);
+// The policy named NAME ("block" is "fifo"); none for another name.
+std::optional<Policy> policy_from_name(std::string_view name);
 enum class Role { owner, consumer, inspector };
 // A CUDA stream (a CUstream), kept opaque so this header needs no cuda.h. nullptr
 // means no particular stream: the call then synchronizes on the CPU as it must.
@@ -115,15 +131,29 @@ struct PoolConfig {
 	Storage storage = Storage::system;
 	// CUDA device ordinal for Storage::cuda.
 	uint32_t device = 0;
+	// The spill tier for Policy::fifo_spill consumers (system pools): at most
+	// SPILL_BYTES of spilled frames (each rounded up to pages) in at most SPILL_FRAMES
+	// host buffers (0: spill_bytes / slot_size, at least 1). 0 bytes: none.
+	uint64_t spill_bytes = 0;
+	uint32_t spill_frames = 0;
 };
 
 struct OpenOptions {
 	// How long open() waits for the pool to appear (no socket, or a dead owner's).
 	std::chrono::nanoseconds timeout{ 0 };
-	uint32_t queue_size = 4;
+	// Frames this consumer may have queued; 0: its policy's default (4; 1 for latest;
+	// the pool's whole ring for fifo-spill).
+	uint32_t queue_size = 0;
 	std::string client;
 	// Attach read-only for inspection: no consumer entry, no frames (xmem-inspect).
 	bool inspect = false;
+	// How this consumer is served; none: the pool's policy.
+	std::optional<Policy> policy;
+	// fifo and fifo-spill: what a full queue does once the publisher has waited
+	// block_timeout (fifo) or the spill tier is full: drop_oldest or drop_new.
+	Policy fallback = Policy::drop_oldest;
+	// fifo: how long a publish waits for room in this consumer's queue; 0: the pool's.
+	std::chrono::nanoseconds block_timeout{ 0 };
 };
 
 class BufferPool;
@@ -298,6 +328,10 @@ public:
 	// Frames this handle refused (Errc::bad_frame from receive() or get()): their
 	// layout did not fit their slot.
 	uint64_t frames_refused() const;
+	// Consumer: how the owner serves this handle (its policy, queue) and what it lost.
+	Result<ConsumerStats> consumer_stats() const;
+	// The pool's spill tier: its cap, what it holds and has held (zero without one).
+	SpillStats spill_stats() const;
 
 	// Seed API (a frame's layout is checked as receive() does). get(): a read-only
 	// reference to published slot INDEX. get_mut(): a

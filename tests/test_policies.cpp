@@ -1,0 +1,372 @@
+// test_policies.cpp - each consumer's own policy beside the others' (fifo, latest,
+// drop-oldest, drop-new, fifo-spill), the spill tier (order, payloads, its cap and the
+// fallbacks past it, memory given back), and a consumer killed with spilled frames.
+#include "common.hpp"
+#include "frames.hpp"
+#include "layout.hpp"
+
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using xmem::BufferPool;
+using xmem::Errc;
+using xmem::OpenOptions;
+using xmem::Policy;
+using xmem::PoolConfig;
+using xmem::test::eventually;
+using xmem::test::Process;
+using xmem::test::RuntimeDir;
+
+std::shared_ptr<BufferPool> make_pool(const std::string &name, uint32_t slots, uint64_t spill_bytes = 0,
+				      Policy policy = Policy::drop_oldest)
+{
+	PoolConfig config;
+	config.slot_count = slots;
+	config.slot_size = 8192;
+	config.policy = policy;
+	config.spill_bytes = spill_bytes;
+	auto pool = BufferPool::create(name, config);
+	EXPECT_TRUE(pool.ok()) << pool.error().message;
+	return pool.ok() ? pool.value() : nullptr;
+}
+
+std::shared_ptr<BufferPool> attach(const std::string &name, std::optional<Policy> policy, uint32_t queue = 0,
+				   Policy fallback = Policy::drop_oldest, std::chrono::nanoseconds block_timeout = 0ns)
+{
+	OpenOptions options;
+	options.policy = policy;
+	options.queue_size = queue;
+	options.fallback = fallback;
+	options.block_timeout = block_timeout;
+	options.client = policy ? xmem::policy_name(*policy) : "pool-default";
+	auto pool = BufferPool::open(name, options);
+	EXPECT_TRUE(pool.ok()) << pool.error().message;
+	return pool.ok() ? pool.value() : nullptr;
+}
+
+// The seqs a consumer receives without waiting, each frame's payload checked.
+std::vector<uint64_t> drain(BufferPool &consumer, uint64_t *corrupt = nullptr)
+{
+	std::vector<uint64_t> seqs;
+	for (;;) {
+		auto f = consumer.receive(0ns);
+		if (!f)
+			break;
+		if (corrupt && !xmem::test::check(f->data(), f->meta().seq))
+			(*corrupt)++;
+		seqs.push_back(f->meta().seq);
+	}
+	return seqs;
+}
+
+void publish(BufferPool &owner, int n, std::chrono::nanoseconds timeout = 2s)
+{
+	for (int i = 0; i < n; i++) {
+		auto r = xmem::test::publish_test_frame(owner, timeout);
+		ASSERT_TRUE(r.ok()) << "frame " << i << ": " << r.error().message;
+	}
+}
+
+std::vector<uint64_t> range(uint64_t first, uint64_t last)
+{
+	std::vector<uint64_t> v;
+	for (uint64_t s = first; s <= last; s++)
+		v.push_back(s);
+	return v;
+}
+
+} // namespace
+
+// Four consumers with four policies on one pool: each gets what its own policy says,
+// whatever the others chose.
+TEST(Policies, EachConsumerIsServedByItsOwnPolicy)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("mixed", 16);
+	ASSERT_TRUE(owner);
+	auto latest = attach("mixed", Policy::latest);
+	auto oldest = attach("mixed", Policy::drop_oldest, 3);
+	auto newest = attach("mixed", Policy::drop_new, 3);
+	auto fifo = attach("mixed", Policy::fifo, 8);
+	ASSERT_TRUE(latest && oldest && newest && fifo);
+	publish(*owner, 8);
+
+	EXPECT_EQ(drain(*latest), std::vector<uint64_t>{ 8 });
+	EXPECT_EQ(drain(*oldest), range(6, 8));
+	EXPECT_EQ(drain(*newest), range(1, 3));
+	EXPECT_EQ(drain(*fifo), range(1, 8));
+
+	auto stats = latest->consumer_stats();
+	ASSERT_TRUE(stats.ok());
+	EXPECT_EQ(stats->policy, uint32_t(XMEM_POLICY_LATEST));
+	EXPECT_EQ(stats->queue_size, 1u);
+	EXPECT_EQ(stats->dropped, 7u);
+	EXPECT_EQ(oldest->consumer_stats()->dropped, 5u);
+	EXPECT_EQ(newest->consumer_stats()->dropped, 5u);
+	EXPECT_EQ(fifo->consumer_stats()->dropped, 0u);
+	EXPECT_EQ(fifo->consumer_stats()->received, 8u);
+	// Replaced frames gave their slots back at once: nothing is queued or held.
+	EXPECT_EQ(owner->stats().slots_free, 16u);
+}
+
+// latest: a mailbox of one. The replaced frame's slot comes back at once, so a pool of
+// two slots never runs dry under a consumer that is never read.
+TEST(Policies, LatestGivesTheReplacedSlotBackAtOnce)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("mailbox", 2, 0, Policy::drop_new);
+	ASSERT_TRUE(owner);
+	auto latest = attach("mailbox", Policy::latest);
+	ASSERT_TRUE(latest);
+	publish(*owner, 50, 0ns); // no acquire ever waits
+	EXPECT_EQ(drain(*latest), std::vector<uint64_t>{ 50 });
+	EXPECT_EQ(latest->consumer_stats()->dropped, 49u);
+}
+
+// fifo: the publisher waits for this consumer up to its own block timeout, then its
+// fallback applies; a latest consumer beside it is not held back by its queue.
+TEST(Policies, FifoWaitsItsOwnTimeoutThenFallsBack)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("fifo", 8, 0, Policy::drop_oldest);
+	ASSERT_TRUE(owner);
+	auto fifo = attach("fifo", Policy::fifo, 2, Policy::drop_new, 100ms);
+	auto latest = attach("fifo", Policy::latest);
+	ASSERT_TRUE(fifo && latest);
+	publish(*owner, 2);
+	auto t0 = std::chrono::steady_clock::now();
+	publish(*owner, 1); // fifo's queue is full: waits 100 ms, then drop-new
+	auto waited = std::chrono::steady_clock::now() - t0;
+	EXPECT_GE(waited, 95ms);
+	EXPECT_EQ(drain(*fifo), range(1, 2));
+	EXPECT_EQ(fifo->consumer_stats()->dropped, 1u);
+	EXPECT_EQ(drain(*latest), std::vector<uint64_t>{ 3 });
+
+	// Room in its queue while the publisher waits: nothing is lost.
+	publish(*owner, 2);
+	std::thread reader([&] {
+		std::this_thread::sleep_for(20ms);
+		auto f = fifo->receive(1s);
+		EXPECT_TRUE(f.ok());
+	});
+	publish(*owner, 1);
+	reader.join();
+	EXPECT_EQ(drain(*fifo), range(5, 6));
+	EXPECT_EQ(fifo->consumer_stats()->dropped, 1u);
+	auto s = fifo->consumer_stats();
+	EXPECT_EQ(s->policy, uint32_t(XMEM_POLICY_FIFO));
+	EXPECT_EQ(s->fallback, uint32_t(XMEM_POLICY_DROP_NEW));
+	EXPECT_EQ(s->block_timeout_ns, 100'000'000u);
+}
+
+// The pool's policy is the default; a consumer's own policy overrides it.
+TEST(Policies, ThePoolsPolicyIsTheDefault)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("default", 8, 0, Policy::drop_new);
+	ASSERT_TRUE(owner);
+	auto by_default = attach("default", std::nullopt, 2);
+	auto own = attach("default", Policy::drop_oldest, 2);
+	ASSERT_TRUE(by_default && own);
+	EXPECT_EQ(by_default->consumer_stats()->policy, uint32_t(XMEM_POLICY_DROP_NEW));
+	publish(*owner, 4);
+	EXPECT_EQ(drain(*by_default), range(1, 2));
+	EXPECT_EQ(drain(*own), range(3, 4));
+}
+
+TEST(Policies, BadRequestsAreRefusedWithTheReason)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("refusals", 4);
+	ASSERT_TRUE(owner);
+	OpenOptions spill;
+	spill.policy = Policy::fifo_spill;
+	auto r = BufferPool::open("refusals", spill);
+	EXPECT_ERRC(r, Errc::invalid_argument);
+	EXPECT_NE(r.error().message.find("spill"), std::string::npos) << r.error().message;
+
+	OpenOptions fallback;
+	fallback.policy = Policy::fifo;
+	fallback.fallback = Policy::latest;
+	EXPECT_ERRC(BufferPool::open("refusals", fallback), Errc::invalid_argument);
+	OpenOptions unknown;
+	unknown.policy = Policy(17);
+	EXPECT_ERRC(BufferPool::open("refusals", unknown), Errc::invalid_argument);
+	OpenOptions negative;
+	negative.block_timeout = -1ms;
+	EXPECT_ERRC(BufferPool::open("refusals", negative), Errc::invalid_argument);
+
+	PoolConfig config;
+	config.slot_size = 4096;
+	config.policy = Policy::fifo_spill;
+	EXPECT_ERRC(BufferPool::create("no-tier", config), Errc::invalid_argument);
+	config.policy = Policy::drop_oldest;
+	config.spill_frames = 4;
+	EXPECT_ERRC(BufferPool::create("frames-only", config), Errc::invalid_argument);
+	config.spill_bytes = 1 << 20;
+	config.spill_frames = xmem::layout::kMaxSpillFrames + 1;
+	EXPECT_ERRC(BufferPool::create("too-many", config), Errc::invalid_argument);
+}
+
+// The case in one process: a fifo-spill recorder that reads nothing while a
+// latest detector reads every frame. The producer never waits, the detector gets the
+// newest frame each time, and the recorder later gets every frame, in order, intact.
+TEST(Spill, AStalledRecorderLosesNothingAndHoldsNobodyBack)
+{
+	RuntimeDir dir;
+	constexpr int kFrames = 60;
+	auto owner = make_pool("spill", 4, 64 * 8192);
+	ASSERT_TRUE(owner);
+	auto recorder = attach("spill", Policy::fifo_spill);
+	auto detector = attach("spill", Policy::latest);
+	ASSERT_TRUE(recorder && detector);
+	EXPECT_EQ(recorder->consumer_stats()->queue_size, 4u + 64u);
+	for (int i = 1; i <= kFrames; i++) {
+		auto r = xmem::test::publish_test_frame(*owner, 0ns); // never waits
+		ASSERT_TRUE(r.ok()) << "frame " << i << ": " << r.error().message;
+		auto f = detector->receive(0ns);
+		ASSERT_TRUE(f.ok()) << f.error().message;
+		EXPECT_EQ(f->meta().seq, uint64_t(i));
+		EXPECT_TRUE(xmem::test::check(f->data(), f->meta().seq));
+	}
+	auto spill = owner->spill_stats();
+	EXPECT_GE(spill.spilled, uint64_t(kFrames - 4));
+	EXPECT_EQ(spill.frames, spill.spilled);
+	EXPECT_EQ(spill.bytes, spill.frames * 8192);
+	EXPECT_EQ(spill.full, 0u);
+	EXPECT_EQ(recorder->consumer_stats()->spilled, spill.spilled);
+
+	uint64_t corrupt = 0;
+	EXPECT_EQ(drain(*recorder, &corrupt), range(1, kFrames));
+	EXPECT_EQ(corrupt, 0u);
+	EXPECT_EQ(recorder->consumer_stats()->dropped, 0u);
+	// Read and released: the next publish gives the tier's memory back.
+	publish(*owner, 1);
+	EXPECT_EQ(owner->spill_stats().frames, 0u);
+	EXPECT_EQ(owner->spill_stats().bytes, 0u);
+	EXPECT_GE(owner->spill_stats().peak_bytes, uint64_t(kFrames - 4) * 8192);
+}
+
+// A spilled frame read while its slot is rewritten: the copy is the frame as published,
+// with its metadata, format and side data.
+TEST(Spill, ASpilledFrameKeepsItsMetadataFormatAndSideData)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("spill-meta", 2, 16 * 8192);
+	ASSERT_TRUE(owner);
+	ASSERT_TRUE(owner->set_format("video/x-raw,format=GRAY8,width=64,height=128").ok());
+	auto recorder = attach("spill-meta", Policy::fifo_spill);
+	ASSERT_TRUE(recorder);
+	for (uint64_t i = 1; i <= 6; i++) {
+		auto g = owner->acquire(0ns);
+		ASSERT_TRUE(g.ok()) << g.error().message;
+		xmem::test::fill(g->data_mut().value(), 8192, i);
+		auto *m = g->meta_mut().value();
+		m->size = 8192;
+		m->pts = i * 1000;
+		m->flags = uint32_t(i);
+		std::snprintf(m->content_type, sizeof(m->content_type), "frame-%llu", (unsigned long long)i);
+		std::byte side[3] = { std::byte(i), std::byte(2 * i), std::byte(3 * i) };
+		ASSERT_TRUE(g->set_side_data(side).ok());
+		ASSERT_TRUE(owner->publish(std::move(*g)).ok());
+	}
+	EXPECT_GE(owner->spill_stats().spilled, 4u);
+	for (uint64_t i = 1; i <= 6; i++) {
+		auto f = recorder->receive(0ns);
+		ASSERT_TRUE(f.ok()) << f.error().message;
+		EXPECT_EQ(f->meta().seq, i);
+		EXPECT_EQ(f->meta().pts, i * 1000);
+		EXPECT_EQ(f->meta().flags, uint32_t(i));
+		EXPECT_EQ(std::string(f->meta().content_type), "frame-" + std::to_string(i));
+		EXPECT_TRUE(xmem::test::check(f->data(), i));
+		EXPECT_EQ(f->format(), "video/x-raw,format=GRAY8,width=64,height=128");
+		ASSERT_EQ(f->side_data().size(), 3u);
+		EXPECT_EQ(f->side_data()[2], std::byte(3 * i));
+		EXPECT_EQ(f->storage(), xmem::Storage::system);
+		// Writable only as a copy: a spilled frame is never written in place.
+		EXPECT_FALSE(f->writable());
+	}
+}
+
+// Past the tier's cap the consumer's fallback applies, and is counted: drop-new keeps the
+// oldest frames in order; drop-oldest keeps the newest.
+TEST(Spill, PastTheCapTheFallbackApplies)
+{
+	for (Policy fallback : { Policy::drop_new, Policy::drop_oldest }) {
+		SCOPED_TRACE(xmem::policy_name(fallback));
+		RuntimeDir dir;
+		auto owner = make_pool("capped", 2, 4 * 8192);
+		ASSERT_TRUE(owner);
+		auto recorder = attach("capped", Policy::fifo_spill, 0, fallback);
+		ASSERT_TRUE(recorder);
+		publish(*owner, 30, 0ns); // never waits, cap or not
+		auto spill = owner->spill_stats();
+		EXPECT_GT(spill.full, 0u);
+		EXPECT_LE(spill.bytes, 4u * 8192);
+		uint64_t corrupt = 0;
+		std::vector<uint64_t> got = drain(*recorder, &corrupt);
+		EXPECT_EQ(corrupt, 0u);
+		ASSERT_FALSE(got.empty());
+		EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+		EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end());
+		auto s = recorder->consumer_stats();
+		EXPECT_EQ(s->dropped + got.size(), 30u) << "every frame received or counted as dropped";
+		if (fallback == Policy::drop_new)
+			EXPECT_EQ(got.front(), 1u) << "drop-new keeps the oldest";
+		else
+			EXPECT_EQ(got.back(), 30u) << "drop-oldest keeps the newest";
+	}
+}
+
+// A fifo-spill consumer SIGKILLed with spilled frames queued: its buffers go back, the
+// memory with them, and the producer never waits on it.
+TEST(Spill, AConsumerKilledWithSpilledFramesGivesThemBack)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("killed", 4, 32 * 8192);
+	ASSERT_TRUE(owner);
+	Process peer({ xmem::test::peer_path(), "consume", "killed", "--policy", "fifo-spill", "--frames", "1",
+		       "--hold", "1", "--hold-forever" });
+	ASSERT_TRUE(eventually([&] { return owner->stats().consumers == 1; }));
+	publish(*owner, 1);
+	ASSERT_TRUE(peer.wait_output("holding=1"));
+	publish(*owner, 20, 0ns);
+	EXPECT_GE(owner->spill_stats().frames, 10u);
+	peer.signal(SIGKILL);
+	EXPECT_GE(peer.wait(), 0);
+	ASSERT_TRUE(eventually([&] { return owner->stats().reaped == 1; }));
+	EXPECT_EQ(owner->spill_stats().frames, 0u);
+	EXPECT_EQ(owner->spill_stats().bytes, 0u);
+	EXPECT_EQ(owner->stats().slots_free, 4u);
+	publish(*owner, 10, 0ns);
+}
+
+// Consumers in their own processes, each with its own policy, over thousands of frames:
+// a fifo-spill consumer slower than the producer loses nothing; a latest one beside it
+// keeps up; the producer is never held back.
+TEST(Spill, ASlowSpillConsumerInAnotherProcessGetsEveryFrame)
+{
+	RuntimeDir dir;
+	constexpr int kFrames = 400;
+	auto owner = make_pool("slow", 4, 512 * 8192);
+	ASSERT_TRUE(owner);
+	Process slow({ xmem::test::peer_path(), "consume", "slow", "--policy", "fifo-spill", "--frames",
+		       std::to_string(kFrames), "--work-us", "2000" });
+	Process fast({ xmem::test::peer_path(), "consume", "slow", "--policy", "latest", "--timeout-ms", "3000" });
+	ASSERT_TRUE(eventually([&] { return owner->stats().consumers == 2; }));
+	for (int i = 0; i < kFrames; i++) {
+		auto r = xmem::test::publish_test_frame(*owner, 0ns);
+		ASSERT_TRUE(r.ok()) << "frame " << i << ": " << r.error().message;
+		std::this_thread::sleep_for(200us);
+	}
+	EXPECT_EQ(slow.wait(60s), 0) << slow.output();
+	EXPECT_EQ(slow.field("received"), kFrames) << slow.output();
+	EXPECT_EQ(slow.field("gaps"), 0) << slow.output();
+	EXPECT_GT(owner->spill_stats().spilled, 0u);
+	ASSERT_TRUE(owner->end_of_stream().ok());
+	EXPECT_EQ(fast.wait(30s), 0) << fast.output();
+	EXPECT_EQ(fast.field("corrupt"), 0) << fast.output();
+}
