@@ -75,8 +75,26 @@ enum {
 	PROP_POLICY,
 	PROP_FALLBACK,
 	PROP_BLOCK_TIMEOUT,
+	PROP_WAKE,
+	PROP_SPIN_BUDGET,
 	PROP_STATS,
 };
+
+static GType gst_xmem_src_wake_get_type(void)
+{
+	static GType type = 0;
+	static const GEnumValue values[] = {
+		{ XMEM_WAKE_SLEEP, "Sleep until the producer's wake-up", "sleep" },
+		{ XMEM_WAKE_SPIN_BEFORE,
+		  "Learn the frame period; near the expected arrival poll the queue instead of sleeping "
+		  "(at most spin-budget per frame), sleep when the stream is irregular",
+		  "spin-before" },
+		{ 0, nullptr, nullptr },
+	};
+	if (g_once_init_enter(&type))
+		g_once_init_leave(&type, g_enum_register_static("GstXmemSrcWake", values));
+	return type;
+}
 
 /* This consumer's policy: the pool's, or its own (xmem_policy + 1). */
 enum GstXmemSrcPolicy {
@@ -185,12 +203,16 @@ struct SrcState {
 	GstXmemSrcPolicy policy = GST_XMEM_SRC_POLICY_POOL;
 	xmem_policy fallback = XMEM_POLICY_DROP_OLDEST;
 	guint64 block_timeout = 0;
+	xmem_wake wake_mode = XMEM_WAKE_SLEEP;
+	guint spin_budget = 200; /* µs */
 	/* How the owner serves this consumer, as of the last attach or frame (written by
 	 * the streaming thread, read by the stats property). */
 	std::atomic<guint> served_policy{ G_MAXUINT };
 	std::atomic<guint> served_queue{ 0 };
 	std::atomic<guint64> lost{ 0 };
 	std::atomic<guint64> spilled{ 0 };
+	std::atomic<guint64> spin_ns{ 0 };
+	std::atomic<guint64> spins_caught{ 0 };
 	GstCaps *caps = nullptr;
 
 	/* Streaming thread only. */
@@ -291,6 +313,8 @@ static void note_served(SrcState *s)
 	s->served_queue.store(served->queue_size, std::memory_order_relaxed);
 	s->lost.store(served->dropped, std::memory_order_relaxed);
 	s->spilled.store(served->spilled, std::memory_order_relaxed);
+	s->spin_ns.store(served->spin_ns, std::memory_order_relaxed);
+	s->spins_caught.store(served->spins_caught, std::memory_order_relaxed);
 }
 
 /* Attaches, waiting up to `timeout` for the pool to appear (0: forever). Errors
@@ -312,6 +336,8 @@ static GstFlowReturn attach(GstXmemSrc *self)
 			options.policy = xmem::Policy(int(s->policy) - 1);
 		options.fallback = xmem::Policy(s->fallback);
 		options.block_timeout = std::chrono::nanoseconds(s->block_timeout);
+		options.wake = xmem::Wake(s->wake_mode);
+		options.spin_budget = std::chrono::microseconds(s->spin_budget);
 	}
 	/* "program:element", so xmem-inspect tells gst-launch consumers apart. */
 	const gchar *prg = g_get_prgname();
@@ -992,6 +1018,12 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	case PROP_BLOCK_TIMEOUT:
 		s->block_timeout = g_value_get_uint64(value);
 		break;
+	case PROP_WAKE:
+		s->wake_mode = xmem_wake(g_value_get_enum(value));
+		break;
+	case PROP_SPIN_BUDGET:
+		s->spin_budget = g_value_get_uint(value);
+		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
 		break;
@@ -1010,7 +1042,9 @@ static GstStructure *make_stats(SrcState *s)
 	gst_structure_set(stats, "policy", G_TYPE_STRING, name ? name : "invalid", "queue-size", G_TYPE_UINT,
 			  s->served_queue.load(std::memory_order_relaxed), "lost", G_TYPE_UINT64,
 			  s->lost.load(std::memory_order_relaxed), "spilled", G_TYPE_UINT64,
-			  s->spilled.load(std::memory_order_relaxed), nullptr);
+			  s->spilled.load(std::memory_order_relaxed), "spin-ns", G_TYPE_UINT64,
+			  s->spin_ns.load(std::memory_order_relaxed), "spins-caught", G_TYPE_UINT64,
+			  s->spins_caught.load(std::memory_order_relaxed), nullptr);
 	gst_xmem_metas_add_stats(stats, s->metas, false);
 	return stats;
 }
@@ -1043,6 +1077,12 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 		break;
 	case PROP_BLOCK_TIMEOUT:
 		g_value_set_uint64(value, s->block_timeout);
+		break;
+	case PROP_WAKE:
+		g_value_set_enum(value, s->wake_mode);
+		break;
+	case PROP_SPIN_BUDGET:
+		g_value_set_uint(value, s->spin_budget);
 		break;
 	case PROP_STATS:
 		/* Read racily from the streaming thread's counters: a snapshot. */
@@ -1139,6 +1179,15 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 				    "policy=fifo: how long (ns) the producer waits for room in this consumer's "
 				    "queue (0: the pool's block-timeout)",
 				    0, G_MAXINT64, 0, flags));
+	g_object_class_install_property(gobject, PROP_WAKE,
+					g_param_spec_enum("wake", "Wake",
+							  "How this consumer waits for the next frame: sleep, or "
+							  "spin-before (lower latency for some CPU: stats spin-ns)",
+							  gst_xmem_src_wake_get_type(), XMEM_WAKE_SLEEP, flags));
+	g_object_class_install_property(gobject, PROP_SPIN_BUDGET,
+					g_param_spec_uint("spin-budget", "Spin budget",
+							  "wake=spin-before: most microseconds spun per frame", 1,
+							  1000000, 200, flags));
 	g_object_class_install_property(
 		gobject, PROP_STATS,
 		g_param_spec_boxed("stats", "Statistics",

@@ -147,7 +147,9 @@ void xmem_pool_config_init(xmem_pool_config *c)
 void xmem_open_options_init(xmem_open_options *o)
 {
 	if (o)
-		*o = xmem_open_options{ 0, 0, nullptr, 0, XMEM_POLICY_DROP_OLDEST, XMEM_POLICY_DROP_OLDEST, 0, 0, {} };
+		*o = xmem_open_options{
+			0, 0, nullptr, 0, XMEM_POLICY_DROP_OLDEST, XMEM_POLICY_DROP_OLDEST, XMEM_WAKE_SLEEP, 0, 200, {}
+		};
 }
 
 int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **out)
@@ -197,7 +199,9 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 				options.policy = xmem::Policy(o->policy);
 			options.fallback = o->fallback ? xmem::Policy(o->fallback) : xmem::Policy::drop_oldest;
 			options.block_timeout = ns(int64_t(std::min<uint64_t>(o->block_timeout_ns, INT64_MAX)));
-			if (!all_zero(o->reserved) || o->reserved0)
+			options.wake = xmem::Wake(o->wake);
+			options.spin_budget = std::chrono::microseconds(o->spin_budget_us ? o->spin_budget_us : 200);
+			if (!all_zero(o->reserved))
 				return fail(XMEM_EINVAL, (std::string("pool '") + name +
 							  "': xmem_open_options has reserved fields set "
 							  "(initialise it with xmem_open_options_init)")

@@ -197,10 +197,10 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
 					   pool_.where().c_str(), fallback.c_str());
 	}
-	return start_consumer(welcome->consumer_index, std::move(ev));
+	return start_consumer(welcome->consumer_index, std::move(ev), options);
 }
 
-Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
+Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenOptions &options)
 {
 	consumer_index = index;
 	pool_.holder_bit = 1 + consumer_index;
@@ -232,10 +232,74 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev)
 		if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, retry_timer.get(), &e) < 0)
 			return errno_error(pool_.where() + ": epoll_ctl");
 	}
+	if (options.wake == Wake::spin_before) {
+		spin = std::make_unique<SpinWake>(uint64_t(options.spin_budget.count()) * 1000);
+		spin_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+		if (!spin_timer.valid())
+			return errno_error(pool_.where() + ": timerfd_create");
+		e.events = EPOLLIN;
+		e.data.fd = spin_timer.get();
+		if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, spin_timer.get(), &e) < 0)
+			return errno_error(pool_.where() + ": epoll_ctl");
+	}
 	pool_.role = Role::consumer;
 	if (pool_.sync)
 		return watch_owner();
 	return {};
+}
+
+void Subscriber::note_taken(Result<BufferGuard> &frame)
+{
+	if (spin && frame)
+		spin->observe(frame->meta().seq, frame->meta().timestamp, monotonic_ns(), last_look_empty);
+	last_look_empty = false;
+}
+
+namespace {
+
+inline void cpu_relax()
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	asm volatile("yield");
+#endif
+}
+
+} // namespace
+
+bool Subscriber::spin_for_frame(uint64_t h, uint64_t now, uint64_t *sleep_until)
+{
+	auto window = spin->window(now);
+	if (!window)
+		return false;
+	if (now < window->first) {
+		// Not yet: sleep until the window opens; pollers of fd() wake then.
+		*sleep_until = window->first;
+		itimerspec t{};
+		t.it_value.tv_sec = time_t(window->first / 1'000'000'000);
+		t.it_value.tv_nsec = long(window->first % 1'000'000'000);
+		(void)::timerfd_settime(spin_timer.get(), TFD_TIMER_ABSTIME, &t, nullptr);
+		return false;
+	}
+	// In the window: poll the queue, no syscall, until the frame comes or it closes.
+	uint64_t start = now;
+	bool caught = false;
+	for (;;) {
+		if (self->tail.load(std::memory_order_acquire) != h) {
+			caught = true;
+			break;
+		}
+		now = monotonic_ns();
+		if (now >= window->second)
+			break;
+		cpu_relax();
+	}
+	spin->spun(window->second);
+	spin_ns.fetch_add(now - start, std::memory_order_relaxed);
+	spins.fetch_add(1, std::memory_order_relaxed);
+	spins_caught.fetch_add(caught, std::memory_order_relaxed);
+	return caught;
 }
 
 Result<BufferGuard> Subscriber::frame_guard(uint32_t index)
@@ -300,9 +364,16 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 	// a second thread draining the eventfd could leave the first asleep unarmed.
 	std::lock_guard serial(receive_lock);
 	uint64_t deadline = deadline_after(timeout_ns);
+	if (spin_timer.valid()) {
+		uint64_t expirations;
+		[[maybe_unused]] ssize_t n = ::read(spin_timer.get(), &expirations, sizeof(expirations));
+	}
 	// A frame taken off the queue earlier comes first, in order.
-	if (parked != kNoneParked)
-		return deliver_parked(stream, deadline);
+	if (parked != kNoneParked) {
+		auto frame = deliver_parked(stream, deadline);
+		note_taken(frame);
+		return frame;
+	}
 	for (;;) {
 		// The owner clears `armed` and then writes the eventfd: read it only then, so
 		// a consumer checking an empty queue makes no syscall. If the write has not
@@ -360,9 +431,13 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				parked = index;
 				parked_seq = seg.slots[index].meta.seq;
 				retry_ns = kFirstRetryNs;
-				return deliver_parked(stream, deadline);
+				auto frame = deliver_parked(stream, deadline);
+				note_taken(frame);
+				return frame;
 			}
-			return frame_guard(index);
+			auto frame = frame_guard(index);
+			note_taken(frame);
+			return frame;
 		}
 		if (owner_gone_.load(std::memory_order_acquire) ||
 		    seg.header->state.load(std::memory_order_acquire) == kPoolClosed)
@@ -374,21 +449,30 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 		    self->state.load(std::memory_order_seq_cst) != kConsumerActive)
 			return segment_error(pool_.where(), "this consumer's record was overwritten (detached or "
 							    "not active): no frame will be queued to it");
+		last_look_empty = true;
+		uint64_t now = monotonic_ns();
+		// wake=spin-before: near the expected arrival, poll instead of sleeping.
+		uint64_t wake_at = deadline;
+		if (spin && spin_for_frame(h, now, &wake_at))
+			continue;
 		// Arm, then look again: the owner stores tail, then reads armed.
 		self->armed.store(1, std::memory_order_seq_cst);
 		armed_once.store(true, std::memory_order_relaxed);
 		if (self->tail.load(std::memory_order_seq_cst) != h)
 			continue;
-		uint64_t now = monotonic_ns();
-		int ms = 0;
-		if (now < deadline)
-			ms = deadline == UINT64_MAX
-				     ? -1
-				     : int(std::min<uint64_t>((deadline - now + 999999) / 1000000, INT32_MAX));
+		now = monotonic_ns();
+		// Until the deadline, or until a spin window opens (then look again and spin).
+		bool none = deadline != UINT64_MAX && now >= deadline;
+		if (!none && wake_at != deadline && now >= wake_at)
+			continue;
+		uint64_t until = std::min(deadline, wake_at);
+		bool forever = until == UINT64_MAX;
+		uint64_t wait_ns = forever || none ? 0 : until - now;
 		// With nothing to wait for, still notice an owner that died (a hang-up on
 		// the socket), so a poller does not spin on a readable fd().
 		pollfd fds[2] = { { sock.get(), POLLIN | POLLRDHUP, 0 }, { event.get(), POLLIN, 0 } };
-		int r = ::poll(fds, ms == 0 ? 1 : 2, ms);
+		timespec ts{ time_t(wait_ns / 1'000'000'000), long(wait_ns % 1'000'000'000) };
+		int r = ::ppoll(fds, none ? 1 : 2, forever ? nullptr : &ts, nullptr);
 		if (r < 0 && errno != EINTR)
 			return errno_error(pool_.where() + ": poll");
 		if (r > 0 && fds[0].revents) {
@@ -398,7 +482,7 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				pool_.sync->release_dead_owner();
 			continue;
 		}
-		if (ms == 0)
+		if (none || (r == 0 && monotonic_ns() >= deadline))
 			return make_error(Errc::timed_out, pool_.where() + ": no frame within the timeout");
 	}
 }
@@ -418,6 +502,9 @@ ConsumerStats Subscriber::stats() const
 	s.received = self->received.load(std::memory_order_relaxed);
 	s.dropped = self->dropped.load(std::memory_order_relaxed);
 	s.spilled = self->spilled.load(std::memory_order_relaxed);
+	s.spin_ns = spin_ns.load(std::memory_order_relaxed);
+	s.spins = spins.load(std::memory_order_relaxed);
+	s.spins_caught = spins_caught.load(std::memory_order_relaxed);
 	return s;
 }
 
@@ -504,6 +591,13 @@ Result<std::shared_ptr<PoolImpl>> Subscriber::open(std::string_view name, std::s
 									 : std::to_string(int(options.fallback))));
 	if (options.block_timeout.count() < 0)
 		return make_error(Errc::invalid_argument, where + ": negative block timeout");
+	if (options.wake != Wake::sleep && options.wake != Wake::spin_before)
+		return make_error(Errc::invalid_argument,
+				  where + ": unknown wake mode " + std::to_string(int(options.wake)));
+	if (options.wake == Wake::spin_before &&
+	    (options.spin_budget.count() <= 0 || options.spin_budget > std::chrono::seconds(1)))
+		return make_error(Errc::invalid_argument, where + ": a spin budget is 1 µs to 1 s, not " +
+								  std::to_string(options.spin_budget.count()) + " µs");
 	auto impl = std::make_shared<PoolImpl>();
 	impl->name = std::string(name);
 	impl->path = std::move(path);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "pool_impl.hpp"
+#include "spin_wake.hpp"
 
 #include <optional>
 #include <thread>
@@ -34,7 +35,12 @@ private:
 	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
 	// One handshake on a connected socket; Errc::closed when the owner died in it.
 	Result<void> handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns);
-	Result<void> start_consumer(uint32_t index, UniqueFd event);
+	Result<void> start_consumer(uint32_t index, UniqueFd event, const OpenOptions &options);
+	// wake=spin-before: notes a frame taken (for the period it learns), and polls the
+	// queue at H while NOW_NS is in the window near the expected arrival; true when a
+	// frame came. Before the window, sets *SLEEP_UNTIL to its start and arms the timer.
+	void note_taken(Result<BufferGuard> &frame);
+	bool spin_for_frame(uint64_t h, uint64_t now_ns, uint64_t *sleep_until);
 	// Device pools: a thread blocked on the socket that, when the owner dies,
 	// releases the ready words its GPU writes would have set (see DeviceSync).
 	Result<void> watch_owner();
@@ -84,6 +90,15 @@ private:
 	uint64_t parked_seq = 0;
 	int64_t retry_ns = 0;
 	UniqueFd retry_timer;
+	// wake=spin-before (none: sleep). Under receive_lock. The timer, in the epoll set,
+	// makes fd() readable when a spin should start, so a poller comes to spin.
+	std::unique_ptr<SpinWake> spin;
+	UniqueFd spin_timer;
+	bool last_look_empty = false; // the last look at the queue found it empty
+	// Its counters, for stats() from any thread.
+	std::atomic<uint64_t> spin_ns{ 0 };
+	std::atomic<uint64_t> spins{ 0 };
+	std::atomic<uint64_t> spins_caught{ 0 };
 };
 
 } // namespace xmem

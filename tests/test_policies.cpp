@@ -4,7 +4,11 @@
 #include "common.hpp"
 #include "frames.hpp"
 #include "layout.hpp"
+#include "spin_wake.hpp"
 
+#include <poll.h>
+
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -369,4 +373,99 @@ TEST(Spill, ASlowSpillConsumerInAnotherProcessGetsEveryFrame)
 	ASSERT_TRUE(owner->end_of_stream().ok());
 	EXPECT_EQ(fast.wait(30s), 0) << fast.output();
 	EXPECT_EQ(fast.field("corrupt"), 0) << fast.output();
+}
+
+// wake=spin-before's learning, step by step, without a clock: the period from publish
+// timestamps, the window around the next expected arrival, irregular streams, gaps.
+TEST(SpinBefore, TheWindowFollowsThePeriodAndIrregularStreamsSleep)
+{
+	constexpr uint64_t kMs = 1'000'000, kBudget = 200'000;
+	xmem::SpinWake w(kBudget);
+	uint64_t now = 1000 * kMs;
+	for (uint64_t seq = 1; seq <= 3; seq++)
+		w.observe(seq, seq * 10 * kMs, now + seq * 10 * kMs, true);
+	EXPECT_FALSE(w.window(now + 35 * kMs)) << "three frames are not a period yet";
+	for (uint64_t seq = 4; seq <= 8; seq++)
+		w.observe(seq, seq * 10 * kMs, now + seq * 10 * kMs, true);
+	auto win = w.window(now + 81 * kMs);
+	ASSERT_TRUE(win);
+	EXPECT_EQ(win->first, now + 90 * kMs - kBudget / 2);
+	EXPECT_EQ(win->second, now + 90 * kMs + kBudget / 2);
+	w.spun(win->second);
+	EXPECT_FALSE(w.window(now + 90 * kMs)) << "one spin per window";
+	// A frame taken without waiting (it was queued already) moves the period on, not the
+	// arrival: the window after it is the one after.
+	w.observe(9, 90 * kMs, now + 95 * kMs, false);
+	win = w.window(now + 95 * kMs);
+	ASSERT_TRUE(win);
+	EXPECT_EQ(win->first, now + 100 * kMs - kBudget / 2);
+	// Far past the last arrival (a paused stream): no window until a frame is seen.
+	EXPECT_FALSE(w.window(now + 200 * kMs));
+
+	// An irregular stream: intervals of 5 and 15 ms. Its jitter is far over the budget.
+	xmem::SpinWake irregular(kBudget);
+	for (uint64_t seq = 1; seq <= 20; seq++) {
+		uint64_t ts = seq * 10 * kMs + (seq % 2 ? 0 : 5 * kMs);
+		irregular.observe(seq, ts, now + ts, true);
+	}
+	EXPECT_FALSE(irregular.window(now + 201 * kMs));
+}
+
+// wake=spin-before against a steady producer: every frame arrives, in order, whichever
+// way the consumer waits (a blocking receive, or fd() and receive(0) as xmemsrc does);
+// when the stream was regular as this test measured it, spins happened and caught frames.
+TEST(SpinBefore, ASteadyStreamIsCaughtBySpinning)
+{
+	for (bool poller : { false, true }) {
+		SCOPED_TRACE(poller ? "fd() and receive(0)" : "receive(1 s)");
+		RuntimeDir dir;
+		auto owner = make_pool("spin", 8);
+		ASSERT_TRUE(owner);
+		OpenOptions options;
+		options.wake = xmem::Wake::spin_before;
+		options.spin_budget = 2000us;
+		auto consumer = BufferPool::open("spin", options);
+		ASSERT_TRUE(consumer.ok()) << consumer.error().message;
+		constexpr int kFrames = 60;
+		std::thread producer([&] {
+			for (int i = 0; i < kFrames; i++) {
+				std::this_thread::sleep_for(8ms);
+				ASSERT_TRUE(xmem::test::publish_test_frame(*owner, 1s).ok());
+			}
+		});
+		std::vector<uint64_t> seqs, stamps;
+		auto give_up = std::chrono::steady_clock::now() + 20s;
+		while (seqs.size() < size_t(kFrames) && std::chrono::steady_clock::now() < give_up) {
+			// A poller as xmemsrc is one: receive(0) until the queue is empty, then
+			// poll fd() (readable on a frame, or when a spin should start).
+			auto f = (*consumer)->receive(poller ? 0ns : std::chrono::nanoseconds(1s));
+			if (poller && f.code() == Errc::timed_out) {
+				pollfd p{ (*consumer)->fd(), POLLIN, 0 };
+				ASSERT_GE(::poll(&p, 1, 2000), 0);
+				continue;
+			}
+			ASSERT_TRUE(f.ok()) << f.error().message;
+			seqs.push_back(f->meta().seq);
+			stamps.push_back(f->meta().timestamp);
+		}
+		producer.join();
+		EXPECT_EQ(seqs, range(1, kFrames));
+		// The stream's jitter as the consumer's learning sees it.
+		uint64_t worst = 0;
+		for (size_t i = 2; i < stamps.size(); i++) {
+			int64_t a = int64_t(stamps[i] - stamps[i - 1]), b = int64_t(stamps[i - 1] - stamps[i - 2]);
+			worst = std::max<uint64_t>(worst, uint64_t(std::abs(a - b)));
+		}
+		auto s = (*consumer)->consumer_stats();
+		ASSERT_TRUE(s.ok());
+		EXPECT_LE(s->spins_caught, s->spins);
+		EXPECT_LE(s->spin_ns, s->spins * 2'100'000) << "a spin stays within its budget";
+		if (worst < 500'000) { // regular to within a quarter of the budget everywhere
+			EXPECT_GT(s->spins_caught, 0u) << "a regular stream, yet no spin caught a frame";
+		}
+		std::printf("%s: spins %llu, caught %llu, spun %.1f us per frame; worst jitter %llu us\n",
+			    poller ? "poller" : "blocking", (unsigned long long)s->spins,
+			    (unsigned long long)s->spins_caught, double(s->spin_ns) / 1000.0 / kFrames,
+			    (unsigned long long)(worst / 1000));
+	}
 }

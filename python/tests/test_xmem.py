@@ -801,3 +801,24 @@ def test_each_consumer_chooses_its_policy_and_a_stalled_recorder_spills():
             xmem.open(pool, policy="sometimes")
         with pytest.raises(ValueError):
             xmem.open(pool, policy="fifo", fallback="latest")
+
+
+def test_spin_before_wake_receives_every_frame_and_counts_its_spins():
+    """wake="spin-before": every frame of a steady stream, in order; its spin counters
+    add up (whether a spin caught a frame depends on this machine's load)."""
+    pool = name()
+    with xmem.create(pool, 4096, slots=4) as p:
+        with xmem.open(pool, timeout=5, wake="spin-before", spin_budget=0.002) as c:
+            for i in range(1, 41):
+                w = p.acquire(timeout=5)
+                p.publish(w)
+                f = c.receive(timeout=5)
+                assert f.meta.seq == i
+                del f
+                time.sleep(0.005)
+            s = c.consumer_stats()
+            assert s["spins_caught"] <= s["spins"] and s["spin_ns"] <= s["spins"] * 2_100_000
+        with pytest.raises(ValueError):
+            xmem.open(pool, wake="busy")
+        with pytest.raises(ValueError):
+            xmem.open(pool, wake="spin-before", spin_budget=2.0)

@@ -443,7 +443,7 @@ class Consumer(_Handle):
     """A consumer of a pool: receive() frames, or iterate until end of stream."""
 
     def __init__(self, name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,
-                 client="python"):
+                 client="python", wake="sleep", spin_budget=200e-6):
         options = _capi.OpenOptions()
         lib.xmem_open_options_init(ctypes.byref(options))
         options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
@@ -462,6 +462,12 @@ class Consumer(_Handle):
             if block_timeout <= 0:
                 raise ValueError("block_timeout must be positive (seconds)")
             options.block_timeout_ns = int(block_timeout * 1e9)
+        if wake not in ("sleep", "spin-before"):
+            raise ValueError("wake must be 'sleep' or 'spin-before'")
+        options.wake = 1 if wake == "spin-before" else 0
+        if not 1e-6 <= spin_budget <= 1.0:
+            raise ValueError("spin_budget must be 1 µs to 1 s (seconds)")
+        options.spin_budget_us = int(round(spin_budget * 1e6))
         handle = ctypes.c_void_p()
         self.name = name
         _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
@@ -672,14 +678,15 @@ class WritableFrame:
 
 
 def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,  # noqa: A001
-         client="python"):
+         client="python", wake="sleep", spin_budget=200e-6):
     """Attaches to pool NAME, waiting up to TIMEOUT seconds for it (None: forever).
     POLICY is how this consumer is served ("fifo", "latest", "drop-oldest", "drop-new",
     "fifo-spill"; None: the pool's); FALLBACK what fifo and fifo-spill do once the wait
     (BLOCK_TIMEOUT seconds, None: the pool's) or the spill tier runs out; QUEUE_SIZE
-    its queue depth (0: the policy's default)."""
+    its queue depth (0: the policy's default). WAKE "spin-before" polls the queue near
+    each expected frame instead of sleeping, at most SPIN_BUDGET seconds a frame."""
     return Consumer(name, timeout=timeout, queue_size=queue_size, policy=policy, fallback=fallback,
-                    block_timeout=block_timeout, client=client)
+                    block_timeout=block_timeout, client=client, wake=wake, spin_budget=spin_budget)
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,

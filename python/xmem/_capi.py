@@ -80,9 +80,10 @@ class OpenOptions(ctypes.Structure):
         ("has_policy", ctypes.c_uint32),
         ("policy", ctypes.c_uint32),
         ("fallback", ctypes.c_uint32),
-        ("reserved0", ctypes.c_uint32),
+        ("wake", ctypes.c_uint32),
         ("block_timeout_ns", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint32 * 2),
+        ("spin_budget_us", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 1),
     ]
 
 
@@ -108,7 +109,10 @@ class ConsumerStats(ctypes.Structure):
         ("received", ctypes.c_uint64),
         ("dropped", ctypes.c_uint64),
         ("spilled", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("spin_ns", ctypes.c_uint64),
+        ("spins", ctypes.c_uint64),
+        ("spins_caught", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 1),
     ]
 
 

@@ -1,43 +1,72 @@
 /*
  * xmem.pml - a Promela model of xmem's cross-process reference counting (lib/):
- * slot states, holder bits, the per-consumer rings, the queue policies,
- * get/get_mut/try_make_writable, release, reaping a consumer that dies between any
- * two steps, the owner closing or dying, and the CUDA ready/pending/done words.
+ * slot states, holder bits, the per-consumer rings and their claim protocol, each
+ * consumer's own policy, the spill tier, get/get_mut/try_make_writable, release,
+ * reaping a consumer that dies between any two steps, the owner closing or dying,
+ * and the CUDA ready/pending/done words.
  * Run by tests/model/check.sh; tests/model/README.md says what is modelled, the
  * bounds, and what is not.
  *
  * Granularity: every access of lib/ to shared memory (atomic load, store, CAS,
  * fetch_or, fetch_and, exchange), every eventfd/socket/futex event and every
  * stream operation is one Promela step, sequentially consistent. Purely local
- * work (a process's local_refs, the owner's active list and counters, ghost
- * bookkeeping) is folded into the neighbouring step. Comments name the C++
- * function each step mirrors ("fn: what").
+ * work (a process's local_refs, the owner's active list, policies, spill
+ * allocator and counters, ghost bookkeeping) is folded into the neighbouring step.
+ * Comments name the C++ function each step mirrors ("fn: what").
  *
- * Configuration (spin -D...): POLICY (0 drop-oldest, 1 drop-new, 2 block), GPU
+ * Configuration (spin -D...): NS (slots: 3, or 2), NSP (spill buffers, 0..2), QS
+ * (queue_size of every consumer that is not fifo-spill), RC (ring_capacity; QS + 1
+ * unless given), POLICY (0 drop-oldest, 1 drop-new, 2 fifo, 3 fifo-spill: both
+ * consumers), P0/P1 (consumer 0's/1's own policy, POLICY unless given), FB0/FB1
+ * (their fallback, for fifo and fifo-spill: 0 drop-oldest or 1 drop-new), GPU
  * (ready/pending/done words and streams), OWNER_CLOSES, OWNER_DIES, KILL (mask of
  * consumers that may be SIGKILLed), NF (frames published), and masks over the
  * consumers: PROBES (one get() probe), EXCL (try_make_writable / get_mut in place),
  * EARLY (handle closed before the end of stream, with or without a guard live);
  * PASSIVE1 (consumer 1 takes nothing, and is killed at the end).
- * UNPATCHED_EXCLUSIVE models take_exclusive/clear_holder_bit as lib/pool.cpp has
- * them; by default the model has the proposed fix (README.md, "Finding").
+ * UNPATCHED_EXCLUSIVE models take_exclusive/clear_holder_bit as lib/pool.cpp had
+ * them before Finding 1's fix; by default the model has the fix (README.md).
  * Seeded bugs: MUTATION_REAP_SKIPS_WORD, MUTATION_NO_PENDING_CHECK,
- * MUTATION_HEAD_STORE.
- * SYNC_AT_CLOSE (GPU) models a proposed fix: a consumer's streams are synchronized
+ * MUTATION_HEAD_STORE, MUTATION_HEAD_FIRST, MUTATION_NO_CLAIM,
+ * MUTATION_SPILL_KEEPS_BIT, MUTATION_REAP_SKIPS_SPILL.
+ * SYNC_AT_CLOSE (GPU) models Finding 2's fix: a consumer's streams are synchronized
  * before its socket closes (README.md, "Finding 2").
+ * ACQUIRE_RETRIES_ON_PROGRESS models a proposed fix of Finding 3 (README.md): an
+ * acquire() waiting for a free slot runs spill_one()/drop_globally_oldest() again
+ * after each progress wake-up.
  */
 
 #define NC 2 /* consumers (the model unrolls loops over them) */
-#define NS 3 /* slots (the model unrolls loops over them) */
-#ifndef QS
-#define QS 1 /* queue_size */
+#ifndef NS
+#define NS 3 /* slots (the model unrolls loops over them): 3, or 2 */
 #endif
+#ifndef NSP
+#define NSP 0 /* spill buffers (spill_frames): 0, 1 or 2 */
+#endif
+#define NI (NS + NSP) /* PoolImpl::index_count(): slots, then spill buffers */
+#ifndef QS
+#define QS 1 /* queue_size of the consumers that are not fifo-spill */
+#endif
+#ifndef RC
 #define RC (QS + 1) /* ring_capacity: QS frames and the end-of-stream entry */
+#endif
 #ifndef NF
-#define NF 1 /* frames the producer publishes (after the three of init) */
+#define NF 1 /* frames the producer publishes (after those of init) */
 #endif
 #ifndef POLICY
 #define POLICY 0
+#endif
+#ifndef P0
+#define P0 POLICY
+#endif
+#ifndef P1
+#define P1 POLICY
+#endif
+#ifndef FB0
+#define FB0 0
+#endif
+#ifndef FB1
+#define FB1 0
 #endif
 #ifndef KILL
 #define KILL 3
@@ -54,9 +83,26 @@
 #define EARLY 3
 #endif
 
+#if NS != 2 && NS != 3
+#error NS is 2 or 3
+#endif
+#if defined(GPU) && (NS != 3 || NSP != 0)
+#error GPU runs have 3 slots and no spill tier (a spill tier is for system-memory pools)
+#endif
+
+/* xmem::Policy (latest is drop-oldest with a queue of one: QS 1 here) */
 #define DROP_OLDEST 0
 #define DROP_NEW 1
-#define BLOCK 2
+#define FIFO 2 /* "block" */
+#define FIFO_SPILL 3
+/* Publisher::served[c], the owner's own copy (constants here) */
+/* (arithmetic, not (a -> b : c): spin refuses those inside inline arguments; c is 0 or 1) */
+#define POL(c) (P0 * (1 - (c)) + P1 * (c))
+#define FB(c) (FB0 * (1 - (c)) + FB1 * (c))
+/* choose_targets: what a full queue does after fifo's wait (fifo-spill: at once) */
+#define ACT(c) ((POL(c) >= FIFO) * FB(c) + (POL(c) < FIFO) * POL(c))
+/* admit: the queue size; fifo-spill's is ring_capacity - 1 */
+#define QSZ(c) (QS + (POL(c) == FIFO_SPILL) * (RC - 1 - QS))
 
 /* layout::SlotState */
 #define S_FREE 0
@@ -70,21 +116,32 @@
 #define C_ACTIVE 1
 #define C_DEAD 2
 
-/* Ring entry: (seq << 2) | slot, as (seq << 32) | slot in the code; EOS = kEosEntry. */
-#define EOSE 255
-#define LOST 254 /* drop_oldest lost the head CAS */
-#define ENTRY(sq, sl) (((sq) << 2) | (sl))
-#define E_SLOT(e) ((e) & 3)
-#define E_SEQ(e) ((e) >> 2)
+/*
+ * Ring entry: (position << 32) | what in the code, (position << 4) | what here.
+ * WHAT: a slot index (0..NS-1), kSpillEntry | r (W_SPILL + r), or a marker.
+ */
+#define W_SPILL 4
+#define W_SKIP 13 /* kSkipEntry */
+#define W_TAKEN 14 /* kTakenEntry */
+#define W_EOS 15 /* kEosEntry */
+#define W_NONE 255 /* take_head: nothing (empty queue) */
+#define ENTRY(p, w) (((p) << 4) | (w))
+#define E_POS(e) ((e) >> 4)
+#define E_WHAT(e) ((e) & 15)
+#define IS_FRAME(w) ((w) < W_SKIP) /* a slot or a spill buffer */
+/* the index of a frame's record: slots, then spill buffers (PoolImpl::record) */
+#define W_INDEX(w) ((w) + ((w) >= W_SPILL) * (NS - W_SPILL))
+#define NONE 255
 
 #define OWNER_BIT 1
 #define CBIT(c) (1 << (1 + (c)))
 #define LIVE(c) (!killed[c] && !exited[c])
 
-/* ---- shared memory: ControlHeader, SlotRecord, ConsumerRecord ---- */
-byte state[NS]; /* SlotRecord::state */
-byte holders[NS]; /* SlotRecord::holders (bits 0..NC, all in word 0) */
-byte mseq[NS]; /* SlotRecord::meta.seq */
+/* ---- shared memory: ControlHeader, SlotRecord, ConsumerRecord; the spill tier's
+ * SlotRecords follow the slots (index NS + r) ---- */
+byte state[NI]; /* SlotRecord::state */
+byte holders[NI]; /* SlotRecord::holders (bits 0..NC, all in word 0) */
+byte mseq[NI]; /* SlotRecord::meta.seq */
 byte head[NC]; /* ConsumerRecord::head */
 byte tail[NC]; /* ConsumerRecord::tail */
 byte ring[NC * RC]; /* ring_of(rec) */
@@ -109,18 +166,29 @@ bit cactive[NC]; /* Publisher::active */
 byte pcount; /* Publisher::published_count */
 bit shut; /* Publisher::shut */
 bit io_stop; /* the io_stop eventfd */
+#if NSP > 0
+byte sp_used; /* bit r: buffer r is allocated (Publisher::spilled_buffers, SpillTier::taken_) */
+#endif
 
 /* ---- ghosts: what the properties talk about; the protocol never reads them ---- */
-byte lref[NC * NS]; /* PoolImpl::local_refs of consumer c */
-byte qcount[NC * NS]; /* entries of slot s queued in ring c */
-byte tk[NC]; /* bit p: ring position p of consumer c was taken */
-byte inplace[NS]; /* 1 + c while consumer c may write slot s in place */
+byte lref[NC * NI]; /* PoolImpl::local_refs of consumer c (slots, then spill buffers) */
+byte qcount[NC * NI]; /* entries of index x queued (unclaimed) in ring c */
+byte gq[NC * RC]; /* the frame (seq) of the entry pushed into each ring cell */
+byte tk[NC]; /* bit p: ring position p of consumer c was claimed */
+byte fate[NC]; /* bit q: frame q was delivered to consumer c, or dropped for it by a policy */
+byte lastseq[NC]; /* the last frame delivered to consumer c */
+byte inplace[NI]; /* 1 + c while consumer c may write slot s in place */
 bit killed[NC];
 bit exited[NC];
 bit reaped[NC];
 bit odead; /* the owner process died */
 bit pdone; /* the producer thread finished */
 bit rdone; /* the I/O thread finished */
+#if NSP > 0
+byte cpy; /* 1 + the slot whose payload the owner is copying into the tier */
+bit wip; /* an in-place write of that slot began while the copy ran */
+byte torn; /* bit r: spill buffer r's copy overlapped an in-place write of its slot */
+#endif
 
 #ifdef GPU
 /* SyncRecord words: ready, pending (word 0), done[holder] */
@@ -155,7 +223,11 @@ inline lock(id)
 
 #define SLOT_IS_FREE(i) \
 	(state[i] == S_FREE || ((state[i] == S_PUBLISHED || state[i] == S_EXCLUSIVE) && holders[i] == 0))
+#if NS == 3
 #define ANY_FREE (SLOT_IS_FREE(0) || SLOT_IS_FREE(1) || SLOT_IS_FREE(2))
+#else
+#define ANY_FREE (SLOT_IS_FREE(0) || SLOT_IS_FREE(1))
+#endif
 
 /* Publisher::try_reclaim(i, to). Sets ok. */
 inline try_reclaim(i, to, ok, s0)
@@ -195,64 +267,123 @@ inline try_reclaim(i, to, ok, s0)
 	fi
 }
 
-/*
- * Publisher::drop_oldest(c): the owner's side of the head CAS. Ghosts: one taker per
- * entry, and the consumer's bit released once.
- */
-inline drop_oldest(c, h, e)
+/* The cell of ring position P of consumer C */
+#define CELL(c, p) ((c) * RC + (p) % RC)
+
+/* Ghost, in the step of a claim (cell CAS -> TAKEN) of entry E at position H of
+ * ring C, by its consumer or the owner: one claimer per entry. */
+#define CLAIM_GHOST(c, h, e) \
+	assert(!(tk[c] & (1 << (h)))); /* one taker per entry */ \
+	tk[c] = tk[c] | (1 << (h)); \
+	if \
+	:: IS_FRAME(E_WHAT(e)) -> \
+		assert(qcount[(c) * NI + W_INDEX(E_WHAT(e))] > 0); \
+		qcount[(c) * NI + W_INDEX(E_WHAT(e))]-- \
+	:: else -> skip \
+	fi
+
+/* Publisher::let_go(c, what): consumer c's bit on the frame's slot or spill buffer */
+inline let_go(c, x)
 {
-	h = head[c]; /* drop_oldest: head.load */
-	if
-	:: tail[c] != h -> /* drop_oldest: tail.load */
-		e = ring[c * RC + h % RC]; /* drop_oldest: ring[h].load */
-		d_step { /* drop_oldest: head CAS h -> h + 1 */
-			if
-			:: head[c] == h ->
-				head[c] = h + 1;
-				assert(!(tk[c] & (1 << h))); /* one taker per entry */
-				tk[c] = tk[c] | (1 << h);
-				if
-				:: e != EOSE -> qcount[c * NS + E_SLOT(e)]--
-				:: else -> skip
-				fi
-			:: else -> e = LOST
-			fi;
-			h = 0
-		}
+	d_step { /* let_go: holders.fetch_and(~bit) */
+		assert(holders[x] & CBIT(c)); /* released once */
+		holders[x] = holders[x] & ~CBIT(c)
+	}
+}
+
+/*
+ * Publisher::take_head(c): claims the entry at c's head as the consumer's
+ * take_entry() does (cell CAS, then head CAS). Sets w: what it claimed, or W_NONE
+ * (empty queue). The claim is a drop: the frame's fate for c is settled.
+ */
+inline take_head(c)
+{
+	do
+	:: h = head[c]; /* take_head: head.load */
 		if
-		:: e < LOST ->
-			d_step { /* drop_oldest: holders.fetch_and(~bit) */
-				assert(holders[E_SLOT(e)] & CBIT(c)); /* released once */
-				holders[E_SLOT(e)] = holders[E_SLOT(e)] & ~CBIT(c);
-				e = 0
-			}
-		:: else -> e = 0
+		:: tail[c] == h -> w = W_NONE; h = 0; break /* take_head: tail.load */
+		:: else -> skip
+		fi;
+		e = ring[CELL(c, h)]; /* take_head: cell.load */
+		if
+		:: E_POS(e) != h ->
+			/* take_head: head.load: the consumer moved on. The same head would mean
+			 * the consumer wrote its ring (hang-up): never, with the model's consumers. */
+			assert(head[c] != h);
+			d_step { h = 0; e = 0 }
+		:: else ->
+			if
+			:: E_WHAT(e) == W_TAKEN -> ok = 1 /* claimed by the consumer: help it on */
+			:: else ->
+				d_step { /* take_head: cell CAS e -> (h, TAKEN) */
+					if
+					:: ring[CELL(c, h)] == e ->
+						ring[CELL(c, h)] = ENTRY(h, W_TAKEN);
+						ok = 1;
+						CLAIM_GHOST(c, h, e);
+						if
+						:: IS_FRAME(E_WHAT(e)) -> fate[c] = fate[c] | (1 << gq[CELL(c, h)])
+						:: else -> skip
+						fi
+					:: else -> ok = 0
+					fi
+				}
+			fi;
+			if
+			:: ok ->
+				d_step { /* take_head: head CAS h -> h + 1 */
+					if
+					:: head[c] == h -> head[c] = h + 1
+					:: else -> skip
+					fi;
+					ok = 0;
+					h = 0
+				}
+				if
+				:: E_WHAT(e) != W_TAKEN -> w = E_WHAT(e); e = 0; break
+				:: else -> e = 0
+				fi
+			:: else -> d_step { h = 0; e = 0 }
+			fi
 		fi
-	:: else -> h = 0
+	od
+}
+
+/* Publisher::drop_oldest(c). Sets dr: something was taken off c's queue. */
+inline drop_oldest(c)
+{
+	take_head(c);
+	if
+	:: w == W_NONE -> dr = 0; w = 0
+	:: IS_FRAME(w) -> x = W_INDEX(w); w = 0; let_go(c, x); d_step { x = 0; dr = 1 }
+	:: else -> dr = 1; w = 0 /* EOS or SKIP: no frame */
 	fi
 }
 
-/* Publisher::push(c, entry) */
-inline push(c, entry, a)
+/* Publisher::push(c, what): ghost: the frame sq in the cell */
+inline push(c, what, sq, a)
 {
-	d_step { /* push: ring[tail].store, tail.store (a consumer reads the entry after the tail) */
-		ring[c * RC + tail[c] % RC] = entry;
+	d_step { /* push: ring[tail].store((tail << 32) | what), tail.store (the entry is read after the tail) */
+		ring[CELL(c, tail[c])] = ENTRY(tail[c], what);
+		gq[CELL(c, tail[c])] = sq;
 		tail[c] = tail[c] + 1;
 		if
-		:: entry != EOSE -> qcount[c * NS + E_SLOT(entry)]++
+		:: IS_FRAME(what) -> qcount[c * NI + W_INDEX(what)]++
 		:: else -> skip
 		fi
 	}
+#ifndef NO_WAKEUP
 	d_step { a = armed[c]; armed[c] = 0 } /* push: armed.load() && armed.exchange(0) */
 	if
 	:: a -> evfd[c] = 1; a = 0 /* push: write(eventfd) */
 	:: else -> skip
 	fi
+#endif
 }
 
 /*
  * wait_for_progress(header, COND, deadline) in the owner. TMO: whether the deadline
- * may pass (block policy). acquire() waits without one here, so that a lost
+ * may pass (fifo's block timeout). acquire() waits without one here, so that a lost
  * wake-up shows as a deadlock instead of a timeout. Sets res.
  */
 inline wait_progress(COND, TMO, res, seen)
@@ -278,7 +409,7 @@ inline wait_progress(COND, TMO, res, seen)
 	od
 }
 
-/* publish: choose_targets, for consumer c */
+/* publish: choose_targets, for consumer c (its own policy, Publisher::served[c]) */
 inline choose_target(c)
 {
 	if
@@ -289,26 +420,29 @@ inline choose_target(c)
 		:: else ->
 			h = head[c]; /* choose_targets: head.load */
 			if
-			:: tail[c] - h < QS -> h = 0; break /* choose_targets: tail.load */
+			:: tail[c] - h < QSZ(c) -> h = 0; break /* choose_targets: tail.load */
 			:: else -> h = 0
 			fi;
-#if POLICY == DROP_NEW
-			take = 0;
-			break;
-#endif
-#if POLICY == BLOCK
-			wait_progress((shut || cstate[c] != C_ACTIVE || tail[c] - head[c] < QS), true, res, seen);
 			if
-			:: shut || cstate[c] != C_ACTIVE -> take = 0; break
+			:: POL(c) == FIFO ->
+				wait_progress((shut || cstate[c] != C_ACTIVE || detached[c] || tail[c] - head[c] < QSZ(c)),
+					      true, res, seen);
+				if
+				:: shut || cstate[c] != C_ACTIVE || detached[c] -> take = 0; res = 0
+				:: else -> skip
+				fi
 			:: else -> skip
 			fi;
 			if
-			:: res -> res = 0 /* moved: look again */
-			:: else -> drop_oldest(c, h, e) /* timed out: drop the oldest */
+			:: !take -> break
+			:: take && res -> res = 0 /* moved: look again */
+			:: take && !res && ACT(c) == DROP_NEW -> /* drop-new, or the fallback: this frame */
+				d_step { fate[c] = fate[c] | (1 << seq); take = 0 };
+				break
+			:: take && !res && ACT(c) == DROP_OLDEST -> /* drop-oldest, or the fallback */
+				drop_oldest(c);
+				dr = 0
 			fi
-#else
-			drop_oldest(c, h, e) /* drop-oldest */
-#endif
 		od;
 		if
 		:: take -> masks = masks | CBIT(c); take = 0
@@ -323,15 +457,20 @@ inline push_target(c)
 {
 	if
 	:: (masks & CBIT(c)) && !(taken & CBIT(c)) ->
-		push(c, ENTRY(seq, i), a);
+		push(c, i, seq, a);
 		if
 		:: detached[c] -> /* publish: detached.load after the push */
 			do
-			:: head[c] != tail[c] -> drop_oldest(c, h, e)
-			:: else -> break
+			:: drop_oldest(c);
+				if
+				:: dr -> dr = 0
+				:: else -> break
+				fi
 			od
 		:: else -> skip
 		fi
+	:: (masks & CBIT(c)) && (taken & CBIT(c)) -> /* its get() probe holds it: counted dropped */
+		fate[c] = fate[c] | (1 << seq)
 	:: else -> skip
 	fi
 }
@@ -342,22 +481,238 @@ inline eos_target(c)
 	if
 	:: cactive[c] ->
 		do
-		:: tail[c] - head[c] >= RC -> drop_oldest(c, h, e)
+		:: tail[c] - head[c] >= RC -> drop_oldest(c); dr = 0
 		:: else -> break
 		od;
-		push(c, EOSE, a)
+		push(c, W_EOS, 0, a)
 	:: else -> skip
 	fi
 }
 
+#if NSP > 0
+/* ------------------------------------------------------------------------ */
+/* The spill tier (Publisher::spill_one, collect_spill), publish_lock held.  */
+/* ------------------------------------------------------------------------ */
+
+/* collect_spill, buffer r: holders_of(rec) == 0 -> state.store(FREE), tier.free(r).
+ * One step: only the owner sets a bit on a buffer, and nobody else reads its state. */
+inline collect_one(r)
+{
+	d_step {
+		if
+		:: (sp_used & (1 << r)) && holders[NS + r] == 0 ->
+			state[NS + r] = S_FREE;
+			sp_used = sp_used & ~(1 << r)
+		:: else -> skip
+		fi
+	}
+}
+#if NSP > 1
+#define COLLECT_SPILL collect_one(0); collect_one(1)
+#define TIER_FULL (sp_used == 3)
+#else
+#define COLLECT_SPILL collect_one(0)
+#define TIER_FULL (sp_used == 1)
+#endif
+
+/* spill_one, slot i, holder c: a fifo-spill consumer, active, with slot i queued at
+ * some position k in [head, tail) (sets tq = k), or cand = 0. One step: served[c]
+ * (owner-private), state.load, head.load, tail.load and the ring loads. */
+inline spill_scan_consumer(c, i, tq)
+{
+	if
+	:: cand && (hw & CBIT(c)) ->
+		d_step {
+			cand = 0;
+			if
+			:: POL(c) == FIFO_SPILL && cstate[c] == C_ACTIVE ->
+				tq = head[c];
+				do
+				:: tq == tail[c] -> tq = 0; break
+				:: tq != tail[c] && ring[CELL(c, tq)] == ENTRY(tq, i) -> cand = 1; break
+				:: tq != tail[c] && ring[CELL(c, tq)] != ENTRY(tq, i) -> tq++
+				od
+			:: else -> skip
+			fi
+		}
+	:: else -> skip
+	fi
+}
+
+/* spill_one's look at slot i: a candidate when it is PUBLISHED and every holder is
+ * a fifo-spill consumer that has the frame queued. The code keeps the candidate used
+ * last (Belady); the model may keep any candidate (a superset), but keeps one. */
+inline spill_scan(i)
+{
+	d_step { /* spill_one: state.load, holders[w].load */
+		if
+		:: state[i] == S_PUBLISHED -> hw = holders[i]
+		:: else -> hw = 0
+		fi
+	}
+	if
+	:: hw != 0 && !(hw & OWNER_BIT) ->
+		cand = 1;
+		spill_scan_consumer(0, i, tq0);
+		spill_scan_consumer(1, i, tq1);
+		if
+		:: cand -> d_step { best = i; qm = hw; q0 = tq0; q1 = tq1; cand = 0; tq0 = 0; tq1 = 0; hw = 0 }
+		:: cand && best != NONE -> d_step { cand = 0; tq0 = 0; tq1 = 0; hw = 0 } /* the earlier one */
+		:: !cand -> d_step { tq0 = 0; tq1 = 0; hw = 0 }
+		fi
+	:: else -> hw = 0
+	fi
+}
+
+/* spill_one, the tier full: consumer c's fallback for frame `best` queued at q */
+inline spill_fallback(c, q)
+{
+	if
+	:: qm & CBIT(c) ->
+		if
+		:: FB(c) == DROP_OLDEST -> /* spill_one: drop_oldest(c) */
+			drop_oldest(c);
+			mv = mv | dr;
+			dr = 0
+		:: else -> /* drop-new: this frame is dropped in place */
+			d_step { /* spill_one: cell CAS (q, best) -> (q, SKIP) */
+				if
+				:: ring[CELL(c, q)] == ENTRY(q, best) ->
+					ring[CELL(c, q)] = ENTRY(q, W_SKIP);
+					qcount[c * NI + best]--;
+					fate[c] = fate[c] | (1 << gq[CELL(c, q)]);
+					ok = 1
+				:: else -> ok = 0 /* the consumer took it meanwhile */
+				fi
+			}
+			if
+			:: ok -> ok = 0; let_go(c, best); mv = 1
+			:: else -> skip
+			fi
+		fi
+	:: else -> skip
+	fi
+}
+
+/* spill_one: consumer c's entry at q moves from slot `best` to buffer r by a CAS;
+ * if the consumer claimed it first it keeps the slot, and the buffer loses its bit. */
+inline spill_move(c, q)
+{
+	if
+	:: qm & CBIT(c) ->
+		d_step { /* spill_one: cell CAS (q, best) -> (q, kSpillEntry | r) */
+			if
+			:: ring[CELL(c, q)] == ENTRY(q, best) ->
+				ring[CELL(c, q)] = ENTRY(q, W_SPILL + r);
+				qcount[c * NI + best]--;
+				qcount[c * NI + NS + r]++;
+				ok = 1
+			:: else -> ok = 0
+			fi
+		}
+		if
+		:: ok -> ok = 0; let_go(c, best) /* spill_one: let_go(c, best) */
+		:: else ->
+#ifndef MUTATION_SPILL_KEEPS_BIT
+			d_step { /* spill_one: to.holders.fetch_and(~bit) */
+				assert(holders[NS + r] & CBIT(c));
+				holders[NS + r] = holders[NS + r] & ~CBIT(c)
+			}
+#else
+			skip /* the mutant leaves the buffer's bit */
+#endif
+		fi
+	:: else -> skip
+	fi
+}
+
+/* Publisher::spill_one(). Sets res: true when a spill or a fallback was done. */
+inline spill_one()
+{
+	COLLECT_SPILL;
+	best = NONE;
+	spill_scan(0);
+	spill_scan(1);
+#if NS > 2
+	spill_scan(2);
+#endif
+	if
+	:: best == NONE -> res = 0
+	:: else ->
+		/* SpillTier::allocate (owner-private): a free record, or none: no record
+		 * free, or (any time) no run of pages / fallocate failed */
+		if
+		:: !(sp_used & 1) -> r = 0
+#if NSP > 1
+		:: !(sp_used & 2) -> r = 1
+#endif
+		:: r = NONE
+		fi;
+		if
+		:: r == NONE -> /* spill_one: the tier is full, each consumer's fallback */
+			spill_fallback(0, q0);
+			spill_fallback(1, q1);
+			d_step { res = mv; mv = 0 }
+		:: else ->
+			d_step { /* spill_one: to.meta = slot.meta, the payload memcpy (begins) */
+				assert(holders[NS + r] == 0 && state[NS + r] == S_FREE); /* nobody holds it */
+				mseq[NS + r] = mseq[best];
+				cpy = 1 + best;
+				wip = (inplace[best] != 0)
+			}
+#if EXCL
+			d_step { /* the memcpy ends */
+				if
+				:: wip || inplace[best] != 0 -> torn = torn | (1 << r)
+				:: else -> torn = torn & ~(1 << r)
+				fi;
+				cpy = 0;
+				wip = 0
+			}
+#else
+			d_step { torn = torn & ~(1 << r); cpy = 0; wip = 0 }
+#endif
+			holders[NS + r] = qm; /* spill_one: to.holders.store(mask) */
+			d_step { /* spill_one: to.state.store(PUBLISHED), spilled_buffers.push_back */
+				state[NS + r] = S_PUBLISHED;
+				sp_used = sp_used | (1 << r)
+			}
+			spill_move(0, q0);
+			spill_move(1, q1);
+			COLLECT_SPILL; /* spill_one: collect_spill */
+			res = 1
+		fi;
+		d_step { best = 0; qm = 0; q0 = 0; q1 = 0; r = 0 }
+	fi
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* The owner's producer thread: acquire / publish NF frames, EOS, close.     */
 /* ------------------------------------------------------------------------ */
+
+/* acquire: drop_globally_oldest(), consumer c: any consumer whose policy lets its
+ * queued frames go (drop-oldest; latest is drop-oldest with QS 1) and whose head
+ * entry names a slot (the hint) may be the victim: a superset of the code's choice
+ * (the oldest, preferring one whose drop frees its slot). */
+#define DGO_VICTIM(c) \
+	(POL(c) == DROP_OLDEST && cactive[c] && head[c] != tail[c] && E_WHAT(ring[CELL(c, head[c])]) < NS)
+
+#ifdef ACQUIRE_RETRIES_ON_PROGRESS
+#define UNWAIT owner_waiting-- /* owner_waiting.fetch_sub */
+#else
+#define UNWAIT skip
+#endif
+
 proctype Producer()
 {
-	byte f, i, s0, h, e, seen, masks, taken, a, seq;
-	byte cursor = 2; /* acquire_cursor: frame 3 went to slot 1 */
-	bit ok, take, res;
+	byte f, i, s0, h, e, w, x, seen, masks, taken, a, seq;
+	byte cursor = 2; /* acquire_cursor: the last frame of init went to slot 1 */
+	bit ok, take, res, dr;
+#if NSP > 0
+	byte best, qm, q0, q1, tq0, tq1, hw, r;
+	bit cand, mv;
+#endif
 	{
 		do
 		:: f < NF ->
@@ -370,29 +725,47 @@ retry: /* Publisher::acquire */
 				try_reclaim(i, S_WRITING, ok, s0)
 			:: else -> skip
 			fi;
+#if NS > 2
 			if
 			:: !ok ->
 				i = (cursor + 2) % NS;
 				try_reclaim(i, S_WRITING, ok, s0)
 			:: else -> skip
 			fi;
+#endif
 			if
 			:: !ok ->
-#if POLICY == DROP_OLDEST
-				/* acquire: drop_globally_oldest() under publish_lock. The victim is
-				 * any consumer with a frame at its head, a superset of the code's
-				 * choice (the oldest, preferring one whose drop frees its slot). */
+				/* acquire: no free slot: spill_one() || drop_globally_oldest(), under
+				 * publish_lock */
 				lock(1);
+#ifdef ACQUIRE_RETRIES_ON_PROGRESS
+				/* proposed fix (README.md, "Finding 3"): owner_waiting.fetch_add and
+				 * seen = progress.load before spill_one(), so that a release or reap
+				 * after the look wakes the wait below */
+				owner_waiting++;
+				bumped = 0;
+#endif
+#if NSP > 0
+				spill_one();
 				if
-				:: cactive[0] && head[0] != tail[0] && ring[head[0] % RC] != EOSE ->
-					drop_oldest(0, h, e); plock = 0; goto retry
-				:: cactive[1] && head[1] != tail[1] && ring[RC + head[1] % RC] != EOSE ->
-					drop_oldest(1, h, e); plock = 0; goto retry
-				:: else -> plock = 0
+				:: res -> res = 0; UNWAIT; plock = 0; goto retry
+				:: else -> skip
 				fi;
 #endif
+				if
+				:: DGO_VICTIM(0) -> drop_oldest(0); dr = 0; UNWAIT; plock = 0; goto retry
+				:: DGO_VICTIM(1) -> drop_oldest(1); dr = 0; UNWAIT; plock = 0; goto retry
+				:: else -> plock = 0
+				fi;
+#ifdef ACQUIRE_RETRIES_ON_PROGRESS
+				/* futex_wait(progress, seen) until progress moved (or done(): a free slot),
+				 * then owner_waiting.fetch_sub and spill_one() again */
+				ANY_FREE || bumped;
+				owner_waiting--;
+#else
 				wait_progress(ANY_FREE, false, res, seen);
 				res = 0;
+#endif
 				goto retry
 			:: else -> cursor = i + 1
 			fi;
@@ -447,6 +820,9 @@ retry: /* Publisher::acquire */
 			masks = 0;
 			choose_target(0);
 			choose_target(1);
+#if NSP > 0
+			COLLECT_SPILL; /* publish: collect_spill() */
+#endif
 			skip;
 			d_step { /* publish: holders.fetch_or(masks) */
 				taken = holders[i] & masks;
@@ -525,9 +901,19 @@ inline reap_slot(c, i)
 	fi
 }
 
+/* reap: clear consumer c's bit on spill buffer r */
+inline reap_spill(c, r)
+{
+#ifdef MUTATION_REAP_SKIPS_SPILL
+	skip /* the mutant leaves the spill buffers' bits */
+#else
+	holders[NS + r] = holders[NS + r] & ~CBIT(c) /* reap: spill record's holders.fetch_and(~bit) */
+#endif
+}
+
 proctype Reaper()
 {
-	byte c, s0;
+	byte c, s0, k;
 	bit ok;
 	{
 end_idle:
@@ -551,14 +937,26 @@ reap: /* Publisher::reap(c) */
 #endif
 		reap_slot(c, 0);
 		reap_slot(c, 1);
+#if NS > 2
 		reap_slot(c, 2);
+#endif
+#if NSP > 0
+		/* reap: its spilled frames */
+		reap_spill(c, 0);
+#if NSP > 1
+		reap_spill(c, 1);
+#endif
+		COLLECT_SPILL; /* reap: collect_spill() */
+#endif
 		skip;
 		d_step { /* reap: head.store(0), tail.store(0): the ring is discarded */
 			head[c] = 0;
 			tail[c] = 0;
-			qcount[c * NS] = 0;
-			qcount[c * NS + 1] = 0;
-			qcount[c * NS + 2] = 0
+			k = 0;
+			do
+			:: k < NI -> qcount[c * NI + k] = 0; k++
+			:: else -> k = 0; break
+			od
 		}
 		d_step { /* reap: state.store(FREE), unlock, progress.fetch_add, wake */
 			cstate[c] = C_FREE;
@@ -584,12 +982,131 @@ out:
 	:: else -> skip \
 	fi
 
-/* Ghost: consumer c starts to use frame SQ in slot S, which it now holds. */
+#if NSP > 0
+#define NOT_TORN(s) ((s) < NS || !(torn & (1 << ((s) - NS))))
+#else
+#define NOT_TORN(s) true
+#endif
+
+/* Ghost: consumer c starts to use frame SQ in slot or spill buffer S, which it now
+ * holds. */
 #define USE_FRAME(c, s, sq) \
 	assert(mseq[s] == (sq)); /* not reused since it was queued or probed */ \
 	assert(state[s] == S_PUBLISHED || state[s] == S_EXCLUSIVE || state[s] == S_RECLAIMING); \
 	assert(inplace[s] == 0); /* nobody writes it in place */ \
-	lref[c * NS + s]++
+	assert(NOT_TORN(s)); /* a spilled copy is whole */ \
+	lref[c * NI + s]++
+
+/* Ghost, in the step of a consumer's claim in receive(): what it gets */
+#define DELIVER_GHOST(c, h, e, sq) \
+	if \
+	:: IS_FRAME(E_WHAT(e)) -> \
+		assert(!(fate[c] & (1 << (sq)))); /* never twice (nor after a drop) */ \
+		assert((sq) > lastseq[c]); /* in publish order */ \
+		fate[c] = fate[c] | (1 << (sq)); \
+		lastseq[c] = sq \
+	:: E_WHAT(e) == W_EOS -> \
+		assert(tk[c] == (1 << ((h) + 1)) - 1); /* every earlier entry was taken */ \
+		assert(fate[c] == (1 << (pcount + 1)) - 2) /* every frame delivered or dropped by a policy */ \
+	:: else -> skip \
+	fi
+
+/*
+ * Subscriber::take_entry(h), consumer c: claim the entry at position h by a CAS on
+ * its cell, then move the head. Sets ok: claimed, with the entry in e (and the
+ * frame's seq in sq, ghost); else look again. DELIVER: receive() (1) or
+ * detach_queue() (0).
+ */
+inline take_entry(c, deliver)
+{
+	e = ring[CELL(c, h)]; /* take_entry: cell.load */
+	if
+	:: E_POS(e) != h ->
+		/* take_entry: head.load: another taker moved the head on. The same head is
+		 * the "belongs to position" segment error: never, with an honest owner. */
+		assert(head[c] != h);
+		ok = 0
+	:: else ->
+#ifdef MUTATION_HEAD_FIRST
+		/* the mutant moves the head first, then claims */
+		d_step {
+			if
+			:: head[c] == h -> head[c] = h + 1; ok = 1
+			:: else -> ok = 0
+			fi
+		}
+		if
+		:: ok && E_WHAT(e) != W_TAKEN ->
+			d_step {
+				if
+				:: ring[CELL(c, h)] == e ->
+					ring[CELL(c, h)] = ENTRY(h, W_TAKEN);
+					CLAIM_GHOST(c, h, e);
+					sq = gq[CELL(c, h)];
+					if
+					:: deliver -> DELIVER_GHOST(c, h, e, sq)
+					:: else -> skip
+					fi
+				:: else -> ok = 0
+				fi
+			}
+		:: else -> ok = 0
+		fi
+#else
+#ifdef MUTATION_NO_CLAIM
+		/* the mutant takes by the head CAS alone, as before the claim (300a84d) */
+		d_step {
+			if
+			:: head[c] == h && E_WHAT(e) != W_TAKEN ->
+				head[c] = h + 1;
+				ok = 1;
+				CLAIM_GHOST(c, h, e);
+				sq = gq[CELL(c, h)];
+				if
+				:: deliver -> DELIVER_GHOST(c, h, e, sq)
+				:: else -> skip
+				fi
+			:: head[c] == h && E_WHAT(e) == W_TAKEN -> head[c] = h + 1; ok = 0
+			:: else -> ok = 0
+			fi
+		}
+#else
+		if
+		:: E_WHAT(e) != W_TAKEN ->
+			d_step { /* take_entry: cell CAS e -> (h, TAKEN) */
+				if
+				:: ring[CELL(c, h)] == e ->
+					ring[CELL(c, h)] = ENTRY(h, W_TAKEN);
+					ok = 1;
+					CLAIM_GHOST(c, h, e);
+					sq = gq[CELL(c, h)];
+					if
+					:: deliver -> DELIVER_GHOST(c, h, e, sq)
+					:: else -> skip
+					fi
+				:: else -> ok = 0 /* the owner took it, or moved it */
+				fi
+			}
+		:: else -> ok = 0 /* claimed by the owner: help it move the head */
+		fi;
+		if
+		:: ok || E_WHAT(e) == W_TAKEN ->
+			d_step { /* take_entry: head CAS h -> h + 1 */
+#ifdef MUTATION_HEAD_STORE
+				head[c] = h + 1 /* the mutant stores instead */
+#else
+				if
+				:: head[c] == h -> head[c] = h + 1
+				:: else -> skip
+				fi
+#endif
+			}
+		:: else -> skip
+		fi
+#endif
+#endif
+	fi
+}
 
 /*
  * PoolImpl::clear_holder_bit(s, bit) for consumer c, with the ghost check that the
@@ -630,13 +1147,13 @@ inline release(c, s)
 {
 #ifdef GPU
 	atomic { /* mark_done: pending.fetch_or(bit), then cuStreamWriteValue64(done) (local) */
-		lref[c * NS + s]--;
+		lref[c * NI + s]--;
 		pending[s] = pending[s] | CBIT(c);
 		cq[c] ! OP_DONE, s, 1 + c, mseq[s]
 	}
 #else
 	d_step {
-		lref[c * NS + s]--;
+		lref[c * NI + s]--;
 		if
 		:: inplace[s] == c + 1 -> inplace[s] = 0
 		:: else -> skip
@@ -648,7 +1165,8 @@ inline release(c, s)
 
 /*
  * PoolImpl::take_exclusive(s) with local_refs == 1 (try_make_writable of a received
- * frame, or get_mut of a probed one). Sets ok: writable in place.
+ * frame, or get_mut of a probed one); s is a slot (a spilled frame is never written
+ * in place). Sets ok: writable in place.
  */
 inline take_exclusive(c, s)
 {
@@ -675,9 +1193,15 @@ inline take_exclusive(c, s)
 	:: ok ->
 		d_step { /* ghost: writing in place needs the only reference */
 			assert(inplace[s] == 0);
-			assert(c == 1 || !LIVE(1) || (lref[NS + s] == 0 && qcount[NS + s] == 0));
+			assert(c == 1 || !LIVE(1) || (lref[NI + s] == 0 && qcount[NI + s] == 0));
 			assert(c == 0 || !LIVE(0) || (lref[s] == 0 && qcount[s] == 0));
 			inplace[s] = c + 1;
+#if NSP > 0
+			if
+			:: cpy == s + 1 -> wip = 1 /* while the owner copies it into the tier */
+			:: else -> skip
+			fi;
+#endif
 			excl = excl | (1 << s);
 			x = 0;
 			ok = 0
@@ -688,17 +1212,22 @@ inline take_exclusive(c, s)
 
 proctype Consumer(byte c)
 {
-	byte h, e, s, x, probes;
+	byte h, e, s, x, sq, probes;
 	bit ok, drain_pending, armed_once, gone, holding;
 	byte excl; /* patched PoolImpl: bit s, this process took slot s EXCLUSIVE */
 	armed_once = 1; /* start_consumer: the owner armed us at attach */
-	holding = 1; /* consumer 0 holds frame 2 in slot 0, consumer 1 frame 1 in slot 2 (init) */
-	s = 2 * c;
+	holding = 1; /* each consumer holds a frame it received (init) */
+#if NS == 3
+	s = 2 * c; /* consumer 0 holds frame 2 in slot 0, consumer 1 frame 1 in slot 2 */
+#else
+	s = 0; /* both hold frame 1 in slot 0 */
+#endif
 	{
 		do
 		:: !holding ->
 			/* Subscriber::receive(no timeout, stream) */
 recv:
+#ifndef NO_WAKEUP
 			skip;
 			d_step { /* receive: armed.load, read(eventfd), armed.load: one step (local wake-up
 				  * bookkeeping: a late eventfd write is what drain_pending covers) */
@@ -711,65 +1240,54 @@ recv:
 				:: else -> skip
 				fi
 			}
+#endif
 			h = head[c]; /* receive: head.load */
 			if
 			:: tail[c] != h -> /* receive: tail.load */
-				e = ring[c * RC + h % RC]; /* receive: ring[h].load */
-				d_step { /* receive: head CAS h -> h + 1 */
-#ifdef MUTATION_HEAD_STORE
-					head[c] = h + 1; /* the mutant stores instead */
-					ok = 1;
-#else
-					if
-					:: head[c] == h -> head[c] = h + 1; ok = 1
-					:: else -> ok = 0; h = 0; e = 0
-					fi;
-#endif
-					if
-					:: ok -> /* ghost: this taker owns position h */
-						assert(!(tk[c] & (1 << h)));
-						tk[c] = tk[c] | (1 << h);
-						if
-						:: e != EOSE -> assert(qcount[c * NS + E_SLOT(e)] > 0);
-							qcount[c * NS + E_SLOT(e)]--
-						:: else -> assert(tk[c] == (1 << (h + 1)) - 1) /* EOS: nothing was lost */
-						fi
-					:: else -> skip
-					fi
-				}
+				take_entry(c, 1);
 				if
-				:: !ok -> goto recv
-				:: else -> ok = 0
+				:: !ok -> d_step { h = 0; e = 0; sq = 0 }; goto recv /* look again */
+				:: else -> d_step { ok = 0; h = 0 }
 				fi;
 				NOTIFY_OWNER; /* receive: notify_owner */
 				if
-				:: e == EOSE -> break /* end of stream */
+				:: E_WHAT(e) == W_EOS -> break /* end of stream */
+				:: E_WHAT(e) == W_SKIP -> d_step { e = 0; sq = 0 }; goto recv /* dropped in place */
 				:: else -> skip
 				fi;
 				skip;
-				d_step { /* receive: local_refs[index]++ */
-					s = E_SLOT(e);
+				d_step { /* receive: local_refs[index]++ (index: the slot, or slot_count + r) */
+					s = W_INDEX(E_WHAT(e));
 					assert(holders[s] & CBIT(c)); /* queued implies held */
-					USE_FRAME(c, s, E_SEQ(e));
-					holding = 1;
-					h = 0
+					USE_FRAME(c, s, sq);
+					holding = 1
 				}
 #ifdef GPU
 				atomic { /* wait_ready: ready.load; the enqueues are local */
 					if
-					:: ready[s] < E_SEQ(e) ->
-						cq[c] ! OP_WAIT_READY, s, 0, E_SEQ(e) /* cuStreamWaitValue64 */
+					:: ready[s] < sq ->
+						cq[c] ! OP_WAIT_READY, s, 0, sq /* cuStreamWaitValue64 */
 					:: else -> skip
 					fi;
-					cq[c] ! OP_READ, s, 0, E_SEQ(e) /* the consumer's kernels read it */
+					cq[c] ! OP_READ, s, 0, sq /* the consumer's kernels read it */
 				}
 #endif
-				e = 0
+				d_step { e = 0; sq = 0 }
 			:: else ->
 				if
 				:: gone || pool_closed -> break /* receive: state.load: closed */
 				:: else -> skip
 				fi;
+#ifdef NO_WAKEUP
+				/* abstracted: the wait ends when the queue is not empty or the owner
+				 * hung up (the armed/eventfd handshake is checked by the other runs) */
+				h = 0;
+				if
+				:: head[c] != tail[c] -> skip
+				:: ohup -> gone = 1
+				fi;
+				goto recv
+#endif
 				skip;
 				d_step { armed[c] = 1; armed_once = 1 } /* receive: armed.store(1) */
 				if
@@ -786,7 +1304,7 @@ recv:
 			if
 			:: release(c, s); d_step { holding = 0; s = 0 }
 #if EXCL
-			:: (EXCL & (1 << c)) && inplace[s] != c + 1 -> /* BufferGuard::try_make_writable */
+			:: (EXCL & (1 << c)) && s < NS && inplace[s] != c + 1 -> /* BufferGuard::try_make_writable */
 				take_exclusive(c, s)
 #endif
 #if EARLY
@@ -834,39 +1352,25 @@ recv:
 		od;
 		/* ~BufferPool: Subscriber::detach_queue() */
 		detached[c] = 1; /* detach_queue: detached.store(1) */
+		NOTIFY_OWNER; /* detach_queue: notify_owner */
 		do
 		:: h = head[c]; /* detach_queue: head.load */
 			if
 			:: tail[c] == h -> h = 0; break /* detach_queue: tail.load */
 			:: else -> skip
 			fi;
-			e = ring[c * RC + h % RC]; /* detach_queue: ring[h].load */
-			d_step { /* detach_queue: head CAS h -> h + 1 */
-				if
-				:: head[c] == h ->
-					head[c] = h + 1;
-					ok = 1;
-					assert(!(tk[c] & (1 << h)));
-					tk[c] = tk[c] | (1 << h);
-					if
-					:: e != EOSE -> qcount[c * NS + E_SLOT(e)]--
-					:: else -> skip
-					fi
-				:: else -> ok = 0
-				fi;
-				h = 0
-			}
+			take_entry(c, 0);
 			if
-			:: ok && e != EOSE && lref[c * NS + E_SLOT(e)] == 0 ->
-				x = s; /* keep the held slot */
-				s = E_SLOT(e);
+			:: ok && IS_FRAME(E_WHAT(e)) && lref[c * NI + W_INDEX(E_WHAT(e))] == 0 ->
+				x = s; /* keep the held index */
+				s = W_INDEX(E_WHAT(e));
 				clear_holder_bit(c, s);
 				s = x;
 				x = 0
 			:: else -> skip
 			fi;
 			skip;
-			d_step { ok = 0; e = 0 }
+			d_step { ok = 0; e = 0; h = 0; sq = 0 }
 		od;
 		/* then the guards go, then the socket */
 		if
@@ -874,8 +1378,8 @@ recv:
 		:: else -> skip
 		fi;
 #if defined(GPU) && defined(SYNC_AT_CLOSE)
-		/* proposed fix (README.md, "Finding 2"): ~PoolImpl synchronizes the
-		 * consumer's streams before its socket closes */
+		/* Finding 2's fix: the consumer's streams are synchronized before its socket
+		 * closes (DeviceSync::drain_done from ~Subscriber) */
 		len(cq[c]) == 0 && !cbusy[c];
 #endif
 		skip;
@@ -883,19 +1387,26 @@ recv:
 	} unless { killed[c] }
 }
 
+/* Ghost: a dead process's local references are gone */
+#define DROP_LREFS(c) \
+	k = 0; \
+	do \
+	:: k < NI -> lref[(c) * NI + k] = 0; k++ \
+	:: else -> k = 0; break \
+	od
+
 /* A consumer that takes nothing (a stalled one) and is killed once the producer is
  * done, if not before. */
 proctype Passive(byte c)
 {
+	byte k;
 	(pdone || odead || killed[c]);
 	d_step {
 		if
 		:: !killed[c] ->
 			killed[c] = 1;
 			chup[c] = 1;
-			lref[c * NS] = 0;
-			lref[c * NS + 1] = 0;
-			lref[c * NS + 2] = 0
+			DROP_LREFS(c)
 		:: else -> skip
 		fi
 	}
@@ -904,26 +1415,22 @@ proctype Passive(byte c)
 /* SIGKILL of consumer c at any moment, or never. */
 proctype Killer(byte c)
 {
+	byte k;
 	if
 	:: !exited[c] ->
 		d_step {
 			killed[c] = 1;
 			chup[c] = 1; /* the kernel closes its socket */
-			lref[c * NS] = 0;
-			lref[c * NS + 1] = 0;
-			lref[c * NS + 2] = 0;
-			if
-			:: inplace[0] == c + 1 -> inplace[0] = 0
-			:: else -> skip
-			fi;
-			if
-			:: inplace[1] == c + 1 -> inplace[1] = 0
-			:: else -> skip
-			fi;
-			if
-			:: inplace[2] == c + 1 -> inplace[2] = 0
-			:: else -> skip
-			fi;
+			DROP_LREFS(c);
+			do
+			:: k < NS ->
+				if
+				:: inplace[k] == c + 1 -> inplace[k] = 0
+				:: else -> skip
+				fi;
+				k++
+			:: else -> k = 0; break
+			od;
 #ifdef GPU
 			/* the driver drops a dead process's queued GPU work */
 			reading[c * NS] = 0;
@@ -1055,18 +1562,30 @@ end_wait:
 /* Properties                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* No slot is FREE or being rewritten while a live consumer holds or has queued it. */
-#define NOT_HELD(c, s) (!LIVE(c) || (lref[(c) * NS + (s)] == 0 && qcount[(c) * NS + (s)] == 0))
+/* No slot is FREE or being rewritten, and no spill buffer FREE, while a live consumer
+ * holds it or has it queued. */
+#define NOT_HELD(c, s) (!LIVE(c) || (lref[(c) * NI + (s)] == 0 && qcount[(c) * NI + (s)] == 0))
 #define REUSE_OK(s) ((state[s] != S_WRITING && state[s] != S_FREE) || (NOT_HELD(0, s) && NOT_HELD(1, s)))
 /* Queued implies held. */
-#define QUEUED_HELD(c, s) (!LIVE(c) || qcount[(c) * NS + (s)] == 0 || (holders[s] & CBIT(c)))
+#define QUEUED_HELD(c, s) (!LIVE(c) || qcount[(c) * NI + (s)] == 0 || (holders[s] & CBIT(c)))
 /* Whoever writes in place holds the slot EXCLUSIVE (or a reclaim that will back off
  * has it RECLAIMING for a moment). */
 #define INPLACE_OK(s) (inplace[s] == 0 || state[s] == S_EXCLUSIVE || state[s] == S_RECLAIMING)
-#define INV \
-	(REUSE_OK(0) && REUSE_OK(1) && REUSE_OK(2) && QUEUED_HELD(0, 0) && QUEUED_HELD(0, 1) && \
-	 QUEUED_HELD(0, 2) && QUEUED_HELD(1, 0) && QUEUED_HELD(1, 1) && QUEUED_HELD(1, 2) && INPLACE_OK(0) && \
-	 INPLACE_OK(1) && INPLACE_OK(2))
+#define INDEX_OK(s) (REUSE_OK(s) && QUEUED_HELD(0, s) && QUEUED_HELD(1, s))
+#if NS == 3
+#define SLOTS_OK \
+	(INDEX_OK(0) && INDEX_OK(1) && INDEX_OK(2) && INPLACE_OK(0) && INPLACE_OK(1) && INPLACE_OK(2))
+#else
+#define SLOTS_OK (INDEX_OK(0) && INDEX_OK(1) && INPLACE_OK(0) && INPLACE_OK(1))
+#endif
+#if NSP == 0
+#define SPILL_OK true
+#elif NSP == 1
+#define SPILL_OK INDEX_OK(NS)
+#else
+#define SPILL_OK (INDEX_OK(NS) && INDEX_OK(NS + 1))
+#endif
+#define INV (SLOTS_OK && SPILL_OK)
 
 active proctype Monitor()
 {
@@ -1082,10 +1601,12 @@ end_watch:
 #define STREAMS_IDLE true
 #endif
 
-/* When everything has stopped, the slots are free again. A run that cannot get
- * here ends in an invalid end state (a deadlock, or a stream waiting forever). */
+/* When everything has stopped, the slots and spill buffers are free again. A run
+ * that cannot get here ends in an invalid end state (a deadlock, or a stream
+ * waiting forever). */
 active proctype Final()
 {
+	byte k, any;
 	(pdone || odead) && (rdone || odead) && (exited[0] || killed[0]) && (exited[1] || killed[1]) &&
 		(odead || shut || (reaped[0] && reaped[1])) && (odead || STREAMS_IDLE);
 	skip;
@@ -1094,14 +1615,36 @@ active proctype Final()
 		:: !odead && !shut -> /* the owner lives: every slot is free */
 			assert(holders[0] == 0 && SLOT_IS_FREE(0));
 			assert(holders[1] == 0 && SLOT_IS_FREE(1));
-			assert(holders[2] == 0 && SLOT_IS_FREE(2))
+#if NS > 2
+			assert(holders[2] == 0 && SLOT_IS_FREE(2));
+#endif
+#if NSP > 0
+			/* and every spill buffer: no bit, freed (none leaked) */
+			assert(holders[NS] == 0 && state[NS] == S_FREE && !(sp_used & 1));
+#if NSP > 1
+			assert(holders[NS + 1] == 0 && state[NS + 1] == S_FREE && !(sp_used & 2));
+#endif
+#endif
+			skip
 		:: else -> /* no reaper: the exited consumers let go of what they held */
-			assert(!exited[0] || (lref[0] == 0 && lref[1] == 0 && lref[2] == 0));
-			assert(!exited[1] || (lref[NS] == 0 && lref[NS + 1] == 0 && lref[NS + 2] == 0));
+			k = 0;
+			any = 0;
+			do
+			:: k < NI ->
+				any = any | (exited[0] && lref[k] != 0) | (exited[1] && lref[NI + k] != 0);
+				k++
+			:: else -> break
+			od;
+			assert(!any);
 			if
 			:: !odead -> /* the owner closed: their bits are gone too */
-				assert(!exited[0] || !((holders[0] | holders[1] | holders[2]) & CBIT(0)));
-				assert(!exited[1] || !((holders[0] | holders[1] | holders[2]) & CBIT(1)))
+				k = 0;
+				do
+				:: k < NI -> any = any | holders[k]; k++
+				:: else -> break
+				od;
+				assert(!exited[0] || !(any & CBIT(0)));
+				assert(!exited[1] || !(any & CBIT(1)))
 			:: else -> skip /* the owner died: a bit it set for a queue it never
 					 * reached stays, harmlessly: a dead owner's slots are
 					 * never reused (a new owner makes a new pool) */
@@ -1111,12 +1654,15 @@ active proctype Final()
 }
 
 /*
- * The run starts mid-stream, so that one or two more frames meet every case:
- * frame 1 in slot 2 is held by consumer 1, frame 2 in slot 0 by consumer 0 (both
- * received them), and frame 3 in slot 1 is queued to both, whose queues
- * (queue_size 1) are therefore full. The producer then publishes NF frames
- * (4, ...): acquire finds every slot held and must wait for a release, reclaim
- * against get() probes, or drop a queued frame; publish meets full queues.
+ * The run starts mid-stream, so that one or two more frames meet every case.
+ * 3 slots: frame 1 in slot 2 is held by consumer 1, frame 2 in slot 0 by consumer
+ * 0 (both received them), and frame 3 in slot 1 is queued to both, whose queues
+ * (queue_size 1) are therefore full.
+ * 2 slots (the spill runs): frame 1 in slot 0 is held by both consumers, frame 2
+ * in slot 1 is queued to both.
+ * The producer then publishes NF frames: acquire finds every slot held and must
+ * wait for a release, reclaim against get() probes, spill a frame or drop a queued
+ * one; publish meets full queues.
  */
 init
 {
@@ -1125,6 +1671,7 @@ init
 		cstate[1] = C_ACTIVE;
 		cactive[0] = 1;
 		cactive[1] = 1;
+#if NS == 3
 		state[0] = S_PUBLISHED;
 		mseq[0] = 2;
 		holders[0] = CBIT(0);
@@ -1132,18 +1679,47 @@ init
 		state[2] = S_PUBLISHED;
 		mseq[2] = 1;
 		holders[2] = CBIT(1);
-		lref[NS + 2] = 1;
+		lref[NI + 2] = 1;
 		state[1] = S_PUBLISHED;
 		mseq[1] = 3;
 		holders[1] = CBIT(0) | CBIT(1);
-		ring[0] = ENTRY(3, 1);
-		ring[RC] = ENTRY(3, 1);
+		ring[0] = ENTRY(0, 1);
+		ring[RC] = ENTRY(0, 1);
+		gq[0] = 3;
+		gq[RC] = 3;
 		tail[0] = 1;
 		tail[1] = 1;
 		qcount[1] = 1;
-		qcount[NS + 1] = 1;
+		qcount[NI + 1] = 1;
 		pcount = 3;
-		evfd[0] = 1; /* frame 3's push took armed and wrote the eventfds */
+		fate[0] = 6; /* frames 1 and 2: received, or dropped */
+		fate[1] = 6;
+		lastseq[0] = 2;
+		lastseq[1] = 1;
+#else
+		state[0] = S_PUBLISHED;
+		mseq[0] = 1;
+		holders[0] = CBIT(0) | CBIT(1);
+		lref[0] = 1;
+		lref[NI] = 1;
+		state[1] = S_PUBLISHED;
+		mseq[1] = 2;
+		holders[1] = CBIT(0) | CBIT(1);
+		ring[0] = ENTRY(0, 1);
+		ring[RC] = ENTRY(0, 1);
+		gq[0] = 2;
+		gq[RC] = 2;
+		tail[0] = 1;
+		tail[1] = 1;
+		qcount[1] = 1;
+		qcount[NI + 1] = 1;
+		pcount = 2;
+		fate[0] = 2; /* frame 1 received */
+		fate[1] = 2;
+		lastseq[0] = 1;
+		lastseq[1] = 1;
+#endif
+		evfd[0] = 1; /* the last push took armed and wrote the eventfds */
 		evfd[1] = 1;
 #ifdef GPU
 		ready[0] = 2;

@@ -54,6 +54,15 @@ typedef enum xmem_status {
 			       * next receive goes on */
 } xmem_status;
 
+/* How a consumer waits for its next frame. */
+typedef enum xmem_wake {
+	XMEM_WAKE_SLEEP = 0, /* sleep until the producer's eventfd write wakes it */
+	XMEM_WAKE_SPIN_BEFORE = 1, /* learn the frame period; near the expected arrival poll
+				    * the queue instead of sleeping, at most spin_budget_us per
+				    * frame; sleep when the stream is irregular. The pool's fd
+				    * polls readable when the spin should start. */
+} xmem_wake;
+
 /* How a consumer is served: the pool's default (xmem_pool_config) or each consumer's
  * own (xmem_open_options). One consumer's policy never changes what another receives. */
 typedef enum xmem_policy {
@@ -157,9 +166,10 @@ typedef struct xmem_open_options {
 	uint32_t policy; /* xmem_policy */
 	uint32_t fallback; /* fifo and fifo-spill: XMEM_POLICY_DROP_OLDEST (0 means it too)
 			    * or XMEM_POLICY_DROP_NEW, once the wait or the spill tier ends */
-	uint32_t reserved0;
+	uint32_t wake; /* xmem_wake: how receive() waits for the next frame */
 	uint64_t block_timeout_ns; /* fifo: how long the publisher waits; 0: the pool's */
-	uint32_t reserved[2]; /* must be zero (xmem_open_options_init does it) */
+	uint32_t spin_budget_us; /* XMEM_WAKE_SPIN_BEFORE: most µs spun per frame; 0: 200 */
+	uint32_t reserved[1]; /* must be zero (xmem_open_options_init does it) */
 } xmem_open_options;
 
 void xmem_open_options_init(xmem_open_options *options);
@@ -184,7 +194,10 @@ typedef struct xmem_consumer_stats {
 	uint64_t received; /* frames it took off its queue */
 	uint64_t dropped; /* frames it lost: its policy's drops and its fallback's */
 	uint64_t spilled; /* its frames moved into the spill tier (fifo-spill) */
-	uint64_t reserved[4];
+	uint64_t spin_ns; /* XMEM_WAKE_SPIN_BEFORE: time this handle spent polling the queue */
+	uint64_t spins; /* spins started near an expected frame */
+	uint64_t spins_caught; /* spins that found the frame (the others slept after) */
+	uint64_t reserved[1];
 } xmem_consumer_stats;
 
 /* The pool's spill tier (xmem_pool_config.spill_bytes): xmem_pool_spill_stats. */

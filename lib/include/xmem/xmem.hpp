@@ -102,6 +102,9 @@ enum class Policy {
 	latest = XMEM_POLICY_LATEST,
 	fifo_spill = XMEM_POLICY_FIFO_SPILL,
 };
+// How a consumer waits for its next frame (xmem.h's xmem_wake).
+enum class Wake { sleep = XMEM_WAKE_SLEEP, spin_before = XMEM_WAKE_SPIN_BEFORE };
+
 // "fifo", "drop-oldest", "drop-new", "latest", "fifo-spill"; nullptr for another value.
 const char *policy_name(Policy policy);
 // The policy named NAME ("block" is "fifo"); none for another name.
@@ -154,6 +157,11 @@ struct OpenOptions {
 	Policy fallback = Policy::drop_oldest;
 	// fifo: how long a publish waits for room in this consumer's queue; 0: the pool's.
 	std::chrono::nanoseconds block_timeout{ 0 };
+	// spin_before: receive() learns the frame period and, near the expected arrival,
+	// polls the queue instead of sleeping, at most SPIN_BUDGET per frame (fd() polls
+	// readable when the spin should start); irregular streams sleep as with sleep.
+	Wake wake = Wake::sleep;
+	std::chrono::microseconds spin_budget{ 200 };
 };
 
 class BufferPool;
