@@ -224,6 +224,9 @@ gst_modes() {
 
 # Pair xmem: xmemsink ! xmemsrc, the zero-copy pool.
 pair_xmem() { gst_modes xmem "$1"; }
+# Pair xmem-spin: the same, xmemsrc wake=spin-before (a 500 us spin budget): latency
+# at 60 fps, where spinning is meant to help, and what it costs in CPU per frame.
+pair_xmem_spin() { gst xmem-spin latency "$1" 60 "$latency_frames" 1; }
 # Pair shm: shmsink ! shmsrc at their best settings (see xmem-bench-gst.cpp).
 pair_shm() { gst_modes shm "$1"; }
 # Pair floor: appsrc ! appsink in one process, what any handoff costs at least.
@@ -266,6 +269,7 @@ suite_gst() {
 	local size pair
 	for size in $sizes; do
 		pair_xmem "$size"
+		pair_xmem_spin "$size"
 		pair_shm "$size"
 		pair_floor "$size"
 		pair_unixfd "$size"

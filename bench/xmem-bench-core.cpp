@@ -25,6 +25,7 @@
 #include <ctime>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -97,6 +98,15 @@ struct Options {
 	uint32_t queue = 4;
 	xmem::Policy policy = xmem::Policy::block;
 	bool spin = false; // xmem consumers poll with receive(0) instead of sleeping
+	xmem::Wake wake = xmem::Wake::sleep; // xmem consumers: how receive() waits
+	uint32_t spin_budget_us = 200;
+	std::optional<xmem::Policy> consumer_policy; // none: the pool's
+	uint32_t spill_mb = 0; // the pool's spill tier
+	// One more consumer, fifo-spill, that stops reading for stall_ms every
+	// stall_every_ms: its losses and the tier's use are reported, not its latencies.
+	uint32_t stall_ms = 0;
+	uint32_t stall_every_ms = 10000;
+	bool stalling = false; // set in that consumer
 	bool json = false;
 	std::string mode = "latency"; // a label for the record only
 	std::string consumer_of; // set in a spawned consumer: the pool's name
@@ -110,21 +120,18 @@ int usage()
 		stderr, "usage: xmem-bench-core [--pair xmem-core|eventfd-memfd] [--width W] [--height H]\n"
 			"                       [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
 			"                       [--slots S] [--queue Q] [--policy block|drop-oldest|drop-new]\n"
-			"                       [--spin] [--mode LABEL] [--json]\n");
+			"                       [--spin] [--wake sleep|spin-before] [--spin-budget US]\n"
+			"                       [--consumer-policy P] [--spill-mb MB] [--stall-ms MS]\n"
+			"                       [--stall-every-ms MS] [--mode LABEL] [--json]\n");
 	return 2;
 }
 
 bool parse_policy(std::string_view p, xmem::Policy &policy)
 {
-	if (p == "block")
-		policy = xmem::Policy::block;
-	else if (p == "drop-oldest")
-		policy = xmem::Policy::drop_oldest;
-	else if (p == "drop-new")
-		policy = xmem::Policy::drop_new;
-	else
-		return false;
-	return true;
+	auto named = xmem::policy_from_name(p);
+	if (named)
+		policy = *named;
+	return named.has_value();
 }
 
 bool parse(int argc, char **argv, Options &o)
@@ -137,6 +144,10 @@ bool parse(int argc, char **argv, Options &o)
 		}
 		if (a == "--spin") {
 			o.spin = true;
+			continue;
+		}
+		if (a == "--stalling") {
+			o.stalling = true;
 			continue;
 		}
 		if (i + 1 >= argc)
@@ -159,6 +170,18 @@ bool parse(int argc, char **argv, Options &o)
 		} else if (a == "--policy") {
 			if (!parse_policy(v, o.policy))
 				return false;
+		} else if (a == "--consumer-policy") {
+			xmem::Policy p;
+			if (!parse_policy(v, p))
+				return false;
+			o.consumer_policy = p;
+		} else if (a == "--wake") {
+			if (v == "sleep")
+				o.wake = xmem::Wake::sleep;
+			else if (v == "spin-before")
+				o.wake = xmem::Wake::spin_before;
+			else
+				return false;
 		} else {
 			if (!numeric)
 				return false;
@@ -178,6 +201,14 @@ bool parse(int argc, char **argv, Options &o)
 				o.slots = uint32_t(n);
 			else if (a == "--queue")
 				o.queue = uint32_t(n);
+			else if (a == "--spin-budget")
+				o.spin_budget_us = uint32_t(n);
+			else if (a == "--spill-mb")
+				o.spill_mb = uint32_t(n);
+			else if (a == "--stall-ms")
+				o.stall_ms = uint32_t(n);
+			else if (a == "--stall-every-ms")
+				o.stall_every_ms = uint32_t(n);
 			else
 				return false;
 		}
@@ -282,8 +313,11 @@ int run_xmem_consumer(const Options &o)
 	Recorder rec(o);
 	xmem::OpenOptions options;
 	options.timeout = std::chrono::seconds(10);
-	options.queue_size = o.queue;
-	options.client = "xmem-bench-core";
+	options.queue_size = o.stalling ? 0 : o.queue;
+	options.client = o.stalling ? "xmem-bench-core:stalling" : "xmem-bench-core";
+	options.policy = o.stalling ? std::optional(xmem::Policy::fifo_spill) : o.consumer_policy;
+	options.wake = o.wake;
+	options.spin_budget = std::chrono::microseconds(o.spin_budget_us);
 	auto opened = xmem::BufferPool::open(o.consumer_of, options);
 	if (!opened) {
 		rec.fail(opened.error());
@@ -293,7 +327,15 @@ int run_xmem_consumer(const Options &o)
 
 	const auto timeout = o.spin ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(std::chrono::seconds(10));
 	uint64_t idle_since = 0;
+	const uint64_t started = monotonic_ns();
+	uint64_t stalls = 0;
 	for (;;) {
+		// The stalling consumer: reads nothing for stall_ms every stall_every_ms.
+		if (o.stalling && o.stall_ms &&
+		    monotonic_ns() - started >= (stalls + 1) * uint64_t(o.stall_every_ms) * 1'000'000) {
+			stalls++;
+			std::this_thread::sleep_for(std::chrono::milliseconds(o.stall_ms));
+		}
 		auto frame = pool->receive(timeout);
 		if (!frame) {
 			if (frame.code() == xmem::Errc::timed_out && o.spin) {
@@ -417,6 +459,10 @@ std::vector<std::string> consumer_args(const Options &o, const std::string &pool
 	args.insert(args.end(), { "--queue", std::to_string(o.queue) });
 	if (o.spin)
 		args.push_back("--spin");
+	args.insert(args.end(), { "--wake", o.wake == xmem::Wake::spin_before ? "spin-before" : "sleep" });
+	args.insert(args.end(), { "--spin-budget", std::to_string(o.spin_budget_us) });
+	if (o.consumer_policy)
+		args.insert(args.end(), { "--consumer-policy", xmem::policy_name(*o.consumer_policy) });
 	return args;
 }
 
@@ -548,7 +594,17 @@ void wait_children(std::vector<Child> &children)
 	}
 }
 
-int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_dropped)
+// The stalling fifo-spill consumer's outcome, and the spill tier's use.
+struct Stalled {
+	bool present = false;
+	bool ok = true;
+	uint64_t received = 0;
+	uint64_t lost = 0;
+	uint64_t corrupt = 0;
+	xmem::SpillStats spill{};
+};
+
+int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_dropped, const Stalled &stalled = {})
 {
 	const char *pair = o.pair == Pair::xmem_core ? "xmem-core" : "eventfd-memfd";
 	const uint64_t frame_bytes = uint64_t(o.width) * o.height * 3 / 2;
@@ -561,8 +617,13 @@ int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_droppe
 	const double max = percentile_us(g.latencies, 1.0);
 	std::sort(run.call_ns.begin(), run.call_ns.end());
 	const double call_p50 = percentile_us(run.call_ns, 0.50), call_p99 = percentile_us(run.call_ns, 0.99);
-	const bool ok = run.ok && g.ok && g.missing == 0 && g.corrupt == 0;
-	const char *wait = o.spin ? "spin" : "sleep";
+	// A latest consumer loses frames by design; a stalled fifo-spill one must not.
+	const bool lossy = o.consumer_policy && (*o.consumer_policy == xmem::Policy::latest ||
+						 *o.consumer_policy == xmem::Policy::drop_oldest ||
+						 *o.consumer_policy == xmem::Policy::drop_new);
+	const bool ok = run.ok && g.ok && (lossy || g.missing == 0) && g.corrupt == 0 &&
+			(!stalled.present || (stalled.ok && stalled.lost == 0 && stalled.corrupt == 0));
+	const char *wait = o.spin ? "spin" : o.wake == xmem::Wake::spin_before ? "spin-before" : "sleep";
 
 	if (o.json) {
 		std::string j = "{";
@@ -590,6 +651,19 @@ int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_droppe
 		num("queue_size", o.queue, 0);
 		str("policy", bench_policy_name(o.policy));
 		str("consumer_wait", wait);
+		if (o.wake == xmem::Wake::spin_before)
+			num("spin_budget_us", o.spin_budget_us, 0);
+		str("consumer_policy", o.consumer_policy ? xmem::policy_name(*o.consumer_policy) : "pool");
+		if (stalled.present) {
+			num("stall_ms", o.stall_ms, 0);
+			num("stall_every_ms", o.stall_every_ms, 0);
+			num("stalled_received", double(stalled.received), 0);
+			num("stalled_lost", double(stalled.lost), 0);
+			num("spill_cap_bytes", double(stalled.spill.cap_bytes), 0);
+			num("spill_peak_bytes", double(stalled.spill.peak_bytes), 0);
+			num("spilled", double(stalled.spill.spilled), 0);
+			num("spill_full", double(stalled.spill.full), 0);
+		}
 		num("p50_us", p50, 1);
 		num("p99_us", p99, 1);
 		num("max_us", max, 1);
@@ -621,6 +695,13 @@ int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_droppe
 			    fps, g.missing, pool_dropped, g.corrupt);
 		std::printf("  CPU us/frame: producer %.2f, consumers %.2f, together %.2f\n", producer_cpu,
 			    consumers_cpu, producer_cpu + consumers_cpu);
+		if (stalled.present)
+			std::printf("  stalled fifo-spill consumer (%u ms every %u ms): received %" PRIu64
+				    ", lost %" PRIu64 "; spill tier peak %.1f MB of %.1f MB, %" PRIu64
+				    " frames spilled, full %" PRIu64 " times\n",
+				    o.stall_ms, o.stall_every_ms, stalled.received, stalled.lost,
+				    double(stalled.spill.peak_bytes) / 1e6, double(stalled.spill.cap_bytes) / 1e6,
+				    stalled.spill.spilled, stalled.spill.full);
 		if (o.fps)
 			std::printf("  (producer: in acquire+stamp+publish; %.2f with its pacing sleeps)\n",
 				    producer_process_cpu);
@@ -638,6 +719,7 @@ int run_xmem_producer(const Options &o)
 	config.slot_size = frame_bytes;
 	config.policy = o.policy;
 	config.block_timeout = std::chrono::seconds(1);
+	config.spill_bytes = uint64_t(o.spill_mb) << 20;
 	config.producer = "xmem-bench-core";
 	config.format =
 		"video/x-raw,format=NV12,width=" + std::to_string(o.width) + ",height=" + std::to_string(o.height);
@@ -658,13 +740,28 @@ int run_xmem_producer(const Options &o)
 			return 1;
 		}
 	}
-	auto attach_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-	while (pool->stats().consumers < o.consumers) {
-		if (std::chrono::steady_clock::now() > attach_deadline) {
-			(void)std::fprintf(stderr, "xmem-bench-core: only %u of %u consumers attached\n",
-					   pool->stats().consumers, o.consumers);
+	std::vector<Child> stalling(o.stall_ms ? 1 : 0);
+	for (auto &c : stalling) {
+		std::vector<std::string> args = consumer_args(o, name);
+		args.insert(args.end(), { "--stalling", "--stall-ms", std::to_string(o.stall_ms), "--stall-every-ms",
+					  std::to_string(o.stall_every_ms) });
+		if (!spawn_consumer(args, {}, c)) {
+			(void)std::fprintf(stderr, "xmem-bench-core: cannot spawn a consumer: %s\n",
+					   error_text(errno).c_str());
 			pool.reset();
 			wait_children(children);
+			return 1;
+		}
+	}
+	const uint32_t attached = o.consumers + uint32_t(stalling.size());
+	auto attach_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+	while (pool->stats().consumers < attached) {
+		if (std::chrono::steady_clock::now() > attach_deadline) {
+			(void)std::fprintf(stderr, "xmem-bench-core: only %u of %u consumers attached\n",
+					   pool->stats().consumers, attached);
+			pool.reset();
+			wait_children(children);
+			wait_children(stalling);
 			return 1;
 		}
 		std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -691,7 +788,18 @@ int run_xmem_producer(const Options &o)
 	uint64_t pool_dropped = pool->stats().dropped;
 	// The pool stays open until every consumer has reported: they hold its frames.
 	Gathered g = gather(o, children);
-	return report(o, run, g, pool_dropped);
+	Stalled stalled;
+	if (!stalling.empty()) {
+		// Its frames queue behind its stalls: it may end long after the producer.
+		Gathered sg = gather(o, stalling);
+		stalled.present = true;
+		stalled.ok = sg.ok;
+		stalled.received = sg.latencies.size();
+		stalled.lost = sg.missing;
+		stalled.corrupt = sg.corrupt;
+		stalled.spill = pool->spill_stats();
+	}
+	return report(o, run, g, pool_dropped, stalled);
 }
 
 int run_floor_producer(const Options &o)

@@ -93,7 +93,7 @@ struct Report {
 	char error[220];
 };
 
-enum class Pair { xmem, shm, floor, unixfd };
+enum class Pair { xmem, xmem_spin, shm, floor, unixfd };
 
 struct PairInfo {
 	Pair pair;
@@ -104,6 +104,8 @@ struct PairInfo {
 
 constexpr PairInfo kPairs[] = {
 	{ Pair::xmem, "xmem", "xmemsink", "xmemsrc" },
+	// xmemsrc wake=spin-before: near each expected frame it polls instead of sleeping.
+	{ Pair::xmem_spin, "xmem-spin", "xmemsink", "xmemsrc" },
 	{ Pair::shm, "shm", "shmsink", "shmsrc" },
 	{ Pair::floor, "floor", "appsink", "appsrc" },
 	{ Pair::unixfd, "unixfd", "unixfdsink", "unixfdsrc" },
@@ -351,6 +353,7 @@ std::string sink_description(const Options &o, const std::string &address)
 {
 	switch (o.pair->pair) {
 	case Pair::xmem:
+	case Pair::xmem_spin:
 		// Block rather than drop (the default): every frame is counted.
 		return "xmemsink name=sink pool-name=" + address + " policy=block sync=false enable-last-sample=false";
 	case Pair::shm:
@@ -380,9 +383,12 @@ std::string src_description(const Options &o, const std::string &address)
 {
 	switch (o.pair->pair) {
 	case Pair::xmem:
+	case Pair::xmem_spin:
 		// Caps come from the producer. timeout: give up on a missing pool or frame.
 		return "xmemsrc name=source pool-name=" + address +
-		       " timeout=" + std::to_string(uint64_t(o.timeout * 1e9)) + " ! " + kAppSink + " name=sink0";
+		       " timeout=" + std::to_string(uint64_t(o.timeout * 1e9)) +
+		       (o.pair->pair == Pair::xmem_spin ? " wake=spin-before spin-budget=500" : "") + " ! " + kAppSink +
+		       " name=sink0";
 	case Pair::shm:
 		// shm carries no caps: they are set by hand after the source.
 		return "shmsrc name=source socket-path=" + address + " is-live=true ! " + caps_string(o) + " ! " +

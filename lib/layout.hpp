@@ -137,12 +137,15 @@ struct alignas(64) ControlHeader : ControlConstants {
 	std::atomic<uint64_t> format_lock;
 	char format[XMEM_FORMAT_MAX];
 	// The spill tier's use [owner]: bytes and buffers held now, the most bytes held
-	// at once, frames spilled, and spills refused because the tier was full.
+	// at once, frames spilled, spills refused because the tier was full, and the
+	// memory its memfd holds (freed buffers' pages stay until the tier is idle).
 	alignas(64) std::atomic<uint64_t> spill_bytes_held;
 	std::atomic<uint64_t> spill_peak;
 	std::atomic<uint64_t> spilled;
 	std::atomic<uint64_t> spill_full;
 	std::atomic<uint32_t> spill_frames_held;
+	std::atomic<uint32_t> reserved_spill;
+	std::atomic<uint64_t> spill_resident; // the tier's memfd's memory, as of the last change
 };
 
 // The shared copy of a frame's metadata lives in xmem_frame_meta, which is already

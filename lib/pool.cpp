@@ -741,6 +741,7 @@ SpillStats BufferPool::spill_stats() const
 	s.peak_bytes = h->spill_peak.load(std::memory_order_relaxed);
 	s.spilled = h->spilled.load(std::memory_order_relaxed);
 	s.full = h->spill_full.load(std::memory_order_relaxed);
+	s.resident_bytes = h->spill_resident.load(std::memory_order_relaxed);
 	return s;
 }
 

@@ -33,6 +33,11 @@ constexpr uint32_t kDefaultQueueSize = 4;
 
 enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4, quarantine = 5 };
 
+// How long the spill tier keeps the pages of freed buffers after its last spill: a
+// consumer that stalls again soon finds them mapped (a first touch costs more than
+// the copy), an idle tier gives them back.
+constexpr uint64_t kSpillTrimNs = 5'000'000'000;
+
 // How long a quarantined consumer whose process this owner cannot watch (another PID
 // namespace, no pidfd) keeps its record and write-held slots: a grace period, not a
 // proof that its GPU work is over.
@@ -128,6 +133,13 @@ void Publisher::collect_spill()
 		pool_.spill->free(r);
 		it = spilled_buffers.erase(it);
 	}
+}
+
+void Publisher::trim_spill()
+{
+	pool_.spill->trim();
+	spill_untrimmed = false;
+	seg.header->spill_resident.store(pool_.spill->resident(), std::memory_order_relaxed);
 }
 
 bool Publisher::spill_one()
@@ -238,6 +250,9 @@ bool Publisher::spill_one()
 		to.holders[w].store(mask[w], std::memory_order_seq_cst);
 	to.state.store(kSlotPublished, std::memory_order_seq_cst);
 	spilled_buffers.push_back(*r);
+	last_spill_ns = monotonic_ns();
+	spill_untrimmed = true;
+	seg.header->spill_resident.store(pool_.spill->resident(), std::memory_order_relaxed);
 	uint64_t bytes = pool_.spill->bytes_of(*r);
 	uint64_t held = seg.header->spill_bytes_held.fetch_add(bytes, std::memory_order_relaxed) + bytes;
 	if (held > seg.header->spill_peak.load(std::memory_order_relaxed))
@@ -566,7 +581,9 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	uint64_t masks[kHolderWords] = {};
 	uint32_t ntargets = choose_targets(targets, masks);
 	if (!spilled_buffers.empty())
-		collect_spill(); // consumers that caught up give the tier's memory back
+		collect_spill(); // buffers of consumers that caught up go back to the tier
+	else if (spill_untrimmed && monotonic_ns() - last_spill_ns > kSpillTrimNs)
+		trim_spill(); // idle a while: its pages go back to the kernel
 	// Holder bits before the entries become visible, and before the owner's own bit
 	// goes: the slot never looks free while a frame of it is queued.
 	// A consumer's get() probe may have set its bit first (the slot is PUBLISHED

@@ -53,6 +53,8 @@ private:
 	bool spill_one();
 	// Spill buffers no consumer holds any more go back to the tier.
 	void collect_spill();
+	// The tier's free pages go back to the kernel (it has been idle kSpillTrimNs).
+	void trim_spill();
 	void push(uint32_t consumer_index, uint32_t what);
 	// Which consumers get frame SEQ now, applying the policy to full queues.
 	uint32_t choose_targets(uint32_t *targets, uint64_t *masks);
@@ -119,6 +121,8 @@ private:
 	};
 	std::vector<Served> served; // under publish_lock
 	std::vector<uint32_t> spilled_buffers; // spill buffers in use, under publish_lock
+	uint64_t last_spill_ns = 0; // under publish_lock
+	bool spill_untrimmed = false; // freed buffers' pages are kept; under publish_lock
 	uint64_t published_count = 0; // under publish_lock
 	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
 };

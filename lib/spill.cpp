@@ -3,6 +3,8 @@
 #include "spill.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 namespace xmem {
 
@@ -74,9 +76,12 @@ std::optional<uint32_t> SpillTier::allocate(uint64_t bytes)
 		auto [offset, free] = *it;
 		if (free < length)
 			continue;
-		// The pages now, so a full tmpfs fails here and not as a SIGBUS in a copy.
+		// The pages now, so a full tmpfs fails here and not as a SIGBUS in a copy; and
+		// mapped here in one call, not by a fault per page in the copy (each fault a
+		// trap, dear in a virtual machine). Kernels before 5.14 fault them in the copy.
 		if (::fallocate(fd_.get(), 0, off_t(offset), off_t(length)) < 0)
 			return std::nullopt;
+		(void)::madvise(map_.data() + offset, length, MADV_POPULATE_WRITE);
 		free_runs_.erase(it);
 		if (free > length)
 			free_runs_[offset + length] = free - length;
@@ -94,8 +99,8 @@ void SpillTier::free(uint32_t r)
 		return;
 	Run run = it->second;
 	taken_.erase(it);
-	// The pages go back to the kernel: a drained tier holds no memory.
-	(void)::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(run.offset), off_t(run.length));
+	// Its pages stay, mapped, for the next spill: a first touch of a page costs far
+	// more than the copy into it. trim() gives them back once the tier is idle.
 	auto next = free_runs_.lower_bound(run.offset);
 	if (next != free_runs_.end() && run.offset + run.length == next->first) {
 		run.length += next->second;
@@ -109,6 +114,18 @@ void SpillTier::free(uint32_t r)
 		}
 	}
 	free_runs_[run.offset] = run.length;
+}
+
+void SpillTier::trim()
+{
+	for (auto [offset, length] : free_runs_)
+		(void)::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(length));
+}
+
+uint64_t SpillTier::resident() const
+{
+	struct stat st;
+	return ::fstat(fd_.get(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0;
 }
 
 uint64_t SpillTier::bytes_of(uint32_t r) const

@@ -21,8 +21,9 @@ class SpillTier
 {
 public:
 	// Owner: a new memfd for FRAMES buffers and BYTES of payload (whole pages), its
-	// records free. Pages are taken when a buffer is allocated and given back when it
-	// is freed: an idle tier costs its records' pages only.
+	// records free. Pages are taken when a buffer is allocated and kept when it is
+	// freed, for the next; trim() gives them back (the owner does once the tier has
+	// been idle a while): an idle tier costs its records' pages only.
 	static Result<SpillTier> create(const std::string &name, uint32_t frames, uint64_t bytes, uint32_t mode);
 	// Consumer: maps the owner's memfd FD, of the size its validated constants say.
 	static Result<SpillTier> adopt(UniqueFd fd, const layout::ControlConstants &k, const std::string &where);
@@ -38,8 +39,12 @@ public:
 	// FREE; none when no record or no run of the payload area is free, or the pages
 	// cannot be had (a full tmpfs). The caller fills the record and publishes it.
 	std::optional<uint32_t> allocate(uint64_t bytes);
-	// Owner: buffer R goes back, its pages to the kernel.
+	// Owner: buffer R goes back; its pages stay for the next spill (see trim()).
 	void free(uint32_t r);
+	// Owner: the pages of every free run go back to the kernel.
+	void trim();
+	// The memory the memfd holds now (its records' pages and the payload's), in bytes.
+	uint64_t resident() const;
 	// Owner: the bytes buffer R takes (whole pages).
 	uint64_t bytes_of(uint32_t r) const;
 	// Owner: the offset of buffer R's payload in the memfd (its own copy).

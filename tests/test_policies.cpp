@@ -241,6 +241,7 @@ TEST(Spill, AStalledRecorderLosesNothingAndHoldsNobodyBack)
 	EXPECT_EQ(spill.frames, spill.spilled);
 	EXPECT_EQ(spill.bytes, spill.frames * 8192);
 	EXPECT_EQ(spill.full, 0u);
+	EXPECT_GE(spill.resident_bytes, spill.bytes) << "the memfd holds the spilled frames' pages";
 	EXPECT_EQ(recorder->consumer_stats()->spilled, spill.spilled);
 
 	uint64_t corrupt = 0;

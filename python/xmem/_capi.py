@@ -125,7 +125,8 @@ class SpillStats(ctypes.Structure):
         ("peak_bytes", ctypes.c_uint64),
         ("spilled", ctypes.c_uint64),
         ("full", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("resident_bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 3),
     ]
 
 

@@ -547,6 +547,11 @@ inline spill_scan(i)
 	d_step { /* spill_one: state.load, holders[w].load */
 		if
 		:: state[i] == S_PUBLISHED -> hw = holders[i]
+#ifdef SPILL_TAKES_EXCLUSIVE
+		/* proposed fix (README.md, "Finding 4"): an EXCLUSIVE slot qualifies too (a
+		 * holder writing in place holds it by a reference, not a queue entry) */
+		:: state[i] == S_EXCLUSIVE -> hw = holders[i]
+#endif
 		:: else -> hw = 0
 		fi
 	}
@@ -890,6 +895,7 @@ inline reap_slot(c, i)
 #endif
 	d_step { /* reap: holders[bit / 64].fetch_and(~bit) */
 		ok = (holders[i] & CBIT(c)) != 0;
+		assert(killed[c] || !ok); /* a consumer that exited released all it held: none leaked */
 		holders[i] = holders[i] & ~CBIT(c)
 	}
 #ifdef MUTATION_REAP_SKIPS_WORD
@@ -907,7 +913,10 @@ inline reap_spill(c, r)
 #ifdef MUTATION_REAP_SKIPS_SPILL
 	skip /* the mutant leaves the spill buffers' bits */
 #else
-	holders[NS + r] = holders[NS + r] & ~CBIT(c) /* reap: spill record's holders.fetch_and(~bit) */
+	d_step { /* reap: the spill record's holders.fetch_and(~bit) */
+		assert(killed[c] || !(holders[NS + r] & CBIT(c))); /* none leaked */
+		holders[NS + r] = holders[NS + r] & ~CBIT(c)
+	}
 #endif
 }
 
