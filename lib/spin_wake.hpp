@@ -3,6 +3,7 @@
 // polls the queue instead of sleeping (docs/design.md, "Waking: spin-before").
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -40,7 +41,7 @@ public:
 		}
 	}
 
-	// [start, end) to spin in for the next frame, as of NOW_NS; none while the period is
+	// [start, start + budget) to spin in for the next frame, as of NOW_NS; none while the period is
 	// unknown or the stream irregular (its jitter over half the budget or a quarter of
 	// the period), when the next arrival is not within four periods of the last one
 	// seen, or when this window was spun already.
@@ -54,8 +55,11 @@ public:
 				return std::nullopt;
 			predicted += period_;
 		}
-		uint64_t start = predicted > budget_ / 2 ? predicted - budget_ / 2 : 0;
-		uint64_t end = predicted + budget_ / 2;
+		// The spin starts as early as the stream's jitter asks (four times it, at least
+		// 20 µs, at most half the budget) and may last the whole budget.
+		uint64_t lead = std::clamp<uint64_t>(4 * jitter_, std::min<uint64_t>(20'000, budget_ / 2), budget_ / 2);
+		uint64_t start = predicted > lead ? predicted - lead : 0;
+		uint64_t end = start + budget_;
 		if (end <= spun_until_)
 			return std::nullopt;
 		return std::pair{ start, end };

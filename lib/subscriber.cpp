@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 
+#include <sched.h>
+
 namespace xmem {
 
 using namespace layout;
@@ -283,8 +285,13 @@ bool Subscriber::spin_for_frame(uint64_t h, uint64_t now, uint64_t *sleep_until)
 		return false;
 	}
 	// In the window: poll the queue, no syscall, until the frame comes or it closes.
+	// Disarmed first, so the producer's push makes no eventfd write for a consumer that
+	// is looking anyway; if the owner disarmed it already, its write is to be drained.
+	if (self->armed.exchange(0, std::memory_order_seq_cst) == 1)
+		armed_once.store(false, std::memory_order_relaxed);
 	uint64_t start = now;
 	bool caught = false;
+	uint32_t turns = 0;
 	for (;;) {
 		if (self->tail.load(std::memory_order_acquire) != h) {
 			caught = true;
@@ -293,7 +300,13 @@ bool Subscriber::spin_for_frame(uint64_t h, uint64_t now, uint64_t *sleep_until)
 		now = monotonic_ns();
 		if (now >= window->second)
 			break;
-		cpu_relax();
+		// Polling, yet yielding: a thread of the producer's that is ready to run on
+		// this CPU (its publish, on a machine of few cores) runs now, not when the
+		// scheduler would preempt us.
+		if (++turns % 16 == 0)
+			sched_yield();
+		else
+			cpu_relax();
 	}
 	spin->spun(window->second);
 	spin_ns.fetch_add(now - start, std::memory_order_relaxed);

@@ -26,14 +26,19 @@
  * PASSIVE1 (consumer 1 takes nothing, and is killed at the end).
  * UNPATCHED_EXCLUSIVE models take_exclusive/clear_holder_bit as lib/pool.cpp had
  * them before Finding 1's fix; by default the model has the fix (README.md).
+ * NO_WAKEUP (the spill runs): a consumer with an empty queue waits for an entry or
+ * the owner's hang-up directly, without the armed/eventfd handshake (checked by the
+ * other runs, and untouched by the spill tier).
  * Seeded bugs: MUTATION_REAP_SKIPS_WORD, MUTATION_NO_PENDING_CHECK,
- * MUTATION_HEAD_STORE, MUTATION_HEAD_FIRST, MUTATION_NO_CLAIM,
- * MUTATION_SPILL_KEEPS_BIT, MUTATION_REAP_SKIPS_SPILL.
+ * MUTATION_HEAD_STORE, MUTATION_HEAD_FIRST (take_entry moves the head, then claims
+ * the cell), MUTATION_NO_CLAIM (take_entry by the head CAS alone, as before the
+ * claims), MUTATION_SPILL_KEEPS_BIT (spill_one keeps a consumer's bit on the buffer
+ * when its CAS fails), MUTATION_REAP_SKIPS_SPILL (reap leaves the spill buffers' bits).
  * SYNC_AT_CLOSE (GPU) models Finding 2's fix: a consumer's streams are synchronized
  * before its socket closes (README.md, "Finding 2").
- * ACQUIRE_RETRIES_ON_PROGRESS models a proposed fix of Finding 3 (README.md): an
- * acquire() waiting for a free slot runs spill_one()/drop_globally_oldest() again
- * after each progress wake-up.
+ * ACQUIRE_RETRIES_ON_PROGRESS and SPILL_TAKES_EXCLUSIVE model proposed fixes of
+ * Findings 3 and 4 (README.md): acquire() announces its wait before spill_one() and
+ * looks again after any progress; spill_one() takes an EXCLUSIVE slot too.
  */
 
 #define NC 2 /* consumers (the model unrolls loops over them) */
