@@ -158,7 +158,11 @@ bool Publisher::spill_one()
 	std::vector<Queued> queued;
 	for (uint32_t i = 0; i < seg.slot_count; i++) {
 		SlotRecord &slot = seg.slots[i];
-		if (slot.state.load(std::memory_order_acquire) != kSlotPublished)
+		// EXCLUSIVE too: one left so by a holder killed in take_exclusive() has no
+		// writer any more, and a live writer's bit is a reference, not a queued entry,
+		// so it rules the slot out below (tests/model, SPILL_TAKES_EXCLUSIVE).
+		uint32_t state = slot.state.load(std::memory_order_acquire);
+		if (state != kSlotPublished && state != kSlotExclusive)
 			continue;
 		uint64_t words[kHolderWords];
 		bool any = false;
@@ -315,26 +319,28 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 			seg.slots[i].side_data_size = 0;
 			return pool_.make_guard(i, true);
 		}
+		// No free slot. Frames queued only for fifo-spill consumers move to the spill
+		// tier first (nobody loses a frame); then consumers that chose to lose queued
+		// frames lose their oldest. Announced as waiting before trying, so that a
+		// release or reap that makes a slot free or spillable meanwhile bumps
+		// `progress` and the wait below ends at once (tests/model: a slot a co-holder
+		// lets go of may become spillable without becoming free).
+		ControlHeader *h = seg.header;
+		h->owner_waiting.fetch_add(1, std::memory_order_seq_cst);
+		uint32_t seen = h->progress.load(std::memory_order_seq_cst);
+		bool moved;
 		{
-			// No free slot. Frames queued only for fifo-spill consumers move to the
-			// spill tier first (nobody loses a frame); then consumers that chose to
-			// lose queued frames lose their oldest.
 			std::lock_guard lock(publish_lock);
-			if (spill_one() || drop_globally_oldest())
-				continue;
+			moved = spill_one() || drop_globally_oldest();
 		}
-		bool any = wait_for_progress(
-			seg.header,
-			[&] {
-				if (shut.load(std::memory_order_acquire))
-					return true;
-				for (uint32_t i = 0; i < seg.slot_count; i++)
-					if (slot_is_free(seg.slots[i]))
-						return true;
-				return false;
-			},
-			deadline);
-		if (!any)
+		bool free = moved || shut.load(std::memory_order_acquire);
+		for (uint32_t i = 0; i < seg.slot_count && !free; i++)
+			free = slot_is_free(seg.slots[i]);
+		bool expired = !free && monotonic_ns() >= deadline;
+		if (!free && !expired)
+			futex_wait(&h->progress, seen, deadline);
+		h->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
+		if (expired)
 			return make_error(Errc::timed_out, pool_.where() + ": no free slot within the timeout (all " +
 								   std::to_string(seg.slot_count) + " slots are held)");
 	}
@@ -510,7 +516,13 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 				take = false;
 				break;
 			}
-			drop_oldest(c); // drop-oldest, latest, or a fallback to drop-oldest
+			// drop-oldest, latest, or a fallback to drop-oldest. Nothing to drop in a
+			// full queue: its record was written by another process (take_head hung
+			// up on it): no frame for it, and no endless loop under publish_lock.
+			if (!drop_oldest(c)) {
+				take = false;
+				break;
+			}
 		}
 		if (!take)
 			continue;
@@ -625,11 +637,10 @@ Result<void> Publisher::end_of_stream()
 		uint64_t queued;
 		while ((queued = rec->tail.load(std::memory_order_relaxed) -
 				 rec->head.load(std::memory_order_acquire)) >= seg.ring_capacity) {
-			if (queued > seg.ring_capacity)
-				break; // garbage head: publish() hangs up on this consumer
-			drop_oldest(c);
+			if (queued > seg.ring_capacity || !drop_oldest(c))
+				break; // garbage head or ring: this consumer is hung up on
 		}
-		if (queued > seg.ring_capacity)
+		if (queued >= seg.ring_capacity)
 			continue;
 		push(c, kEosEntry);
 	}

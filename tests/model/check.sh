@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/model/check.sh - checks xmem.pml with spin: every configuration below must
 # verify with no error and a complete search; with --mutants, every seeded bug (and
-# the unpatched take_exclusive, see README.md) must produce a counterexample.
+# the code before each finding's fix, see README.md) must produce a counterexample.
 #   check.sh [--mutants] [WORK_PARENT]   pan is built in a private directory under
 #                                        WORK_PARENT (default: $TMPDIR or /tmp)
 # Exits 77 (skipped) when spin or a C compiler is missing.
@@ -81,15 +81,16 @@ configs=(
 	"block|-DPOLICY=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"owner-closes|-DOWNER_CLOSES -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=1"
 	"gpu|-DGPU -DSYNC_AT_CLOSE -DPOLICY=1 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	# The spill tier: 2 slots, ring_capacity slots + buffers + 1, consumers' own
-	# policies (3 fifo-spill, 0 drop-oldest, 1 drop-new), with Finding 3's proposed
-	# fix (ACQUIRE_RETRIES_ON_PROGRESS) and without the wake-up handshake (NO_WAKEUP).
-	"spill|$SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	"spill-kill|$SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=1"
-	"spill-mixed|$SPILL -DNSP=1 -DRC=4 -DP0=0 -DP1=3 -DFB1=0 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	"spill-excl|$SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=0 -DPROBES=1 -DEXCL=1 -DEARLY=0"
-	"spill-excl-kill|$SPILL -DSPILL_TAKES_EXCLUSIVE -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=1 -DEXCL=1 -DEARLY=0"
-	"spill-2buf|$SPILL -DNSP=2 -DRC=5 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	# The spill tier: 2 slots, NSP buffers, ring_capacity 2 + NSP + 1, each consumer's
+	# own policy P0/P1 (POLICY: both) and fallback FB0/FB1 (3 fifo-spill, 0
+	# drop-oldest, 1 drop-new); with Finding 3's proposed fix
+	# (ACQUIRE_RETRIES_ON_PROGRESS), without the wake-up handshake (NO_WAKEUP).
+	"spill|$SPILL -DNSP=1 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=3 -DEARLY=0"
+	"spill-kill|$SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=1"
+	"spill-mixed|$SPILL -DNSP=1 -DP0=0 -DP1=3 -DFB1=0 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"spill-excl|$SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=0 -DPROBES=1 -DEXCL=1 -DEARLY=0"
+	"spill-excl-kill|$SPILL -DSPILL_TAKES_EXCLUSIVE -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=1 -DEXCL=1 -DEARLY=0"
+	"spill-2buf|$SPILL -DNSP=2 -DQSP=2 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 )
 
 # Seeded bugs (and the code before a finding's fix): each must yield a counterexample.
@@ -100,13 +101,13 @@ mutants=(
 	"head-store|-DMUTATION_HEAD_STORE -DNF=2 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"unpatched-exclusive|-DUNPATCHED_EXCLUSIVE -DNF=0 -DKILL=0 -DPROBES=2 -DEXCL=1 -DEARLY=0"
 	"no-drain-at-close|-DGPU -DPOLICY=1 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	"head-first|-DMUTATION_HEAD_FIRST $SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	"no-claim|-DMUTATION_NO_CLAIM $SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	"spill-keeps-bit|-DMUTATION_SPILL_KEEPS_BIT $SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	"reap-skips-spill|-DMUTATION_REAP_SKIPS_SPILL $SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"head-first|-DMUTATION_HEAD_FIRST $SPILL -DNSP=1 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"no-claim|-DMUTATION_NO_CLAIM $SPILL -DNSP=1 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"spill-keeps-bit|-DMUTATION_SPILL_KEEPS_BIT $SPILL -DNSP=1 -DPOLICY=3 -DFB0=1 -DFB1=0 -DNF=1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"reap-skips-spill|-DMUTATION_REAP_SKIPS_SPILL $SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	# Findings 3 and 4 (README.md): the code as it is, without the proposed fixes.
-	"acquire-waits-for-free-slot|-DNS=2 -DNO_WAKEUP -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
-	"spill-skips-exclusive|$SPILL -DNSP=1 -DRC=4 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=1 -DEXCL=1 -DEARLY=0"
+	"acquire-waits-for-free-slot|-DNS=2 -DNO_WAKEUP -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"spill-skips-exclusive|$SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=1 -DEXCL=1 -DEARLY=0"
 )
 
 status=0

@@ -15,10 +15,12 @@
  * Comments name the C++ function each step mirrors ("fn: what").
  *
  * Configuration (spin -D...): NS (slots: 3, or 2), NSP (spill buffers, 0..2), QS
- * (queue_size of every consumer that is not fifo-spill), RC (ring_capacity; QS + 1
- * unless given), POLICY (0 drop-oldest, 1 drop-new, 2 fifo, 3 fifo-spill: both
- * consumers), P0/P1 (consumer 0's/1's own policy, POLICY unless given), FB0/FB1
- * (their fallback, for fifo and fifo-spill: 0 drop-oldest or 1 drop-new), GPU
+ * (queue_size of every consumer that is not fifo-spill), QSP (a fifo-spill
+ * consumer's: RC - 1 unless given), RC (ring_capacity; unless given, QS + 1, or
+ * NS + NSP + 1 as in the code with a spill tier), POLICY (0 drop-oldest, 1
+ * drop-new, 2 fifo, 3 fifo-spill: both consumers), P0/P1 (consumer 0's/1's own
+ * policy, POLICY unless given), FB0/FB1 (their fallback, for fifo and fifo-spill:
+ * 0 drop-oldest or 1 drop-new), GPU
  * (ready/pending/done words and streams), OWNER_CLOSES, OWNER_DIES, KILL (mask of
  * consumers that may be SIGKILLed), NF (frames published), and masks over the
  * consumers: PROBES (one get() probe), EXCL (try_make_writable / get_mut in place),
@@ -53,7 +55,11 @@
 #define QS 1 /* queue_size of the consumers that are not fifo-spill */
 #endif
 #ifndef RC
+#if NSP > 0
+#define RC (NS + NSP + 1) /* ring_capacity as the code has it: slots + spill buffers + 1 */
+#else
 #define RC (QS + 1) /* ring_capacity: QS frames and the end-of-stream entry */
+#endif
 #endif
 #ifndef NF
 #define NF 1 /* frames the producer publishes (after those of init) */
@@ -106,8 +112,11 @@
 #define FB(c) (FB0 * (1 - (c)) + FB1 * (c))
 /* choose_targets: what a full queue does after fifo's wait (fifo-spill: at once) */
 #define ACT(c) ((POL(c) >= FIFO) * FB(c) + (POL(c) < FIFO) * POL(c))
-/* admit: the queue size; fifo-spill's is ring_capacity - 1 */
-#define QSZ(c) (QS + (POL(c) == FIFO_SPILL) * (RC - 1 - QS))
+/* admit: the queue size; fifo-spill's is ring_capacity - 1 unless asked (QSP) */
+#ifndef QSP
+#define QSP (RC - 1)
+#endif
+#define QSZ(c) (QS + (POL(c) == FIFO_SPILL) * (QSP - QS))
 
 /* layout::SlotState */
 #define S_FREE 0
