@@ -15,6 +15,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,20 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// The index space of references: slots, then spill buffers.
 	uint32_t index_count() const { return seg.slot_count + (spill ? spill->frames() : 0); }
 	bool is_spill(uint32_t index) const { return index >= seg.slot_count; }
+	// The reference index a ring entry's WHAT names: its slot, or its spill buffer after
+	// the slots; none for a marker (EOS, taken, skipped) or an index out of range.
+	std::optional<uint32_t> entry_index(uint32_t what) const
+	{
+		if (what == layout::kEosEntry || what == layout::kTakenEntry || what == layout::kSkipEntry)
+			return std::nullopt;
+		if (what & layout::kSpillEntry) {
+			uint32_t r = what & ~layout::kSpillEntry;
+			if (!spill || r >= spill->frames())
+				return std::nullopt;
+			return seg.slot_count + r;
+		}
+		return what < seg.slot_count ? std::optional<uint32_t>(what) : std::nullopt;
+	}
 	layout::SlotRecord &record(uint32_t index) const
 	{
 		return is_spill(index) ? spill->record(index - seg.slot_count) : seg.slots[index];

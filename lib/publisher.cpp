@@ -379,17 +379,8 @@ std::optional<uint32_t> Publisher::take_head(uint32_t c)
 void Publisher::let_go(uint32_t c, uint32_t what)
 {
 	uint32_t bit = 1 + c;
-	if (what == kEosEntry || what == kSkipEntry || what == kTakenEntry)
-		return;
-	if (what & kSpillEntry) {
-		uint32_t r = what & ~kSpillEntry;
-		if (pool_.spill && r < pool_.spill->frames())
-			pool_.spill->record(r).holders[bit / 64].fetch_and(~holder_mask(bit),
-									   std::memory_order_seq_cst);
-		return;
-	}
-	if (what < seg.slot_count)
-		seg.slots[what].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
+	if (auto index = pool_.entry_index(what))
+		pool_.record(*index).holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 }
 
 bool Publisher::drop_oldest(uint32_t c)

@@ -423,17 +423,11 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 			self->received.fetch_add(1, std::memory_order_relaxed);
 			if (what == kEosEntry)
 				return make_error(Errc::end_of_stream, pool_.where() + ": end of stream");
-			uint32_t index = what;
-			if (what & kSpillEntry) {
-				uint32_t r = what & ~kSpillEntry;
-				if (!pool_.spill || r >= pool_.spill->frames())
-					return segment_error(pool_.where(), "queued spill buffer " + std::to_string(r) +
-										    " out of range");
-				index = seg.slot_count + r;
-			} else if (index >= seg.slot_count) {
-				return segment_error(pool_.where(),
-						     "queued slot index " + std::to_string(index) + " out of range");
-			}
+			auto named = pool_.entry_index(what);
+			if (!named)
+				return segment_error(pool_.where(), "queued entry " + std::to_string(what) +
+									    " names no slot or spill buffer");
+			uint32_t index = *named;
 			{
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
@@ -543,20 +537,12 @@ void Subscriber::detach_queue()
 			return;
 		if (!*taken)
 			continue;
-		uint32_t what = **taken;
-		uint32_t index = what;
-		if (what == kSkipEntry || what == kEosEntry)
+		auto index = pool_.entry_index(**taken);
+		if (!index)
 			continue;
-		if (what & kSpillEntry) {
-			if (!pool_.spill || (what & ~kSpillEntry) >= pool_.spill->frames())
-				continue;
-			index = seg.slot_count + (what & ~kSpillEntry);
-		} else if (index >= seg.slot_count) {
-			continue;
-		}
 		std::lock_guard lock(pool_.refs_lock);
-		if (pool_.local_refs[index] == 0)
-			pool_.clear_holder_bit(index, pool_.holder_bit);
+		if (pool_.local_refs[*index] == 0)
+			pool_.clear_holder_bit(*index, pool_.holder_bit);
 	}
 }
 

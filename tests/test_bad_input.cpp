@@ -943,6 +943,10 @@ TEST(RealOwner, SurvivesGarbagePeers)
 	protocol::Hello wrong_type = hello();
 	wrong_type.header.type = protocol::MessageType::welcome;
 	protocol::Hello bad_role = hello(protocol::PeerRole(9));
+	protocol::Hello bad_policy = hello();
+	bad_policy.policy = 99;
+	protocol::Hello bad_fallback = hello();
+	bad_fallback.fallback = XMEM_POLICY_LATEST;
 	const std::vector<Refusal> cases = {
 		{ "4 junk bytes", [](int s) { EXPECT_EQ(::send(s, "junk", 4, MSG_NOSIGNAL), 4); }, XMEM_ENOTPOOL },
 		{ "100 junk bytes",
@@ -957,6 +961,8 @@ TEST(RealOwner, SurvivesGarbagePeers)
 		{ "hello, wrong size field", hello_with(bad_size, { ev[0] }), XMEM_ENOTPOOL },
 		{ "hello, wrong type", hello_with(wrong_type, { ev[0] }), XMEM_ENOTPOOL },
 		{ "hello, unknown role", hello_with(bad_role, { ev[0] }), XMEM_ENOTPOOL },
+		{ "hello, unknown policy", hello_with(bad_policy, { ev[0] }), XMEM_EINVAL },
+		{ "hello, a fallback that is no drop", hello_with(bad_fallback, { ev[0] }), XMEM_EINVAL },
 		{ "hello with 3 fds", hello_with(hello(), { ev[0], ev[1], ev[2] }), XMEM_EINVAL },
 		{ "hello with an eventfd where the pidfd goes", hello_with(hello(), { ev[0], ev[1] }), XMEM_EINVAL },
 		{ "hello with another process's pidfd", hello_with(hello(), { ev[0], parent.get() }), XMEM_EINVAL },

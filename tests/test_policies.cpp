@@ -202,6 +202,15 @@ TEST(Policies, BadRequestsAreRefusedWithTheReason)
 	OpenOptions negative;
 	negative.block_timeout = -1ms;
 	EXPECT_ERRC(BufferPool::open("refusals", negative), Errc::invalid_argument);
+	OpenOptions wake;
+	wake.wake = xmem::Wake(7);
+	EXPECT_ERRC(BufferPool::open("refusals", wake), Errc::invalid_argument);
+	for (auto budget : { 0us, std::chrono::microseconds(2'000'000) }) {
+		OpenOptions spin;
+		spin.wake = xmem::Wake::spin_before;
+		spin.spin_budget = budget;
+		EXPECT_ERRC(BufferPool::open("refusals", spin), Errc::invalid_argument);
+	}
 
 	PoolConfig config;
 	config.slot_size = 4096;
@@ -213,6 +222,11 @@ TEST(Policies, BadRequestsAreRefusedWithTheReason)
 	config.spill_bytes = 1 << 20;
 	config.spill_frames = xmem::layout::kMaxSpillFrames + 1;
 	EXPECT_ERRC(BufferPool::create("too-many", config), Errc::invalid_argument);
+	config.spill_frames = 0;
+	config.storage = xmem::Storage::cuda; // refused before any CUDA call: no device needed
+	auto device = BufferPool::create("device-spill", config);
+	EXPECT_ERRC(device, Errc::invalid_argument);
+	EXPECT_NE(device.error().message.find("system-memory"), std::string::npos) << device.error().message;
 }
 
 // The case in one process: a fifo-spill recorder that reads nothing while a
