@@ -341,6 +341,9 @@ namespace {
 struct WrappedSlot {
 	xmem::BufferGuard frame;
 	GstCudaContext *context;
+	/* The stream the frame was received on: a stream-less release waits for it, so it
+	 * lives until the frame is released (xmemsrc's reset() may drop its own ref first). */
+	GstCudaStream *stream;
 };
 
 void release_wrapped(gpointer data)
@@ -355,8 +358,11 @@ void release_wrapped(gpointer data)
 	} catch (const std::exception &e) {
 		GST_ERROR("%s", e.what());
 	}
-	gst_object_unref(w->context);
-	delete w;
+	GstCudaStream *stream = w->stream;
+	GstCudaContext *context = w->context;
+	delete w; /* releases the frame: STREAM and the context are still alive */
+	gst_cuda_stream_unref(stream);
+	gst_object_unref(context);
 }
 
 } // namespace
@@ -374,7 +380,8 @@ GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&frame, const GstVideoInfo &layo
 		return nullptr;
 	CUdeviceptr address = CUdeviceptr(frame.device_ptr());
 	bool writable = frame.writable();
-	auto *w = new WrappedSlot{ std::move(frame), GST_CUDA_CONTEXT(gst_object_ref(ctx)) };
+	auto *w = new WrappedSlot{ std::move(frame), GST_CUDA_CONTEXT(gst_object_ref(ctx)),
+				   gst_cuda_stream_ref(GST_CUDA_STREAM(gst_stream_)) };
 	GstMemory *mem = gst_cuda_allocator_alloc_wrapped(nullptr, ctx, GST_CUDA_STREAM(gst_stream_), &layout, address,
 							  w, release_wrapped);
 	if (!mem) {

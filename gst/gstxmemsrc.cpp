@@ -438,7 +438,8 @@ static bool apply_format(GstXmemSrc *self, const std::string &format)
 	g_autoptr(GstCaps) caps = format.empty() ? nullptr : gst_caps_from_string(format.c_str());
 	if (!caps || !gst_caps_is_fixed(caps)) {
 		GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("The producer's caps are unusable."),
-				  ("pool '%s' publishes format \"%s\"", s->pool->name().c_str(), format.c_str()));
+				  ("pool '%s' publishes format \"%s\" (%s)", s->pool->name().c_str(), format.c_str(),
+				   caps ? "not fixed caps" : "GStreamer cannot parse it here"));
 		return false;
 	}
 	GST_INFO_OBJECT(self, "producer caps %" GST_PTR_FORMAT, static_cast<gpointer>(caps));
@@ -1123,6 +1124,14 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 	GstElementClass *element = GST_ELEMENT_CLASS(klass);
 	GstBaseSrcClass *basesrc = GST_BASE_SRC_CLASS(klass);
 	GstPushSrcClass *pushsrc = GST_PUSH_SRC_CLASS(klass);
+
+	/* Producers' caps name GstVideo's flag-set types (nvh264dec's carry
+	 * multiview-flags=(GstVideoMultiviewFlagsSet)...), and gst_caps_from_string() parses
+	 * a typed value only once its type is registered: a consumer pipeline with no other
+	 * video element may not have done that yet. */
+	g_type_ensure(GST_TYPE_VIDEO_MULTIVIEW_FLAGSET);
+	g_type_ensure(GST_TYPE_VIDEO_MULTIVIEW_FLAGS);
+	g_type_ensure(GST_TYPE_VIDEO_MULTIVIEW_MODE);
 
 	/* Each callback that runs C++ code goes through GST_XMEM_NO_THROW: no exception
 	 * may unwind into GStreamer (gstxmemnothrow.h). */

@@ -46,7 +46,7 @@ Result<uint32_t> device_ordinal(const DeviceUuid &, const std::string &where)
 	return no_cuda(where);
 }
 
-Result<std::shared_ptr<void>> device_allocate(uint32_t, uint64_t, uint64_t *)
+Result<std::shared_ptr<void>> device_allocate(uint32_t, uint64_t, uint64_t *, void *)
 {
 	return no_cuda("device copy");
 }

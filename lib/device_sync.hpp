@@ -13,15 +13,17 @@ class Arena;
 class ControlSegment;
 
 // Orders GPU work on device slots (see lib/cuda/ordering.hpp). A STREAM is a
-// CUstream, or nullptr for "every stream of this process" (a CPU stall).
+// CUstream, or nullptr for "every stream of this process" that xmem can reach (a CPU
+// stall; see cuda/contexts.hpp).
 class DeviceSync
 {
 public:
 	virtual ~DeviceSync() = default;
 	virtual layout::SyncMode mode() const = 0;
-	virtual Result<void> mark_ready(uint32_t slot, uint64_t seq, void *stream) = 0;
+	// ALSO, without STREAM: the stream the frame was taken on, waited for too.
+	virtual Result<void> mark_ready(uint32_t slot, uint64_t seq, void *stream, void *also) = 0;
 	virtual Result<void> wait_ready(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) = 0;
-	virtual Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream) = 0;
+	virtual Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream, void *also) = 0;
 	virtual Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) = 0;
 	virtual void release_dead_holder(uint32_t holder, uint64_t seq) = 0;
 	// A consumer closing its pool: waits on the CPU, until DEADLINE_NS at most, for
@@ -82,14 +84,15 @@ inline std::string format_device_uuid(const DeviceUuid &uuid)
 }
 
 // Private device memory for copies (copy-on-write, copy_to_*): BYTES on DEVICE, freed
-// when the last owner lets go, once this process's streams on it are done.
-Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address);
+// when the last owner lets go, once the primary and current contexts' work and
+// STREAM's (the stream the copy is made on, nullptr: none) are done.
+Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address, void *stream);
 // Copies BYTES on DEVICE's context between device (CUdeviceptr) or host addresses,
 // queued on STREAM; without a stream, complete on return.
 Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
 			 void *stream);
-// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE that
-// xmem knows of, see cuda::synchronize_contexts).
+// Waits on the CPU for STREAM (nullptr: the primary context's and the calling thread's
+// current context's streams on DEVICE, see cuda::synchronize_contexts).
 Result<void> device_synchronize(uint32_t device, void *stream);
 
 } // namespace xmem

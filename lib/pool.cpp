@@ -287,7 +287,7 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 		return g;
 	}
 	uint64_t address = 0;
-	auto memory = device_allocate(device, bytes, &address);
+	auto memory = device_allocate(device, bytes, &address, stream);
 	if (!memory)
 		return failed(memory.error());
 	auto copied =
@@ -338,7 +338,7 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 	return {};
 }
 
-Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads)
+Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads, void *also)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
@@ -353,7 +353,7 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads)
 		// Done before the bit goes: the owner reuses the slot once it sees no bit,
 		// and must find this holder's done word written or pending by then.
 		if (sync && gpu_reads && !is_spill(index))
-			done = sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, stream);
+			done = sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, stream, also);
 		clear_holder_bit(index, holder_bit);
 	}
 	return done;
@@ -372,7 +372,7 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 	local_refs[index] = count;
 	if (count == 0) {
 		if (sync && !is_spill(index))
-			(void)sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, nullptr);
+			(void)sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, nullptr, nullptr);
 		clear_holder_bit(index, holder_bit);
 	}
 	return {};
@@ -399,6 +399,7 @@ BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 		copy_ = std::move(other.copy_);
 		format_ = std::move(other.format_);
 		side_data_ = std::move(other.side_data_);
+		stream_ = std::exchange(other.stream_, nullptr);
 	}
 	return *this;
 }
@@ -418,7 +419,8 @@ Result<void> BufferGuard::release(CudaStream stream)
 	std::shared_ptr<PoolImpl> pool = std::move(pool_);
 	Result<void> r;
 	if (pool && !copy_)
-		r = pool->release(index_, stream);
+		r = pool->release(index_, stream, true, stream_);
+	stream_ = nullptr;
 	copy_.reset();
 	format_.reset();
 	side_data_.reset();
@@ -536,6 +538,7 @@ Result<BufferGuard> BufferGuard::clone_ref() const
 	g.device_ = device_;
 	g.capacity_ = capacity_;
 	g.copy_ = copy_;
+	g.stream_ = stream_;
 	g.format_ = format_;
 	g.side_data_ = side_data_;
 	return g;
@@ -645,7 +648,10 @@ Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout, CudaSt
 {
 	if (!impl_->publisher)
 		return wrong_role(*impl_, "acquires slots");
-	return impl_->publisher->acquire(timeout.count(), stream);
+	auto g = impl_->publisher->acquire(timeout.count(), stream);
+	if (g)
+		g->stream_ = stream;
+	return g;
 }
 Result<void> BufferPool::publish(BufferGuard &&frame, CudaStream stream)
 {
@@ -671,7 +677,10 @@ Result<BufferGuard> BufferPool::receive(std::chrono::nanoseconds timeout, CudaSt
 {
 	if (!impl_->subscriber || impl_->role != Role::consumer)
 		return make_error(Errc::wrong_role, impl_->where() + ": only a consumer receives");
-	return impl_->subscriber->receive(timeout.count(), stream);
+	auto g = impl_->subscriber->receive(timeout.count(), stream);
+	if (g)
+		g->stream_ = stream;
+	return g;
 }
 int BufferPool::fd() const
 {

@@ -124,9 +124,9 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	Result<BufferGuard> get(uint32_t index, bool writable);
 	Result<void> add_ref(uint32_t index);
 	// Drops one reference. For device slots the last one marks this holder done
-	// after STREAM's work (nullptr: after every stream of this process); GPU_READS
+	// after STREAM's work (nullptr: once the CPU waited for it, ALSO included); GPU_READS
 	// false when the holder never read it on the GPU (the owner handing it over).
-	Result<void> release(uint32_t index, void *stream = nullptr, bool gpu_reads = true);
+	Result<void> release(uint32_t index, void *stream = nullptr, bool gpu_reads = true, void *also = nullptr);
 	Result<void> set_ref_count(uint32_t index, uint32_t count);
 	BufferGuard make_guard(uint32_t index, bool writable);
 	// A guard on a slot this process holds, for a reader: its metadata copied and its

@@ -574,7 +574,7 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	slot.side_data_size = uint32_t(side.size());
 	// Device slots: ready once the producer's queued writes are (no wait here).
 	if (pool_.sync) {
-		if (auto ready = pool_.sync->mark_ready(index, seq, stream); !ready)
+		if (auto ready = pool_.sync->mark_ready(index, seq, stream, g.stream_); !ready)
 			return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
 	}
 	slot.state.store(kSlotPublished, std::memory_order_release);

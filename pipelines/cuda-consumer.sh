@@ -4,7 +4,8 @@
 # (one device-to-device copy: GStreamer 1.22 cannot wrap the pool's memory), cudaconvert
 # turns them into RGBA where it is available (it compiles its kernels with NVRTC), and
 # cudadownload brings the result to the CPU once for fakesink, or for the screen with
-# --display. Exits 77 where nvcodec's elements are missing.
+# --display. XMEM_POLICY=fifo asks for every frame (the producer waits for this
+# consumer; see xmemsrc's policy). Exits 77 where nvcodec's elements are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . pipelines/common.sh
@@ -32,7 +33,7 @@ else
 fi
 
 xmem_launch \
-	xmemsrc pool-name="$pool" ${XMEM_NUM_BUFFERS:+num-buffers=$XMEM_NUM_BUFFERS} \
+	xmemsrc pool-name="$pool" ${XMEM_NUM_BUFFERS:+num-buffers=$XMEM_NUM_BUFFERS} ${XMEM_POLICY:+policy=$XMEM_POLICY} \
 	! 'video/x-raw(memory:CUDAMemory)' \
 	! "${convert[@]}" cudadownload \
 	! "${sink[@]}"

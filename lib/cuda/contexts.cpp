@@ -1,47 +1,18 @@
-// contexts.cpp - the registry of the CUDA contexts behind streams xmem was given, and
-// the synchronization of all of them where the API promises "every stream".
+// contexts.cpp - the contexts a stream-less call waits for, where the API promises
+// "every stream": the primary, the caller's current one, and the frame's own stream.
 #include "contexts.hpp"
-
-#include <algorithm>
-#include <mutex>
-#include <vector>
 
 namespace xmem::cuda {
 
 namespace {
 
-// Guards `known`; a leaf lock (no driver call is made under it).
-std::mutex known_lock;
-// Never destroyed: a stream-less call may run during static destruction.
-auto *const known = new std::vector<CUcontext>;
-
-} // namespace
-
-void note_context(CUcontext ctx)
-{
-	if (!ctx)
-		return;
-	std::lock_guard guard(known_lock);
-	if (std::find(known->begin(), known->end(), ctx) == known->end())
-		known->push_back(ctx);
-}
-
-void note_stream(CUstream stream)
-{
-	if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
-		return;
-	CUcontext ctx = nullptr;
-	if (driver().value()->cuStreamGetCtx(stream, &ctx) == CUDA_SUCCESS)
-		note_context(ctx);
-}
-
-namespace {
-
-// Calls FN(state) in each context of PRIMARY's device that xmem can know of: the
-// primary, the calling thread's current one, those noted; each made current for the
-// call. STATE is CUDA_SUCCESS, or the error the context answers every call with (a
-// sticky one: its device cannot even be asked, so it may be on another). Contexts
-// destroyed since they were noted are forgotten. Stops at the first FN that says false.
+// Calls FN(state) in the calling thread's current context when it is a context of
+// PRIMARY's device, then in PRIMARY (pushed for the call) when that is another. STATE
+// is CUDA_SUCCESS, or the error the context answers every call with: a sticky one, or
+// CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed context still current here, whose
+// work is gone with it (skipped). The current context is used where it is, never
+// pushed: a destroyed one's handle must not be handed back to the driver. Stops at the
+// first FN that says false.
 template<typename Fn>
 void for_each_context(const PrimaryContext &primary, Fn fn)
 {
@@ -49,46 +20,26 @@ void for_each_context(const PrimaryContext &primary, Fn fn)
 	CUcontext current = nullptr;
 	if (d->cuCtxGetCurrent(&current) != CUDA_SUCCESS)
 		current = nullptr;
-	std::vector<CUcontext> contexts{ primary.get() };
-	if (current && current != primary.get())
-		contexts.push_back(current);
-	{
-		std::lock_guard guard(known_lock);
-		for (CUcontext c : *known)
-			if (std::find(contexts.begin(), contexts.end(), c) == contexts.end())
-				contexts.push_back(c);
-	}
-	std::vector<CUcontext> gone;
-	for (CUcontext c : contexts) {
-		if (d->cuCtxPushCurrent(c) != CUDA_SUCCESS) {
-			gone.push_back(c);
-			continue;
-		}
+	auto visit = [&]() {
 		CUdevice device = -1;
 		CUresult r = d->cuCtxGetDevice(&device);
-		bool more = true;
 		bool destroyed = r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED;
-		bool ours = r == CUDA_SUCCESS && device == primary.device();
-		bool faulted = r != CUDA_SUCCESS && !destroyed;
-		if (ours || faulted)
-			more = fn(r);
-		else if (r != CUDA_SUCCESS && c != primary.get())
-			gone.push_back(c); // destroyed while it stayed current somewhere
-		CUcontext popped;
-		d->cuCtxPopCurrent(&popped);
-		if (!more)
-			break;
-	}
-	if (!gone.empty()) {
-		std::lock_guard guard(known_lock);
-		std::erase_if(*known,
-			      [&](CUcontext c) { return std::find(gone.begin(), gone.end(), c) != gone.end(); });
-	}
+		if ((r == CUDA_SUCCESS && device == primary.device()) || (r != CUDA_SUCCESS && !destroyed))
+			return fn(r);
+		return true;
+	};
+	if (current && current != primary.get() && !visit())
+		return;
+	if (d->cuCtxPushCurrent(primary.get()) != CUDA_SUCCESS)
+		return;
+	visit();
+	CUcontext popped;
+	d->cuCtxPopCurrent(&popped);
 }
 
 } // namespace
 
-CUresult synchronize_contexts(const PrimaryContext &primary, const char **failed_call)
+CUresult synchronize_contexts(const PrimaryContext &primary, CUstream also, const char **failed_call)
 {
 	const Driver *d = driver().value();
 	CUresult first = CUDA_SUCCESS;
@@ -101,6 +52,17 @@ CUresult synchronize_contexts(const PrimaryContext &primary, const char **failed
 		}
 		return true;
 	});
+	if (also && also != CU_STREAM_LEGACY && also != CU_STREAM_PER_THREAD) {
+		// Its own context's synchronization would do too, but the stream is the
+		// handle the caller vouches for.
+		ContextScope scope(primary, also);
+		CUresult r = d->cuStreamSynchronize(also);
+		if (first == CUDA_SUCCESS && r != CUDA_SUCCESS) {
+			first = r;
+			if (failed_call)
+				*failed_call = "cuStreamSynchronize";
+		}
+	}
 	return first;
 }
 

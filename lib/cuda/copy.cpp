@@ -35,7 +35,7 @@ Result<std::shared_ptr<PrimaryContext>> primary(uint32_t device, const std::stri
 
 } // namespace
 
-Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address)
+Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address, void *stream_arg)
 {
 	std::string where = "device copy on CUDA device " + std::to_string(device);
 	auto ctx = primary(device, where);
@@ -85,10 +85,13 @@ Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, u
 	}
 	*address = p;
 	std::shared_ptr<PrimaryContext> keep = ctx.value();
-	// Freed once no stream xmem knows of can still be using it, whatever its context.
-	return std::shared_ptr<void>(reinterpret_cast<void *>(uintptr_t(p)), [keep, d, size](void *q) {
+	// Freed once the work the CPU can wait for is done: the primary and current
+	// contexts', and that of STREAM, the stream the copy was made on (which must live
+	// as long as the copy: xmem keeps no context, see contexts.hpp).
+	auto stream = static_cast<CUstream>(stream_arg);
+	return std::shared_ptr<void>(reinterpret_cast<void *>(uintptr_t(p)), [keep, d, size, stream](void *q) {
 		ContextScope inner(*keep);
-		cuda::synchronize_contexts(*keep);
+		cuda::synchronize_contexts(*keep, stream);
 		auto at = CUdeviceptr(reinterpret_cast<uintptr_t>(q));
 		d->cuMemUnmap(at, size);
 		d->cuMemAddressFree(at, size);
@@ -140,7 +143,7 @@ Result<void> device_synchronize(uint32_t device, void *stream)
 		return {};
 	}
 	const char *call = "cuCtxSynchronize";
-	if (CUresult r = cuda::synchronize_contexts(**ctx, &call); r != CUDA_SUCCESS)
+	if (CUresult r = cuda::synchronize_contexts(**ctx, nullptr, &call); r != CUDA_SUCCESS)
 		return cuda_error(where, call, r);
 	return {};
 }
@@ -256,7 +259,6 @@ Result<void> cuda_stream_wait(CudaStream waiter, CudaStream producer)
 		return cuda_error(where, "cuStreamGetCtx", r);
 	if (CUresult r = drv->cuStreamGetCtx(w, &ours); r != CUDA_SUCCESS)
 		return cuda_error(where, "cuStreamGetCtx", r);
-	cuda::note_context(ours);
 	CUcontext popped;
 	// The event is of the producer's context, as its record must be; the waiter's
 	// context is current for the wait. Destroying the event leaves the wait in place.

@@ -217,11 +217,8 @@ ContextScope::ContextScope(const PrimaryContext &ctx, CUstream stream) : d_(driv
 	// The legacy and per-thread default streams are the current context's own.
 	bool named = stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
 	CUcontext own = nullptr;
-	if (named && d_->cuStreamGetCtx(stream, &own) == CUDA_SUCCESS && own) {
+	if (named && d_->cuStreamGetCtx(stream, &own) == CUDA_SUCCESS && own)
 		target = own;
-		// Stream-less calls later wait for this context's streams too.
-		note_context(own);
-	}
 	pushed_ = d_->cuCtxPushCurrent(target) == CUDA_SUCCESS;
 }
 

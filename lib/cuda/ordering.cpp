@@ -6,6 +6,13 @@
 
 namespace xmem::cuda {
 
+namespace {
+
+// How long closing a pool waits for writes to its words still queued on streams.
+constexpr int64_t kTeardownTimeoutNs = 10'000'000'000;
+
+} // namespace
+
 Ordering::Ordering(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx)
 	: d_(driver().value()), seg_(seg), ctx_(std::move(ctx))
 {
@@ -52,11 +59,50 @@ Ordering::~Ordering()
 {
 	if (!registered_)
 		return;
+	// Writes to the words queued on streams land before the words are unregistered:
+	// each is seen on the CPU, whatever context its stream is of (xmem keeps none,
+	// see contexts.hpp). Every wait xmem queued is followed on its stream by such a
+	// write, or was waited for on the CPU (a stream-less publish or release waits for
+	// the stream its frame was taken on).
+	bool landed;
+	{
+		std::lock_guard lock(queued_lock_);
+		landed = drain(
+				 queued_ready_, [this](uint32_t i) -> std::atomic<uint64_t> & { return seg_.ready(i); },
+				 deadline_after(kTeardownTimeoutNs)) &&
+			 drain(
+				 queued_done_,
+				 [this](uint32_t i) -> std::atomic<uint64_t> & { return seg_.done(i, queued_holder_); },
+				 deadline_after(kTeardownTimeoutNs));
+	}
 	ContextScope scope(*ctx_);
-	// Queued waits and writes on the words finish before they are unregistered, on
-	// every context whose streams xmem was given.
 	synchronize_contexts(*ctx_);
-	d_->cuMemHostUnregister(registered_);
+	// A write that never landed (its stream stuck, or its context faulted) may still
+	// run: the pages stay registered until the process exits rather than have the GPU
+	// write to an address that is gone.
+	if (landed)
+		d_->cuMemHostUnregister(registered_);
+}
+
+bool Ordering::drain(std::vector<uint64_t> &queued, const std::function<std::atomic<uint64_t> &(uint32_t)> &word,
+		     uint64_t deadline_ns)
+{
+	for (uint32_t i = 0; i < queued.size(); i++) {
+		uint64_t seq = queued[i];
+		if (seq == 0)
+			continue;
+		for (uint32_t polls = 1; !reached(word(i).load(std::memory_order_acquire), seq); polls++) {
+			if (monotonic_ns() >= deadline_ns)
+				return false;
+			// A context with a sticky error never runs the write: stop waiting for it
+			// (every ~1 ms). Only the primary and current contexts can be asked.
+			if (polls % 50 == 0 && context_fault(*ctx_) != CUDA_SUCCESS)
+				return false;
+			std::this_thread::sleep_for(std::chrono::microseconds(20));
+		}
+		queued[i] = 0;
+	}
+	return true;
 }
 
 CUdeviceptr Ordering::device_address(const std::atomic<uint64_t> &word) const
@@ -65,7 +111,7 @@ CUdeviceptr Ordering::device_address(const std::atomic<uint64_t> &word) const
 	return dev_base_ + CUdeviceptr(offset);
 }
 
-Result<void> Ordering::synchronize(CUstream stream, const char *why)
+Result<void> Ordering::synchronize(CUstream stream, CUstream also, const char *why)
 {
 	ContextScope scope(*ctx_, stream);
 	if (stream) {
@@ -73,15 +119,16 @@ Result<void> Ordering::synchronize(CUstream stream, const char *why)
 			return cuda_error(why, "cuStreamSynchronize", r);
 		return {};
 	}
-	// "Every stream of this process": cuCtxSynchronize reaches the current context's
-	// only, and the caller's work may be on GStreamer's or a framework's context.
+	// "Every stream of this process" that xmem can reach safely: the primary and the
+	// current context, and the stream the frame was taken on (its writes or reads
+	// may be in another context: GStreamer's, a framework's).
 	const char *call = "cuCtxSynchronize";
-	if (CUresult r = synchronize_contexts(*ctx_, &call); r != CUDA_SUCCESS)
+	if (CUresult r = synchronize_contexts(*ctx_, also, &call); r != CUDA_SUCCESS)
 		return cuda_error(why, call, r);
 	return {};
 }
 
-Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
+Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg, void *also)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
@@ -91,9 +138,12 @@ Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg)
 			d_->cuStreamWriteValue64(stream, device_address(ready), seq, CU_STREAM_WRITE_VALUE_DEFAULT);
 		if (r != CUDA_SUCCESS)
 			return cuda_error("publish", "cuStreamWriteValue64", r);
+		std::lock_guard lock(queued_lock_);
+		queued_ready_.resize(seg_.slot_count, 0);
+		queued_ready_[slot] = seq;
 		return {};
 	}
-	if (auto r = synchronize(stream, "publish"); !r)
+	if (auto r = synchronize(stream, static_cast<CUstream>(also), "publish"); !r)
 		return r;
 	ready.store(seq, std::memory_order_release);
 	return {};
@@ -103,12 +153,8 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
 	std::atomic<uint64_t> &ready = seg_.ready(slot);
-	// A stream-less call later waits for STREAM's context too: ContextScope notes it
-	// where it makes the context current, note_stream() where nothing does.
-	if (reached(ready.load(std::memory_order_acquire), seq)) {
-		note_stream(stream);
+	if (reached(ready.load(std::memory_order_acquire), seq))
 		return {};
-	}
 	if (gpu() && stream) {
 		ContextScope scope(*ctx_, stream);
 		CUresult r = d_->cuStreamWaitValue64(stream, device_address(ready), seq, CU_STREAM_WAIT_VALUE_GEQ);
@@ -116,7 +162,6 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 			return cuda_error("receive", "cuStreamWaitValue64", r);
 		return {};
 	}
-	note_stream(stream);
 	// The producer's stream writes the word soon after publish; poll it.
 	while (!reached(ready.load(std::memory_order_acquire), seq)) {
 		if (monotonic_ns() >= deadline_ns)
@@ -127,7 +172,7 @@ Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 	return {};
 }
 
-Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream_arg)
+Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream_arg, void *also)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
 	std::atomic<uint64_t> &done = seg_.done(slot, holder);
@@ -141,11 +186,12 @@ Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, v
 			std::lock_guard lock(queued_lock_);
 			queued_done_.resize(seg_.slot_count, 0);
 			queued_done_[slot] = seq;
+			queued_holder_ = holder;
 			return {};
 		}
 		// Not queued: fall through to the CPU, so the owner never waits on it.
 	}
-	auto synced = synchronize(stream, "release");
+	auto synced = synchronize(stream, static_cast<CUstream>(also), "release");
 	done.store(seq, std::memory_order_release);
 	return synced;
 }
@@ -153,7 +199,6 @@ Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, v
 Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
-	bool scoped = false; // a ContextScope on STREAM noted its context
 	for (uint32_t w = 0; w < layout::kHolderWords; w++) {
 		std::atomic<uint64_t> &pending = seg_.pending(slot, w * 64);
 		uint64_t bits = pending.exchange(0, std::memory_order_seq_cst);
@@ -170,7 +215,6 @@ Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, 
 				ContextScope scope(*ctx_, stream);
 				CUresult r = d_->cuStreamWaitValue64(stream, device_address(done), seq,
 								     CU_STREAM_WAIT_VALUE_GEQ);
-				scoped = true;
 				if (r != CUDA_SUCCESS)
 					return cuda_error("acquire", "cuStreamWaitValue64", r);
 				continue;
@@ -187,8 +231,6 @@ Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, 
 			}
 		}
 	}
-	if (!scoped)
-		note_stream(stream); // a stream-less call later waits for its context too
 	return {};
 }
 
@@ -201,23 +243,10 @@ void Ordering::release_dead_holder(uint32_t holder, uint64_t seq)
 bool Ordering::drain_done(uint32_t holder, uint64_t deadline_ns)
 {
 	std::lock_guard lock(queued_lock_);
-	for (uint32_t i = 0; i < queued_done_.size(); i++) {
-		uint64_t seq = queued_done_[i];
-		if (seq == 0)
-			continue;
-		// Our stream's write of the word comes after its reads of the slot.
-		for (uint32_t polls = 1; !reached(seg_.done(i, holder).load(std::memory_order_acquire), seq); polls++) {
-			if (monotonic_ns() >= deadline_ns)
-				return false; // a stream stuck past the deadline: the owner quarantines us
-			// A context with a sticky error never runs the write: stop waiting for it
-			// (every ~1 ms; the owner quarantines us until this process exits).
-			if (polls % 50 == 0 && context_fault(*ctx_) != CUDA_SUCCESS)
-				return false;
-			std::this_thread::sleep_for(std::chrono::microseconds(20));
-		}
-		queued_done_[i] = 0;
-	}
-	return true;
+	// Our stream's write of the word comes after its reads of the slot.
+	return drain(
+		queued_done_, [this, holder](uint32_t i) -> std::atomic<uint64_t> & { return seg_.done(i, holder); },
+		deadline_ns);
 }
 
 void Ordering::release_dead_owner()

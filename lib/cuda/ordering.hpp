@@ -6,6 +6,7 @@
 #include "../segment.hpp"
 #include "driver.hpp"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -30,13 +31,15 @@ public:
 
 	// Producer, after its writes to SLOT: frame SEQ is ready once STREAM's work so
 	// far is done. Without a stream, once every stream of this process is.
-	Result<void> mark_ready(uint32_t slot, uint64_t seq, void *stream) override;
+	// ALSO: the stream the frame was acquired on, waited for too without STREAM.
+	Result<void> mark_ready(uint32_t slot, uint64_t seq, void *stream, void *also) override;
 	// Consumer: STREAM waits until frame SEQ of SLOT is ready; without a stream the
 	// CPU does, until DEADLINE.
 	Result<void> wait_ready(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) override;
 	// Holder HOLDER is done with frame SEQ of SLOT once STREAM's work so far is done
-	// (without a stream, once every stream of this process is).
-	Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream) override;
+	// (without a stream, once every stream of this process is, ALSO, the stream the
+	// frame was received on, included).
+	Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream, void *also) override;
 	// Owner, before rewriting SLOT whose last frame was SEQ: STREAM (or the CPU, until
 	// DEADLINE) waits for every holder whose done write is pending.
 	Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) override;
@@ -52,7 +55,11 @@ public:
 private:
 	Ordering(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx);
 	CUdeviceptr device_address(const std::atomic<uint64_t> &word) const;
-	Result<void> synchronize(CUstream stream, const char *why);
+	Result<void> synchronize(CUstream stream, CUstream also, const char *why);
+	// Waits on the CPU, until DEADLINE at most, for WORDS[slot] to reach every value
+	// QUEUED[slot] names (writes queued on streams); true when all landed.
+	bool drain(std::vector<uint64_t> &queued, const std::function<std::atomic<uint64_t> &(uint32_t)> &word,
+		   uint64_t deadline_ns);
 
 	const Driver *d_;
 	const ControlSegment &seg_;
@@ -63,6 +70,9 @@ private:
 	// (0: none): what drain_done() waits for.
 	std::mutex queued_lock_;
 	std::vector<uint64_t> queued_done_;
+	uint32_t queued_holder_ = 0;
+	// Per slot, the last frame whose ready word this process queued on a stream.
+	std::vector<uint64_t> queued_ready_;
 	std::string where_;
 };
 

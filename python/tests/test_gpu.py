@@ -41,15 +41,21 @@ def runtime_dir(monkeypatch):
 # The producer: frame n is (i + n) % 256 over its bytes, written by a kernel on the
 # producer's own stream and published on it, so nobody waits on the CPU.
 PRODUCER = textwrap.dedent("""
-    import sys, torch, xmem
+    import sys, time, torch, xmem
     pool, frames, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     stream = torch.cuda.Stream()
     ramp = torch.arange(size, device="cuda", dtype=torch.int64)
     with xmem.create(pool, size, slots=4, storage="cuda", policy="block") as p:
         print("ready", flush=True)
         sys.stdin.readline()  # the consumer is attached
+        started = time.monotonic()
         for n in range(1, frames + 1):
-            w = p.acquire(timeout=10, stream=stream)
+            try:
+                w = p.acquire(timeout=60, stream=stream)
+            except xmem.Error as e:
+                print("producer: frame %d, %.1f s after the start: %s; %s" % (n, time.monotonic() - started, e,
+                      p.stats()), file=sys.stderr, flush=True)
+                raise
             with torch.cuda.stream(stream):
                 slot = torch.from_dlpack(w)
                 slot.copy_((ramp + n) % 256)
@@ -59,6 +65,21 @@ PRODUCER = textwrap.dedent("""
         torch.cuda.synchronize()
         print("done", flush=True)
 """)
+
+
+def with_progress(iterable, got, consumer):
+    """ITERABLE; when it raises, how far the consumer got is printed first (pytest shows
+    it with the failure)."""
+    iterator = iter(iterable)
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except BaseException:
+            print("consumer: %d frames, %s" % (len(got), consumer.consumer_stats()))
+            raise
+        yield item
 
 
 def start_producer(pool, frames=FRAMES, size=SIZE):
@@ -76,12 +97,19 @@ def test_a_torch_producer_reaches_cupy_and_torch_consumers_in_place_on_a_gpu():
     try:
         with xmem.open(pool, timeout=30, queue_size=4, policy="fifo") as c:
             assert c.storage == "cuda"
-            producer.stdin.write("go\n")
-            producer.stdin.flush()
             cupy_stream = cupy.cuda.Stream(non_blocking=True)
             ramp = torch.arange(SIZE, device="cuda", dtype=torch.int64)
+            # CuPy compiles each kernel on first use (seconds on a fresh machine): once
+            # here, before the producer starts, so the stream of frames never waits on it.
+            with cupy_stream:
+                cupy.array_equal(cupy.zeros(SIZE, cupy.uint8),
+                                 ((cupy.arange(SIZE, dtype=cupy.int64) + 1) % 256).astype(cupy.uint8))
+            torch.equal(ramp.to(torch.uint8), ((ramp + 1) % 256).to(torch.uint8))
+            torch.cuda.synchronize()
+            producer.stdin.write("go\n")
+            producer.stdin.flush()
             seqs, wrong = [], []
-            for n, frame in enumerate(c, start=1):
+            for n, frame in with_progress(enumerate(c, start=1), seqs, c):
                 seqs.append(frame.meta.seq)
                 address = frame.__cuda_array_interface__["data"][0]
                 if n % 2:
@@ -122,8 +150,8 @@ def test_received_on_a_torch_stream_the_reads_are_ordered_without_a_cpu_wait_on_
             stream = torch.cuda.Stream()
             ramp = torch.arange(SIZE, device="cuda", dtype=torch.int64)
             results = []
-            for n in range(1, FRAMES + 1):
-                frame = c.receive(timeout=30, stream=stream)
+            received = (c.receive(timeout=30, stream=stream) for _ in range(FRAMES))
+            for n, frame in with_progress(enumerate(received, start=1), results, c):
                 assert frame.__cuda_array_interface__["stream"] == stream.cuda_stream
                 with torch.cuda.stream(stream):
                     tensor = torch.from_dlpack(frame.__dlpack__(stream=stream.cuda_stream))

@@ -47,6 +47,19 @@ def slot_address(frame):
     return xmem.lib.xmem_buffer_data(frame._hold.buffer)
 
 
+def test_every_library_call_has_its_c_signature():
+    """ctypes passes an undeclared call's Python ints as 32-bit C ints: a 64-bit timeout
+    or a CUstream (a pointer on a real driver) arrives truncated. Found on an H200, where
+    acquire_on_stream and publish_on_stream had no signature."""
+    import re
+    source = "".join(open(os.path.join(os.path.dirname(xmem.__file__), f)).read()
+                     for f in ("__init__.py", "_dlpack.py"))
+    used = set(re.findall(r"lib\.(xmem_\w+)", source))
+    assert used, "no library call found in the module's source"
+    missing = sorted(used - set(xmem._capi._SIGNATURES))
+    assert not missing, "called without argtypes/restype: %s" % missing
+
+
 def test_numpy_array_is_the_slot_itself():
     pool = name()
     with xmem.create(pool, 64 * 48 * 4, slots=4, format="video/x-raw,format=RGBA,width=64,height=48") as p:

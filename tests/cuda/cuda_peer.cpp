@@ -8,6 +8,7 @@
 #include "cuda/driver.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 using namespace std::chrono_literals;
@@ -236,13 +238,18 @@ int hang_up_writing(const std::string &name, const xmem::test::Options &o)
 	if (!o.count("keep"))
 		if (auto r = w->release(g.stream); !r)
 			return fail("release: " + r.error().message);
-	// The pool's socket is this process's only one.
+	// The pool's socket: the one connected to the owner's, whose address names the pool.
+	// (The real CUDA driver has sockets of its own, which must stay.)
 	int sockets = 0;
 	for (int fd = 3; fd < 1024; fd++) {
-		char link[64] = {};
-		std::string proc = "/proc/self/fd/" + std::to_string(fd);
-		if (::readlink(proc.c_str(), link, sizeof(link) - 1) > 0 && std::strncmp(link, "socket:", 7) == 0 &&
-		    ::shutdown(fd, SHUT_RDWR) == 0)
+		sockaddr_un peer{};
+		socklen_t len = sizeof(peer);
+		if (::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &len) < 0 || peer.sun_family != AF_UNIX ||
+		    len <= offsetof(sockaddr_un, sun_path))
+			continue;
+		// An abstract name starts with a zero byte; a path ends with one.
+		std::string address(peer.sun_path, len - offsetof(sockaddr_un, sun_path));
+		if (address.find(name) != std::string::npos && ::shutdown(fd, SHUT_RDWR) == 0)
 			sockets++;
 	}
 	std::printf("hung-up slot=%u sockets=%d\n", index, sockets);

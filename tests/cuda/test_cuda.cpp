@@ -171,6 +171,11 @@ TEST(CudaPool, AFrameWhoseLayoutDoesNotFitIsRefusedBeforeAnyCopy)
 	auto a = (*owner)->acquire(1s, stream);
 	auto b = (*owner)->acquire(1s, stream);
 	EXPECT_TRUE(a.ok() && b.ok()) << xmem::test::why(a) << " " << xmem::test::why(b);
+	// Before their stream goes: a stream-less release waits for the stream a frame
+	// was acquired on (a destroyed stream's handle dangles in the real driver).
+	for (auto *g : { &a, &b })
+		if (g->ok())
+			(*g)->reset();
 	EXPECT_EQ(d->cuStreamSynchronize(stream), CUDA_SUCCESS);
 	d->cuStreamDestroy(stream);
 }
@@ -334,6 +339,10 @@ TEST(CudaPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)
 	auto check = mine->copy_to_cpu();
 	ASSERT_TRUE(check.ok());
 	EXPECT_EQ(reinterpret_cast<const uint32_t *>(check->data().data())[100], 77u);
+	// The copies made on STREAM go before it: freeing one waits for the stream it
+	// was made on (a destroyed stream's handle dangles in the real driver).
+	dev->reset();
+	again->reset();
 	d->cuStreamDestroy(stream);
 }
 

@@ -34,6 +34,7 @@ extern "C" CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -279,6 +280,9 @@ struct State {
 	std::map<uintptr_t, Retired> retired_host; // freed cuMemAllocHost ranges, PROT_NONE
 	uint64_t next_stream_id = 1;
 	std::map<CUstream, std::shared_ptr<Stream>> streams;
+	// Handles cuStreamDestroy destroyed: naming one again stops the process (see
+	// destroyed_stream() in stream.cpp).
+	std::set<CUstream> destroyed_streams;
 	uint64_t next_event_id = 1;
 	std::map<CUevent, Event> events;
 	// cuCtxCreate's contexts, never freed, so a Stream or an allocation may point at one.

@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <fcntl.h>
@@ -34,23 +35,37 @@ thread_local int context_depth = 0;
 
 // The context a handle names: a primary context, destroyed or not, or a created context
 // that cuCtxDestroy has not destroyed. Caller holds State::lock.
-Context *find_context_locked(State &s, CUcontext handle)
+// A destroyed created context's handle is a dangling pointer in the real driver:
+// cuCtxPushCurrent takes it and returns CUDA_SUCCESS, and the next call made in it
+// crashes (seen on an H200, driver 580.159.04, 2026-11-27). The simulator stops the
+// process there, with the call named, so no test can pass on an answer the driver
+// never gives. (A destroyed context still current to a thread is another case: calls
+// in it fail with CUDA_ERROR_CONTEXT_IS_DESTROYED, as documented.)
+Context *find_context_locked(State &s, CUcontext handle, const char *call)
 {
 	for (const auto &ctx : s.contexts) {
 		if (reinterpret_cast<CUcontext>(ctx.get()) == handle)
 			return ctx.get();
 	}
 	for (const auto &ctx : s.created) {
-		if (reinterpret_cast<CUcontext>(ctx.get()) == handle)
-			return ctx->refs ? ctx.get() : nullptr;
+		if (reinterpret_cast<CUcontext>(ctx.get()) != handle)
+			continue;
+		if (!ctx->refs) {
+			std::fprintf(stderr,
+				     "cudasim: %s(%p): the context was destroyed; the real driver takes the "
+				     "dangling handle and crashes in the next call\n",
+				     call, static_cast<void *>(handle));
+			std::abort();
+		}
+		return ctx.get();
 	}
 	return nullptr;
 }
 
-Context *find_context(State &s, CUcontext handle)
+Context *find_context(State &s, CUcontext handle, const char *call)
 {
 	std::lock_guard<std::mutex> guard(s.lock);
-	return find_context_locked(s, handle);
+	return find_context_locked(s, handle, call);
 }
 
 // The compute mode of the device of ordinal dev.
@@ -669,7 +684,7 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
 		std::vector<std::shared_ptr<Backing>> dead; // freed after unlocking
 		{
 			std::lock_guard<std::mutex> guard(s->lock);
-			context = find_context_locked(*s, ctx);
+			context = find_context_locked(*s, ctx, call);
 			if (!context)
 				return fail(CUDA_ERROR_INVALID_CONTEXT, call, "unknown or destroyed context %p",
 					    static_cast<void *>(ctx));
@@ -696,7 +711,7 @@ CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
 		return r;
 	if (!ctx)
 		return fail(CUDA_ERROR_INVALID_VALUE, "cuCtxPushCurrent", "null context");
-	Context *context = find_context(*s, ctx);
+	Context *context = find_context(*s, ctx, "cuCtxPushCurrent");
 	if (!context)
 		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPushCurrent", "unknown context %p",
 			    static_cast<void *>(ctx));
@@ -742,7 +757,7 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 			context_depth--;
 		return CUDA_SUCCESS;
 	}
-	Context *context = find_context(*s, ctx);
+	Context *context = find_context(*s, ctx, "cuCtxSetCurrent");
 	if (!context)
 		return fail(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSetCurrent", "unknown context %p",
 			    static_cast<void *>(ctx));
@@ -880,7 +895,7 @@ CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags
 		return r;
 	if (Flags)
 		return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", Flags);
-	Context *peer = peerContext ? find_context(*state(), peerContext) : nullptr;
+	Context *peer = peerContext ? find_context(*state(), peerContext, "cuCtxEnablePeerAccess") : nullptr;
 	if (!peer || peer == ctx)
 		return fail(CUDA_ERROR_INVALID_CONTEXT, call, "peer %p is unknown or the current context",
 			    static_cast<void *>(peerContext));
@@ -893,7 +908,7 @@ CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
 	Context *ctx = nullptr;
 	if (CUresult r = current_context(call, &ctx))
 		return r;
-	Context *peer = peerContext ? find_context(*state(), peerContext) : nullptr;
+	Context *peer = peerContext ? find_context(*state(), peerContext, "cuCtxDisablePeerAccess") : nullptr;
 	if (!peer)
 		return fail(CUDA_ERROR_INVALID_CONTEXT, call, "unknown peer %p", static_cast<void *>(peerContext));
 	// cuCtxEnablePeerAccess never succeeds, so no access was ever enabled.

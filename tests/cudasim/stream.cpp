@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -81,8 +82,10 @@ std::shared_ptr<Stream> start_stream(State &s, Context *ctx, bool blocking, bool
 {
 	auto stream = std::make_shared<Stream>();
 	stream->id = s.next_stream_id++;
-	// Handles are never reused, so a destroyed stream's handle stays invalid.
-	stream->handle = reinterpret_cast<CUstream>(uintptr_t(0x5000000) + stream->id * 0x10);
+	// Handles are never reused, so a destroyed stream's handle stays invalid. Above
+	// 2^32, as the real driver's (pointers): a caller that passes one through 32 bits
+	// (a ctypes call without argtypes did, found on an H200) fails here too.
+	stream->handle = reinterpret_cast<CUstream>(uintptr_t(0x7e5000000000) + stream->id * 0x10);
 	stream->ctx = ctx;
 	stream->device = ctx->device;
 	stream->blocking = blocking;
@@ -126,6 +129,20 @@ bool is_closing(Stream &stream)
 	return stream.closing;
 }
 
+// A stream handle cuStreamDestroy destroyed, named again: in the real driver a handle is a
+// pointer to the stream's object, freed by then, so the call is undefined behaviour (its
+// contexts' dangling handles crash the next call: H200, driver 580.159.04). The simulator
+// stops the process, naming the call, rather than answer CUDA_ERROR_INVALID_HANDLE, an
+// answer the driver does not promise. Caller holds State::lock.
+void check_not_destroyed(const State &s, const char *call, CUstream handle)
+{
+	if (!s.destroyed_streams.count(handle))
+		return;
+	std::fprintf(stderr, "cudasim: %s(%p): the stream was destroyed; its handle dangles in the real driver\n", call,
+		     static_cast<void *>(handle));
+	std::abort();
+}
+
 // The stream a call names, in the calling thread's context ctx: 0 and CU_STREAM_LEGACY
 // are the context's legacy stream, CU_STREAM_PER_THREAD this thread's own blocking stream
 // of the context.
@@ -149,8 +166,10 @@ CUresult find_stream(const char *call, Context *ctx, CUstream handle, std::share
 		return CUDA_SUCCESS;
 	}
 	auto it = s.streams.find(handle);
-	if (it == s.streams.end())
+	if (it == s.streams.end()) {
+		check_not_destroyed(s, call, handle);
 		return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown stream %p", static_cast<void *>(handle));
+	}
 	out = it->second;
 	return CUDA_SUCCESS;
 }
@@ -787,11 +806,14 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 		{
 			std::lock_guard<std::mutex> guard(s.lock);
 			auto it = s.streams.find(hStream);
-			if (it == s.streams.end())
+			if (it == s.streams.end()) {
+				check_not_destroyed(s, call, hStream);
 				return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown stream %p",
 					    static_cast<void *>(hStream));
+			}
 			stream = std::move(it->second);
 			s.streams.erase(it);
+			s.destroyed_streams.insert(hStream);
 		}
 		// Returns at once; the worker finishes what is queued, then exits.
 		{
@@ -1034,8 +1056,10 @@ CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 			return fail(CUDA_ERROR_NOT_INITIALIZED, call, "cuInit has not succeeded");
 		std::lock_guard<std::mutex> guard(s->lock);
 		auto it = s->streams.find(hStream);
-		if (it == s->streams.end())
+		if (it == s->streams.end()) {
+			check_not_destroyed(*s, call, hStream);
 			return fail(CUDA_ERROR_INVALID_HANDLE, call, "unknown stream %p", static_cast<void *>(hStream));
+		}
 		Context *ctx = it->second->ctx;
 		if (ctx->sticky.load(std::memory_order_acquire))
 			return fail(CUDA_ERROR_ILLEGAL_ADDRESS, call, "sticky error of device %d", ctx->device);

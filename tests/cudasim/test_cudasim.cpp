@@ -781,6 +781,30 @@ TEST(Context, TheLastReleaseDestroysThePrimaryContextAndWhatItOwns)
 	});
 }
 
+// A destroyed context's handle dangles in the real driver: cuCtxPushCurrent returns
+// CUDA_SUCCESS and the next call crashes (H200, driver 580.159.04). The simulator
+// stops the process at the first call naming it.
+TEST(ContextDeathTest, ADestroyedContextsHandleStopsTheProcess)
+{
+	GTEST_FLAG_SET(death_test_style, "threadsafe");
+	auto use_destroyed = [](const std::string &call) {
+		CUcontext primary = nullptr;
+		CUcontext created = nullptr;
+		if (cu().cuInit(0) != CUDA_SUCCESS || cu().cuDevicePrimaryCtxRetain(&primary, 1) != CUDA_SUCCESS ||
+		    cu().cuCtxCreate_v2(&created, 0, 1) != CUDA_SUCCESS || cu().cuCtxDestroy(created) != CUDA_SUCCESS)
+			std::exit(3);
+		if (call == "cuCtxPushCurrent")
+			cu().cuCtxPushCurrent(created);
+		else if (call == "cuCtxSetCurrent")
+			cu().cuCtxSetCurrent(created);
+		else
+			cu().cuCtxDestroy(created);
+		std::exit(4);
+	};
+	for (std::string call : { "cuCtxPushCurrent", "cuCtxSetCurrent", "cuCtxDestroy" })
+		EXPECT_DEATH(use_destroyed(call), "cudasim: " + call + ".*the context was destroyed") << call;
+}
+
 TEST(Context, CreatedContextsArePushedAndDestroyedWithWhatTheyOwn)
 {
 	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
@@ -836,9 +860,6 @@ TEST(Context, CreatedContextsArePushedAndDestroyedWithWhatTheyOwn)
 		// The handle is gone, and so is everything the context owned.
 		EXPECT_EQ(cu().cuCtxGetCurrent(&current), CUDA_SUCCESS);
 		EXPECT_EQ(current, primary);
-		EXPECT_EQ(cu().cuCtxPushCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
-		EXPECT_EQ(cu().cuCtxSetCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
-		EXPECT_EQ(cu().cuCtxDestroy(created), CUDA_ERROR_INVALID_CONTEXT);
 		EXPECT_EQ(cu().cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
 		EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
 		EXPECT_EQ(cu().cuStreamGetCtx(stream, &current), CUDA_ERROR_INVALID_HANDLE);
@@ -1384,10 +1405,12 @@ TEST_F(Sim, DestroyReturnsAtOnceAndQueuedWorkStillRuns)
 	auto start = std::chrono::steady_clock::now();
 	ASSERT_EQ(cu().cuStreamDestroy(stream), CUDA_SUCCESS);
 	EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
-	EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
-	EXPECT_EQ(cu().cuStreamSynchronize(stream), CUDA_ERROR_INVALID_HANDLE);
-	EXPECT_EQ(cu().cuStreamDestroy(stream), CUDA_ERROR_INVALID_HANDLE);
-	EXPECT_EQ(cu().cuMemsetD8Async(buffer.va, 0, 1, stream), CUDA_ERROR_INVALID_HANDLE);
+	// The destroyed handle dangles in the real driver: naming it again stops the process.
+	GTEST_FLAG_SET(death_test_style, "threadsafe");
+	EXPECT_DEATH(cu().cuStreamQuery(stream), "cudasim: cuStreamQuery.*the stream was destroyed");
+	EXPECT_DEATH(cu().cuStreamSynchronize(stream), "the stream was destroyed");
+	EXPECT_DEATH(cu().cuStreamDestroy(stream), "the stream was destroyed");
+	EXPECT_DEATH(cu().cuMemsetD8Async(buffer.va, 0, 1, stream), "the stream was destroyed");
 	EXPECT_EQ(cu().cuStreamDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);
 
 	gate.word(0).store(1, std::memory_order_release);
@@ -2323,7 +2346,8 @@ TEST(GStreamer, EveryEntryPointGstCudaLoadsIsExported)
 		ASSERT_EQ(cu().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
 		ASSERT_EQ(cu().cuStreamCreate(&stream, 0), CUDA_SUCCESS);
 		EXPECT_EQ(destroy_v1(stream), CUDA_SUCCESS);
-		EXPECT_EQ(cu().cuStreamQuery(stream), CUDA_ERROR_INVALID_HANDLE);
+		// Gone: cuStreamDestroy_v2 would stop the process on it (a dangling handle).
+		EXPECT_DEATH(cu().cuStreamDestroy(stream), "the stream was destroyed");
 		EXPECT_EQ(cu().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
 		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
 	});

@@ -65,7 +65,10 @@ sim)
 gpu)
 	has_nvcuvid || { echo "skipped: no libnvcuvid.so.1 (NVDEC needs an NVIDIA GPU and driver)"; exit 77; }
 	make_clip 60 || { echo "skipped: no H.264 encoder in GStreamer"; exit 77; }
-	gst-launch-1.0 -q xmemsrc pool-name=nv is-live=false timeout=30000000000 ! video/x-raw \
+	# policy=fifo: NVDEC decodes the clip far faster than the consumer takes frames,
+	# and a consumer that asks for every frame gets it (the producer waits for it).
+	# No -q: it silences -v's last-message lines, which are what is counted.
+	gst-launch-1.0 xmemsrc pool-name=nv is-live=false policy=fifo timeout=30000000000 ! video/x-raw \
 		! fakesink silent=false -v >"$work/consumer.log" 2>&1 &
 	consumer=$!
 	run "$work/clip.h264" nv --wait 1

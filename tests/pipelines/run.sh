@@ -226,7 +226,10 @@ case_cuda_file() {
 	[ -n "$enc" ] || { echo "skipped: no H.264 encoder (nvh264enc, x264enc, openh264enc)"; exit 77; }
 	gst-launch-1.0 -q videotestsrc num-buffers=60 ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 \
 		! "$enc" ! h264parse ! mp4mux ! filesink location="$clip" || fail "cannot make the test file with $enc"
-	start consumer env "XMEM_SINK=fakesink silent=false" XMEM_GST_ARGS=-v "$pipelines/cuda-consumer.sh" movie
+	# Every frame: the file decodes faster than the consumer takes frames, and the
+	# pool's default drops the oldest queued ones; this consumer asks for all of them.
+	start consumer env XMEM_POLICY=fifo "XMEM_SINK=fakesink silent=false" XMEM_GST_ARGS=-v \
+		"$pipelines/cuda-consumer.sh" movie
 	start producer env XMEM_WAIT_FOR_CONSUMERS=1 "$pipelines/cuda-producer.sh" --file "$clip" movie
 	finish producer
 	finish consumer 30

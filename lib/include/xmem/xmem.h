@@ -355,8 +355,9 @@ int xmem_buffer_is_copy(const xmem_buffer *buffer);
 /* A new read-only reference to the same frame. */
 int xmem_buffer_clone(const xmem_buffer *buffer, xmem_buffer **out);
 /* Drops the reference (NULL is fine). For a device frame the slot is reused only
- * after every stream of this process is done (a CPU synchronization): see
- * xmem_buffer_release_on_stream. */
+ * after this process's work on it is done, waited for on the CPU: the primary and
+ * the current context's streams, and the stream the frame was acquired or received
+ * on (which must live until then). See xmem_buffer_release_on_stream. */
 void xmem_buffer_release(xmem_buffer *buffer);
 /* Drops the reference once the work queued on CUDA_STREAM so far is done, without a
  * CPU wait: the producer's GPU waits for it before rewriting the slot. The buffer is
@@ -408,9 +409,8 @@ int xmem_cuda_copy_2d(uint64_t dst, uint64_t dst_pitch, int dst_device, uint64_t
 /* 1 when the work queued on CUDA_STREAM so far is done, 0 when not (never waits),
  * or a negative error. */
 int xmem_cuda_stream_done(uint32_t device, void *cuda_stream);
-/* Waits on the CPU for CUDA_STREAM (NULL: every stream of this process on DEVICE that
- * xmem can know of: the primary context's, the calling thread's current context's, and
- * those of every context whose streams were passed to xmem). */
+/* Waits on the CPU for CUDA_STREAM (NULL: the streams of DEVICE's primary context and
+ * of the calling thread's current context). */
 int xmem_cuda_synchronize(uint32_t device, void *cuda_stream);
 
 #ifdef __cplusplus

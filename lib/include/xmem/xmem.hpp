@@ -228,8 +228,9 @@ public:
 	// Another read-only reference to the same frame (a private copy is shared as is).
 	Result<BufferGuard> clone_ref() const;
 	// Drops the reference now; the guard becomes empty. Safe to call twice. For a
-	// device frame, the slot is reused only after every stream of this process is
-	// done (a CPU synchronization): use release(stream) to avoid it.
+	// device frame, the slot is reused only after this process's work on it is done,
+	// waited for on the CPU: the primary and the current context's streams, and the
+	// stream the frame was acquired or received on. Use release(stream) to avoid it.
 	void reset();
 	// Drops the reference once the work queued on STREAM so far is done, without
 	// waiting on the CPU: the producer's GPU waits for it before rewriting the slot.
@@ -241,7 +242,8 @@ public:
 	// STREAM: use it on that stream, or after it. Without a stream it is complete on
 	// return. From a system-memory frame (pageable memory) the call waits, as the CUDA
 	// driver does, for STREAM's earlier work before it returns; the device write stays
-	// queued. Read-only, like the frame; freed with the last guard on it.
+	// queued. Read-only, like the frame; freed with the last guard on it, once STREAM's
+	// work is done (so STREAM must outlive the copy: a destroyed stream's handle dangles).
 	Result<BufferGuard> copy_to_cuda(uint32_t device, CudaStream stream = nullptr) const;
 	// The seed API's name for the same copy.
 	Result<BufferGuard> copy_to_device(uint32_t device, CudaStream stream = nullptr) const;
@@ -266,6 +268,10 @@ private:
 	std::shared_ptr<const std::string> format_;
 	// The side data: set_side_data()'s, or the copy make_guard() took; none when empty.
 	std::shared_ptr<const std::vector<std::byte>> side_data_;
+	// The stream the frame was acquired or received on (nullptr: none): a stream-less
+	// publish or release waits for it too. It must live until then (CUDA's own rule
+	// for work queued on it); xmem keeps no context, see lib/cuda/contexts.hpp.
+	CudaStream stream_ = nullptr;
 };
 
 // A handle to a pool: its owner (create) or a consumer (open). Thread-safe.
@@ -403,10 +409,9 @@ Result<void> cuda_copy_2d(const Region2D &dst, const Region2D &src, uint64_t wid
 Result<std::string> cuda_check_device(uint32_t device);
 // Whether the work queued on STREAM so far is done (cuStreamQuery): never waits.
 Result<bool> cuda_stream_done(uint32_t device, CudaStream stream);
-// Waits on the CPU for STREAM (nullptr: every stream of this process on DEVICE that
-// xmem can know of: those of the primary context, of the calling thread's current
-// context, and of every context whose streams were passed to xmem; the driver has no
-// call that reaches a context nobody named).
+// Waits on the CPU for STREAM (nullptr: the streams of DEVICE's primary context and of
+// the calling thread's current context; the driver has no call that reaches every
+// context, and xmem keeps none it was shown: a destroyed context's handle dangles).
 Result<void> cuda_synchronize(uint32_t device, CudaStream stream = nullptr);
 // Waits on the CPU for every stream of CONTEXT (a CUcontext: one a framework made).
 Result<void> cuda_synchronize_context(void *context);

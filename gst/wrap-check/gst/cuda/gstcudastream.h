@@ -17,6 +17,7 @@ typedef struct _GstCudaStream GstCudaStream;
 
 GST_CUDA_API GstCudaStream *gst_cuda_stream_new(GstCudaContext *context) G_GNUC_WARN_UNUSED_RESULT;
 GST_CUDA_API CUstream gst_cuda_stream_get_handle(GstCudaStream *stream);
+GST_CUDA_API GstCudaStream *gst_cuda_stream_ref(GstCudaStream *stream);
 GST_CUDA_API void gst_cuda_stream_unref(GstCudaStream *stream);
 
 G_END_DECLS
