@@ -199,6 +199,29 @@ Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, v
 Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
 {
 	CUstream stream = static_cast<CUstream>(stream_arg);
+	// The slot's last frame, SEQ, may still have its writes and its ready write queued
+	// on the stream it was published on (when nobody took it, no done word says they
+	// are over). The new frame's work comes after them, or a late write of the old
+	// frame would land on the new one, and its ready write take the word back to SEQ.
+	std::atomic<uint64_t> &ready = seg_.ready(slot);
+	if (!reached(ready.load(std::memory_order_acquire), seq)) {
+		if (gpu() && stream) {
+			ContextScope scope(*ctx_, stream);
+			CUresult r =
+				d_->cuStreamWaitValue64(stream, device_address(ready), seq, CU_STREAM_WAIT_VALUE_GEQ);
+			if (r != CUDA_SUCCESS)
+				return cuda_error("acquire", "cuStreamWaitValue64", r);
+		} else {
+			while (!reached(ready.load(std::memory_order_acquire), seq)) {
+				if (monotonic_ns() >= deadline_ns)
+					return make_error(Errc::timed_out,
+							  "the GPU writes of frame " + std::to_string(seq) +
+								  " to slot " + std::to_string(slot) +
+								  " did not finish within the timeout");
+				std::this_thread::sleep_for(std::chrono::microseconds(20));
+			}
+		}
+	}
 	for (uint32_t w = 0; w < layout::kHolderWords; w++) {
 		std::atomic<uint64_t> &pending = seg_.pending(slot, w * 64);
 		uint64_t bits = pending.exchange(0, std::memory_order_seq_cst);

@@ -41,7 +41,8 @@ public:
 	// frame was received on, included).
 	Result<void> mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream, void *also) override;
 	// Owner, before rewriting SLOT whose last frame was SEQ: STREAM (or the CPU, until
-	// DEADLINE) waits for every holder whose done write is pending.
+	// DEADLINE) waits for that frame's own ready write (it may be queued on another
+	// stream of the producer's) and for every holder whose done write is pending.
 	Result<void> wait_done(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns) override;
 	// Owner, reaping HOLDER: its done words become SEQ (the newest frame), so no stream
 	// waits on a process that is gone.

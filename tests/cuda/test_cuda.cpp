@@ -1268,6 +1268,64 @@ TEST(CudaOrdering, TheProducersStreamWaitsForAConsumersHeldReads)
 	d->cuStreamDestroy(read);
 }
 
+// A producer writing on two streams: frame 1 published on stream A, held back by a gate,
+// so its ready write is still queued when the slot (nobody took frame 1) is acquired
+// again on stream B. Without an order between them B's ready write for frame 2 could
+// land first and A's late write then take the word back to frame 1: consumers waiting
+// for frame 2 would wait forever. Acquire on B therefore waits on the GPU for the
+// slot's last ready write before anything queued after it.
+TEST(CudaOrdering, ASlotsReadyWordNeverGoesBackToAnOlderFrame)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("two-streams", cuda_config(kSize, 1));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream a, b;
+	ASSERT_EQ(d->cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	GatedHost host(kSize);
+	ASSERT_TRUE(host.ok);
+
+	auto f = (*owner)->acquire(5s, a);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuStreamWaitValue64(a, host.gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0x11111111, kSize / 4, a), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	ASSERT_TRUE((*owner)->publish(std::move(f.value()), a).ok());
+
+	// Nobody holds frame 1: the slot is free at once, and B's work must still wait.
+	auto again = (*owner)->acquire(5s, b);
+	ASSERT_TRUE(again.ok()) << xmem::test::why(again);
+	ASSERT_EQ(d->cuMemsetD32Async(again->device_ptr(), 0x22222222, kSize / 4, b), CUDA_SUCCESS);
+	std::this_thread::sleep_for(200ms);
+	EXPECT_EQ(d->cuStreamQuery(b), CUDA_ERROR_NOT_READY) << "stream B ran before frame 1's ready write on stream A";
+
+	auto consumer = xmem::BufferPool::open("two-streams");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	again->meta_mut().value()->size = kSize;
+	ASSERT_TRUE((*owner)->publish(std::move(again.value()), b).ok());
+	host.open();
+	// Frame 2 is ready once B's writes land, and stays so after A's.
+	auto r = (*consumer)->receive(5s);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	EXPECT_EQ(r->meta().seq, 2u);
+	auto seen = r->copy_to_cpu();
+	ASSERT_TRUE(seen.ok()) << xmem::test::why(seen);
+	EXPECT_EQ(reinterpret_cast<const uint32_t *>(seen->data().data())[0], 0x22222222u);
+	ASSERT_EQ(d->cuStreamSynchronize(a), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamSynchronize(b), CUDA_SUCCESS);
+	r->reset();
+	consumer->reset();
+	owner->reset();
+	d->cuStreamDestroy(a);
+	d->cuStreamDestroy(b);
+}
+
 // As above, but the consumer still holds the slot for writing when its socket goes (a
 // process killed while writing in place): no done write follows its queued write, so
 // the owner must keep the slot itself out of use until the process has exited. Before
