@@ -149,27 +149,33 @@ Result<void> Ordering::mark_ready(uint32_t slot, uint64_t seq, void *stream_arg,
 	return {};
 }
 
-Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream_arg, uint64_t deadline_ns)
+template<typename Late>
+Result<void> Ordering::await_word(std::atomic<uint64_t> &word, uint64_t seq, CUstream stream, uint64_t deadline_ns,
+				  const char *why, Late late)
 {
-	CUstream stream = static_cast<CUstream>(stream_arg);
-	std::atomic<uint64_t> &ready = seg_.ready(slot);
-	if (reached(ready.load(std::memory_order_acquire), seq))
+	if (reached(word.load(std::memory_order_acquire), seq))
 		return {};
 	if (gpu() && stream) {
 		ContextScope scope(*ctx_, stream);
-		CUresult r = d_->cuStreamWaitValue64(stream, device_address(ready), seq, CU_STREAM_WAIT_VALUE_GEQ);
+		CUresult r = d_->cuStreamWaitValue64(stream, device_address(word), seq, CU_STREAM_WAIT_VALUE_GEQ);
 		if (r != CUDA_SUCCESS)
-			return cuda_error("receive", "cuStreamWaitValue64", r);
+			return cuda_error(why, "cuStreamWaitValue64", r);
 		return {};
 	}
-	// The producer's stream writes the word soon after publish; poll it.
-	while (!reached(ready.load(std::memory_order_acquire), seq)) {
+	// The other side's stream writes the word soon; poll it.
+	while (!reached(word.load(std::memory_order_acquire), seq)) {
 		if (monotonic_ns() >= deadline_ns)
-			return make_error(Errc::timed_out,
-					  "frame " + std::to_string(seq) + " not ready on the GPU within the timeout");
+			return make_error(Errc::timed_out, late());
 		std::this_thread::sleep_for(std::chrono::microseconds(20));
 	}
 	return {};
+}
+
+Result<void> Ordering::wait_ready(uint32_t slot, uint64_t seq, void *stream, uint64_t deadline_ns)
+{
+	return await_word(seg_.ready(slot), seq, static_cast<CUstream>(stream), deadline_ns, "receive", [seq] {
+		return "frame " + std::to_string(seq) + " not ready on the GPU within the timeout";
+	});
 }
 
 Result<void> Ordering::mark_done(uint32_t slot, uint32_t holder, uint64_t seq, void *stream_arg, void *also)
@@ -203,25 +209,13 @@ Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, 
 	// on the stream it was published on (when nobody took it, no done word says they
 	// are over). The new frame's work comes after them, or a late write of the old
 	// frame would land on the new one, and its ready write take the word back to SEQ.
-	std::atomic<uint64_t> &ready = seg_.ready(slot);
-	if (!reached(ready.load(std::memory_order_acquire), seq)) {
-		if (gpu() && stream) {
-			ContextScope scope(*ctx_, stream);
-			CUresult r =
-				d_->cuStreamWaitValue64(stream, device_address(ready), seq, CU_STREAM_WAIT_VALUE_GEQ);
-			if (r != CUDA_SUCCESS)
-				return cuda_error("acquire", "cuStreamWaitValue64", r);
-		} else {
-			while (!reached(ready.load(std::memory_order_acquire), seq)) {
-				if (monotonic_ns() >= deadline_ns)
-					return make_error(Errc::timed_out,
-							  "the GPU writes of frame " + std::to_string(seq) +
-								  " to slot " + std::to_string(slot) +
-								  " did not finish within the timeout");
-				std::this_thread::sleep_for(std::chrono::microseconds(20));
-			}
-		}
-	}
+	if (auto r = await_word(seg_.ready(slot), seq, stream, deadline_ns, "acquire",
+				[=] {
+					return "the GPU writes of frame " + std::to_string(seq) + " to slot " +
+					       std::to_string(slot) + " did not finish within the timeout";
+				});
+	    !r)
+		return r;
 	for (uint32_t w = 0; w < layout::kHolderWords; w++) {
 		std::atomic<uint64_t> &pending = seg_.pending(slot, w * 64);
 		uint64_t bits = pending.exchange(0, std::memory_order_seq_cst);
@@ -231,26 +225,15 @@ Result<void> Ordering::wait_done(uint32_t slot, uint64_t seq, void *stream_arg, 
 			uint32_t holder = w * 64 + b;
 			if (holder > seg_.max_consumers)
 				continue; // scribbled: no such holder
-			std::atomic<uint64_t> &done = seg_.done(slot, holder);
-			if (reached(done.load(std::memory_order_acquire), seq))
-				continue;
-			if (gpu() && stream) {
-				ContextScope scope(*ctx_, stream);
-				CUresult r = d_->cuStreamWaitValue64(stream, device_address(done), seq,
-								     CU_STREAM_WAIT_VALUE_GEQ);
-				if (r != CUDA_SUCCESS)
-					return cuda_error("acquire", "cuStreamWaitValue64", r);
-				continue;
-			}
-			while (!reached(done.load(std::memory_order_acquire), seq)) {
-				if (monotonic_ns() >= deadline_ns) {
-					// Still pending, with the holders not looked at yet.
+			auto r = await_word(seg_.done(slot, holder), seq, stream, deadline_ns, "acquire", [slot] {
+				return "a consumer's GPU reads of slot " + std::to_string(slot) +
+				       " did not finish within the timeout";
+			});
+			if (!r) {
+				// Still pending, with the holders not looked at yet.
+				if (r.code() == Errc::timed_out)
 					pending.fetch_or(bits & (~uint64_t{ 0 } << b), std::memory_order_seq_cst);
-					return make_error(Errc::timed_out,
-							  "a consumer's GPU reads of slot " + std::to_string(slot) +
-								  " did not finish within the timeout");
-				}
-				std::this_thread::sleep_for(std::chrono::microseconds(20));
+				return r;
 			}
 		}
 	}

@@ -57,6 +57,12 @@ private:
 	Ordering(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx);
 	CUdeviceptr device_address(const std::atomic<uint64_t> &word) const;
 	Result<void> synchronize(CUstream stream, CUstream also, const char *why);
+	// STREAM waits on the GPU until WORD reaches SEQ (a queued wait); without a stream
+	// or the GPU path, the CPU polls it until DEADLINE, then fails with LATE()'s
+	// message (made only then). WHY names the API call in a driver error.
+	template<typename Late>
+	Result<void> await_word(std::atomic<uint64_t> &word, uint64_t seq, CUstream stream, uint64_t deadline_ns,
+				const char *why, Late late);
 	// Waits on the CPU, until DEADLINE at most, for WORDS[slot] to reach every value
 	// QUEUED[slot] names (writes queued on streams); true when all landed.
 	bool drain(std::vector<uint64_t> &queued, const std::function<std::atomic<uint64_t> &(uint32_t)> &word,

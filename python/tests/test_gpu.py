@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
@@ -28,14 +27,6 @@ def real_gpu():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     return torch
-
-
-@pytest.fixture(autouse=True)
-def runtime_dir(monkeypatch):
-    with tempfile.TemporaryDirectory(prefix="xmem-gpu-") as path:
-        os.chmod(path, 0o700)
-        monkeypatch.setenv("XDG_RUNTIME_DIR", path)
-        yield path
 
 
 # The producer: frame n is (i + n) % 256 over its bytes, written by a kernel on the

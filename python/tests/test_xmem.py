@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
@@ -19,15 +18,6 @@ import numpy
 import pytest
 
 import xmem
-
-
-@pytest.fixture(autouse=True)
-def runtime_dir(monkeypatch):
-    """Pools of each test in a private directory (children inherit it)."""
-    with tempfile.TemporaryDirectory(prefix="xmem-py-") as path:
-        os.chmod(path, 0o700)
-        monkeypatch.setenv("XDG_RUNTIME_DIR", path)
-        yield path
 
 
 def name():

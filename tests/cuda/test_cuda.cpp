@@ -988,6 +988,26 @@ TEST(CudaPool, APollingConsumerGetsEveryFrame)
 	}
 }
 
+// cuCtxCreate_v2 and cuCtxDestroy_v2 of the driver in use (cuda.h 13's cuCtxCreate is
+// another call): a context of the test's own, made as GStreamer's CUDA library makes
+// its, current once made. Null where the driver lacks them.
+struct ContextCalls {
+	CUresult (*create)(CUcontext *, unsigned int, CUdevice) = nullptr;
+	decltype(&cuCtxDestroy) destroy = nullptr;
+};
+
+ContextCalls context_calls(const xmem::cuda::Driver &d)
+{
+	ContextCalls calls;
+	void *lib = dlopen(d.library.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+	if (!lib)
+		return calls;
+	calls.create = reinterpret_cast<decltype(calls.create)>(dlsym(lib, "cuCtxCreate_v2"));
+	calls.destroy = reinterpret_cast<decltype(calls.destroy)>(dlsym(lib, "cuCtxDestroy_v2"));
+	dlclose(lib); // xmem keeps the driver loaded
+	return calls;
+}
+
 // A caller's streams may belong to a context of its own (GStreamer's, a framework's):
 // - a private copy (copy_to_cuda) used on such a stream must be memory every context
 //   of the device reaches: cuMemAlloc's belongs to the context that made it, and the
@@ -1005,12 +1025,8 @@ TEST(CudaPool, CopiesAndStreamLessCallsReachEveryContext)
 		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
 	constexpr uint64_t kSize = 64 * 1024;
 	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
-	void *lib = dlopen(d->library.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-	ASSERT_NE(lib, nullptr) << d->library;
-	using CtxCreate = CUresult (*)(CUcontext *, unsigned int, CUdevice);
-	auto create = reinterpret_cast<CtxCreate>(dlsym(lib, "cuCtxCreate_v2"));
-	auto destroy = reinterpret_cast<decltype(&cuCtxDestroy)>(dlsym(lib, "cuCtxDestroy_v2"));
-	ASSERT_TRUE(create && destroy);
+	auto [create, destroy] = context_calls(*d);
+	ASSERT_TRUE(create && destroy) << d->library;
 	auto info = xmem::cuda::check_device(0, "test").value();
 	CUcontext own = nullptr;
 	ASSERT_EQ(create(&own, 0, info.device), CUDA_SUCCESS); // current until popped
@@ -1085,7 +1101,6 @@ TEST(CudaPool, CopiesAndStreamLessCallsReachEveryContext)
 	EXPECT_EQ(d->cuMemHostUnregister(host), CUDA_SUCCESS);
 	munmap(host, page);
 	EXPECT_EQ(destroy(own), CUDA_SUCCESS); // and pops it
-	dlclose(lib);
 }
 
 // A consumer whose socket hangs up while a GPU write of its own is still queued (a
@@ -1266,6 +1281,53 @@ TEST(CudaOrdering, TheProducersStreamWaitsForAConsumersHeldReads)
 	owner->reset();
 	d->cuStreamDestroy(produce);
 	d->cuStreamDestroy(read);
+}
+
+// Closing a pool while a ready write is still queued on a stream of another context
+// (one xmem keeps no handle of): the close waits for the write by its word before the
+// control segment is unregistered, or the GPU would write to an address that is gone
+// (the simulator faults the stream then). Nobody holds the frame, so no done word
+// waits for it either.
+TEST(CudaOrdering, ClosingAPoolWaitsForItsReadyWritesOnAnotherContextsStream)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto [create, destroy] = context_calls(*d);
+	ASSERT_TRUE(create && destroy) << d->library;
+	auto info = xmem::cuda::check_device(0, "test").value();
+	CUcontext own = nullptr;
+	ASSERT_EQ(create(&own, 0, info.device), CUDA_SUCCESS); // current until popped
+	CUstream theirs = nullptr;
+	ASSERT_EQ(d->cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	GatedHost host(4096);
+	ASSERT_TRUE(host.ok);
+	CUcontext popped;
+	ASSERT_EQ(d->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+
+	auto owner = xmem::BufferPool::create("close-drain", cuda_config(64 * 1024, 1));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto f = (*owner)->acquire(5s, theirs);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuCtxPushCurrent(own), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamWaitValue64(theirs, host.gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+	ASSERT_TRUE((*owner)->publish(std::move(f.value()), theirs).ok());
+
+	std::thread opener([&host] {
+		std::this_thread::sleep_for(300ms);
+		host.open();
+	});
+	auto started = std::chrono::steady_clock::now();
+	owner->reset(); // the ready write waits behind the gate
+	auto took = std::chrono::steady_clock::now() - started;
+	opener.join();
+	EXPECT_GE(took, 250ms) << "the pool closed under a ready write still queued on another context's stream";
+	ASSERT_EQ(d->cuCtxPushCurrent(own), CUDA_SUCCESS);
+	EXPECT_EQ(d->cuStreamSynchronize(theirs), CUDA_SUCCESS) << "the queued write faulted its stream";
+	d->cuStreamDestroy(theirs);
+	ASSERT_EQ(destroy(own), CUDA_SUCCESS);
 }
 
 // A producer writing on two streams: frame 1 published on stream A, held back by a gate,
