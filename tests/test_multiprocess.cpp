@@ -151,7 +151,12 @@ TEST(MultiProcess, ConsumerKilledWhileHoldingFramesReleasesThem)
 	ASSERT_TRUE(eventually([&] { return owner->stats().slots_free == 3; })) << owner->stats().slots_free;
 	consumer.signal(SIGKILL);
 	consumer.wait();
-	EXPECT_TRUE(eventually([&] { return owner->stats().slots_free == 8 && owner->stats().consumers == 0; }));
+	// The reaper marks the consumer dead first, frees its slots, and counts it last:
+	// wait for all three, or a slow machine (TSan) reads the count before it moves.
+	EXPECT_TRUE(eventually([&] {
+		auto s = owner->stats();
+		return s.slots_free == 8 && s.consumers == 0 && s.reaped == 1;
+	})) << owner->stats().reaped;
 	EXPECT_EQ(owner->stats().reaped, 1u);
 	// The producer carries on with every slot.
 	std::vector<xmem::BufferGuard> all;
