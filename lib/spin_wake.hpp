@@ -38,7 +38,32 @@ public:
 		if (waited) {
 			arrival_ = now_ns;
 			arrival_seq_ = seq;
+			// Published after the window opened, yet taken without a spin: the sleep
+			// toward the window ended only now (this consumer's wake-up was that late).
+			if (sleep_target_ && timestamp_ns >= sleep_target_)
+				woke(now_ns);
 		}
+		sleep_target_ = 0;
+	}
+
+	// The consumer sleeps until TARGET_NS, a window's start.
+	void sleeping_until(uint64_t target_ns) { sleep_target_ = target_ns; }
+
+	// The consumer looks again at NOW_NS, the queue empty: if it slept toward a window
+	// and that window has opened, how late its wake-up was is learned. Wake-ups are
+	// late by the scheduler's latency (tens of µs on bare metal, hundreds in a VM or
+	// on a busy machine): the spin must start that much earlier to be spinning when
+	// the frame comes. The estimate rises quickly and falls slowly, so it follows the
+	// late wake-ups rather than the typical one.
+	void woke(uint64_t now_ns)
+	{
+		if (!sleep_target_ || now_ns < sleep_target_)
+			return;
+		// Past the budget it makes no difference (the lead is at most half of it): an
+		// outlier (a stalled application) is not remembered for longer than that.
+		uint64_t late = std::min(now_ns - sleep_target_, budget_);
+		late_ = late > late_ ? (late_ + late) / 2 : (7 * late_ + late) / 8;
+		sleep_target_ = 0;
 	}
 
 	// [start, start + budget) to spin in for the next frame, as of NOW_NS; none while the period is
@@ -56,8 +81,10 @@ public:
 			predicted += period_;
 		}
 		// The spin starts as early as the stream's jitter asks (four times it, at least
-		// 20 µs, at most half the budget) and may last the whole budget.
-		uint64_t lead = std::clamp<uint64_t>(4 * jitter_, std::min<uint64_t>(20'000, budget_ / 2), budget_ / 2);
+		// 20 µs), and earlier by the consumer's learned wake-up lateness, at most half
+		// the budget ahead; it may last the whole budget.
+		uint64_t floor = std::min<uint64_t>(20'000, budget_ / 2);
+		uint64_t lead = std::min(std::max(4 * jitter_, floor) + late_, budget_ / 2);
 		uint64_t start = predicted > lead ? predicted - lead : 0;
 		uint64_t end = start + budget_;
 		if (end <= spun_until_)
@@ -67,6 +94,9 @@ public:
 
 	// A spin ended in the window that ends at END: not again in this one.
 	void spun(uint64_t end) { spun_until_ = end; }
+
+	// The learned wake-up lateness.
+	uint64_t wake_late() const { return late_; }
 
 private:
 	uint64_t budget_;
@@ -78,6 +108,8 @@ private:
 	uint64_t arrival_ = 0; // when a frame waited for arrived here
 	uint64_t arrival_seq_ = 0;
 	uint64_t spun_until_ = 0;
+	uint64_t sleep_target_ = 0; // the window start slept toward (0: none)
+	uint64_t late_ = 0; // how late wake-ups toward a window start come (see woke())
 };
 
 } // namespace xmem

@@ -272,12 +272,14 @@ inline void cpu_relax()
 
 bool Subscriber::spin_for_frame(uint64_t h, uint64_t now, uint64_t *sleep_until)
 {
+	spin->woke(now);
 	auto window = spin->window(now);
 	if (!window)
 		return false;
 	if (now < window->first) {
 		// Not yet: sleep until the window opens; pollers of fd() wake then.
 		*sleep_until = window->first;
+		spin->sleeping_until(window->first);
 		itimerspec t{};
 		t.it_value.tv_sec = time_t(window->first / 1'000'000'000);
 		t.it_value.tv_nsec = long(window->first % 1'000'000'000);
