@@ -211,7 +211,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	pool_.local_refs.assign(pool_.index_count(), 0);
 	pool_.exclusive.assign(seg.slot_count, 0);
 	event = std::move(ev);
-	armed_once.store(true, std::memory_order_relaxed); // the owner arms new consumers (see Publisher::admit)
+	arm_set.store(true, std::memory_order_relaxed); // the owner arms new consumers (see Publisher::admit)
 
 	epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 	if (!epoll.valid())
@@ -288,9 +288,8 @@ bool Subscriber::spin_for_frame(uint64_t h, uint64_t now, uint64_t *sleep_until)
 	}
 	// In the window: poll the queue, no syscall, until the frame comes or it closes.
 	// Disarmed first, so the producer's push makes no eventfd write for a consumer that
-	// is looking anyway; if the owner disarmed it already, its write is to be drained.
-	if (self->armed.exchange(0, std::memory_order_seq_cst) == 1)
-		armed_once.store(false, std::memory_order_relaxed);
+	// is looking anyway; if the owner took the arm already, its write is owed.
+	rearm(false);
 	uint64_t start = now;
 	bool caught = false;
 	uint32_t turns = 0;
@@ -315,6 +314,14 @@ bool Subscriber::spin_for_frame(uint64_t h, uint64_t now, uint64_t *sleep_until)
 	spins.fetch_add(1, std::memory_order_relaxed);
 	spins_caught.fetch_add(caught, std::memory_order_relaxed);
 	return caught;
+}
+
+void Subscriber::rearm(bool arm)
+{
+	uint32_t was = self->armed.exchange(arm ? 1 : 0, std::memory_order_seq_cst);
+	if (arm_set.load(std::memory_order_relaxed) && was == 0)
+		owed_writes.fetch_add(1, std::memory_order_relaxed);
+	arm_set.store(arm, std::memory_order_relaxed);
 }
 
 Result<BufferGuard> Subscriber::frame_guard(uint32_t index)
@@ -390,19 +397,21 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 		return frame;
 	}
 	for (;;) {
-		// The owner clears `armed` and then writes the eventfd: read it only then, so
-		// a consumer checking an empty queue makes no syscall. If the write has not
-		// landed yet, keep trying on later calls, or a poller would spin on it.
-		if (drain_pending.load(std::memory_order_relaxed) ||
-		    (armed_once.load(std::memory_order_relaxed) && self->armed.load(std::memory_order_seq_cst) == 0)) {
+		// The owner takes our arm (exchanges `armed` to 0) and then writes the
+		// eventfd once: read it only while such writes are owed, so a consumer
+		// checking an empty queue makes no syscall. A write that has not landed yet
+		// is read on a later call; one left unread would wake a sleeper, or a poller
+		// of fd(), for nothing, again and again until the next frame (the model
+		// found that: tests/model/README.md, Finding 6).
+		if (arm_set.load(std::memory_order_relaxed) && self->armed.load(std::memory_order_seq_cst) == 0) {
+			arm_set.store(false, std::memory_order_relaxed);
+			owed_writes.fetch_add(1, std::memory_order_relaxed);
+		}
+		if (uint32_t owed = owed_writes.load(std::memory_order_relaxed); owed > 0) {
 			uint64_t count;
-			if (::read(event.get(), &count, sizeof(count)) > 0) {
-				drain_pending.store(false, std::memory_order_relaxed);
-				armed_once.store(false, std::memory_order_relaxed);
-			} else {
-				drain_pending.store(self->armed.load(std::memory_order_seq_cst) == 0,
-						    std::memory_order_relaxed);
-			}
+			if (::read(event.get(), &count, sizeof(count)) > 0)
+				owed_writes.store(count >= owed ? 0 : owed - uint32_t(count),
+						  std::memory_order_relaxed);
 		}
 		uint64_t h = self->head.load(std::memory_order_acquire);
 		uint64_t t = self->tail.load(std::memory_order_seq_cst);
@@ -465,8 +474,7 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 		if (spin && spin_for_frame(h, now, &wake_at))
 			continue;
 		// Arm, then look again: the owner stores tail, then reads armed.
-		self->armed.store(1, std::memory_order_seq_cst);
-		armed_once.store(true, std::memory_order_relaxed);
+		rearm(true);
 		if (self->tail.load(std::memory_order_seq_cst) != h)
 			continue;
 		now = monotonic_ns();

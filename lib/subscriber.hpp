@@ -41,6 +41,9 @@ private:
 	// frame came. Before the window, sets *SLEEP_UNTIL to its start and arms the timer.
 	void note_taken(Result<BufferGuard> &frame);
 	bool spin_for_frame(uint64_t h, uint64_t now_ns, uint64_t *sleep_until);
+	// Replaces this consumer's arm with ARM (armed.exchange): an arm of ours the
+	// owner had taken is a write owed.
+	void rearm(bool arm);
 	// Device pools: a thread blocked on the socket that, when the owner dies,
 	// releases the ready words its GPU writes would have set (see DeviceSync).
 	Result<void> watch_owner();
@@ -65,12 +68,14 @@ private:
 	UniqueFd sock;
 	UniqueFd event;
 	UniqueFd epoll; // event + sock, the pollable fd handed to applications
-	// Eventfd bookkeeping of receive(): armed since the last drain; a drain found
-	// the owner between clearing `armed` and writing the eventfd. Accessed under
+	// Eventfd bookkeeping of receive(): ARM_SET, this consumer stored armed = 1 and
+	// has not seen it taken since; OWED_WRITES, eventfd writes the owner owes (one per
+	// arm it took, exchanging armed to 0), read off the eventfd as they land, so none
+	// is left to wake a sleeper, or a poller of fd(), for nothing. Accessed under
 	// receive_lock only (attach excepted, before any receive), which orders them:
 	// relaxed.
-	std::atomic<bool> armed_once{ false };
-	std::atomic<bool> drain_pending{ false };
+	std::atomic<bool> arm_set{ false };
+	std::atomic<uint32_t> owed_writes{ 0 };
 	// The owner hung up: set (release) by the owner watch or a receive that saw the
 	// hang-up, read (acquire) by receive, which then reports Closed.
 	std::atomic<bool> owner_gone_{ false };

@@ -91,6 +91,11 @@ configs=(
 	"spill-excl|$SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=0 -DPROBES=1 -DEXCL=1 -DEARLY=0"
 	"spill-excl-kill|$SPILL -DSPILL_TAKES_EXCLUSIVE -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=1 -DEXCL=1 -DEARLY=0"
 	"spill-2buf|$SPILL -DNSP=2 -DQSP=2 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	# wake=spin-before: consumer 0 may spin (disarming itself) at up to two empty
+	# looks, against the push's exchange of armed, kills and fifo's deadline.
+	"spin-before-kill|-DSPIN_WAKE=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"spin-before-drop-new|-DSPIN_WAKE=2 -DPOLICY=1 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"spin-before-block|-DSPIN_WAKE=2 -DPOLICY=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 )
 
 # Seeded bugs (and the code before a finding's fix): each must yield a counterexample.
@@ -108,6 +113,11 @@ mutants=(
 	# Findings 3 and 4 (README.md): the code as it is, without the proposed fixes.
 	"acquire-waits-for-free-slot|-DNS=2 -DNO_WAKEUP -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"spill-skips-exclusive|$SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DNF=2 -DPASSIVE1 -DKILL=1 -DPROBES=1 -DEXCL=1 -DEARLY=0"
+	# Finding 6: receive armed with a store (the code before its fix).
+	"arm-by-store|-DMUTATION_ARM_BY_STORE -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	# wake=spin-before's disarm, seeded bugs.
+	"spin-forgets-write|-DMUTATION_SPIN_FORGETS_WRITE -DSPIN_WAKE=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	"spin-skips-arm|-DMUTATION_SPIN_SKIPS_ARM -DSPIN_WAKE=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 )
 
 status=0

@@ -36,6 +36,11 @@
  * the cell), MUTATION_NO_CLAIM (take_entry by the head CAS alone, as before the
  * claims), MUTATION_SPILL_KEEPS_BIT (spill_one keeps a consumer's bit on the buffer
  * when its CAS fails), MUTATION_REAP_SKIPS_SPILL (reap leaves the spill buffers' bits).
+ * SPIN_WAKE (a count): wake=spin-before's spin, up to that many windows for each
+ * consumer in the mask SPINNERS (default: both)
+ * (seeded bugs: MUTATION_SPIN_FORGETS_WRITE, the disarm forgets that the owner took
+ * the arm; MUTATION_SPIN_SKIPS_ARM, a missed window sleeps unarmed).
+ * MUTATION_ARM_BY_STORE: receive arms with a store, as before Finding 6's fix.
  * SYNC_AT_CLOSE (GPU) models Finding 2's fix: a consumer's streams are synchronized
  * before its socket closes (README.md, "Finding 2").
  * ACQUIRE_RETRIES_ON_PROGRESS and SPILL_TAKES_EXCLUSIVE model proposed fixes of
@@ -44,6 +49,9 @@
  */
 
 #define NC 2 /* consumers (the model unrolls loops over them) */
+#ifndef SPINNERS
+#define SPINNERS 3
+#endif
 #ifndef NS
 #define NS 3 /* slots (the model unrolls loops over them): 3, or 2 */
 #endif
@@ -170,7 +178,7 @@ byte owner_waiting; /* ControlHeader::owner_waiting */
 #define BUMP bumped = 1
 
 /* ---- kernel objects ---- */
-bit evfd[NC]; /* consumer c's eventfd is readable */
+byte evfd[NC]; /* consumer c's eventfd counter: each write adds one, a read takes them all */
 bit chup[NC]; /* consumer c's socket hung up (exit, crash) */
 bit ohup; /* the owner's sockets hung up (close or crash) */
 
@@ -389,7 +397,7 @@ inline push(c, what, sq, a)
 #ifndef NO_WAKEUP
 	d_step { a = armed[c]; armed[c] = 0 } /* push: armed.load() && armed.exchange(0) */
 	if
-	:: a -> evfd[c] = 1; a = 0 /* push: write(eventfd) */
+	:: a -> evfd[c]++; a = 0 /* push: write(eventfd) */
 	:: else -> skip
 	fi
 #endif
@@ -881,11 +889,11 @@ retry: /* Publisher::acquire */
 		pool_closed = 1; /* shutdown: header->state.store(CLOSED) */
 		BUMP;
 		if
-		:: cactive[0] -> armed[0] = 0; evfd[0] = 1 /* shutdown: armed.store(0), write(eventfd) */
+		:: cactive[0] -> armed[0] = 0; evfd[0]++ /* shutdown: armed.store(0), write(eventfd) */
 		:: else -> skip
 		fi;
 		if
-		:: cactive[1] -> armed[1] = 0; evfd[1] = 1
+		:: cactive[1] -> armed[1] = 0; evfd[1]++
 		:: else -> skip
 		fi;
 		ohup = 1; /* shutdown: consumer_conn.clear(): the consumers see a hang-up */
@@ -1236,9 +1244,13 @@ inline take_exclusive(c, s)
 proctype Consumer(byte c)
 {
 	byte h, e, s, x, sq, probes;
-	bit ok, drain_pending, armed_once, gone, holding;
+	bit ok, arm_set, gone, holding;
+	byte owed; /* eventfd writes the owner owes this consumer (Subscriber::owed_writes) */
 	byte excl; /* patched PoolImpl: bit s, this process took slot s EXCLUSIVE */
-	armed_once = 1; /* start_consumer: the owner armed us at attach */
+#ifdef SPIN_WAKE
+	byte spun; /* windows spun so far (at most SPIN_WAKE) */
+#endif
+	arm_set = 1; /* start_consumer: the owner armed us at attach */
 	holding = 1; /* each consumer holds a frame it received (init) */
 #if NS == 3
 	s = 2 * c; /* consumer 0 holds frame 2 in slot 0, consumer 1 frame 1 in slot 2 */
@@ -1252,14 +1264,20 @@ proctype Consumer(byte c)
 recv:
 #ifndef NO_WAKEUP
 			skip;
-			d_step { /* receive: armed.load, read(eventfd), armed.load: one step (local wake-up
-				  * bookkeeping: a late eventfd write is what drain_pending covers) */
+			d_step { /* receive: note_arm_taken (armed.load: the owner took our arm, its
+				  * write is owed), then read(eventfd) while writes are owed: one step
+				  * (local bookkeeping) */
 				if
-				:: drain_pending || (armed_once && armed[c] == 0) ->
+				:: arm_set && armed[c] == 0 -> arm_set = 0; owed++
+				:: else -> skip
+				fi;
+				if
+				:: owed > 0 && evfd[c] > 0 ->
 					if
-					:: evfd[c] -> evfd[c] = 0; drain_pending = 0; armed_once = 0
-					:: else -> drain_pending = (armed[c] == 0)
-					fi
+					:: evfd[c] >= owed -> owed = 0
+					:: else -> owed = owed - evfd[c]
+					fi;
+					evfd[c] = 0
 				:: else -> skip
 				fi
 			}
@@ -1311,12 +1329,60 @@ recv:
 				fi;
 				goto recv
 #endif
+#ifdef SPIN_WAKE
+				/* spin_for_frame: a window is open (when is the consumer's own clock: any
+				 * empty look, up to SPIN_WAKE of them). Disarmed first, so the owner
+				 * writes no eventfd for a consumer that looks anyway: armed.exchange(0);
+				 * if it gives 0 with our arm set, the owner took the arm and its write is
+				 * owed. Then tail loads until the tail moves (caught) or the window
+				 * closes. */
+				if
+				:: (SPINNERS & (1 << c)) && spun < SPIN_WAKE ->
+					d_step {
+						spun++;
+#ifndef MUTATION_SPIN_FORGETS_WRITE
+						if /* armed.exchange(0): 0 with our arm set, the owner took it */
+						:: arm_set && armed[c] == 0 -> owed++
+						:: else -> skip
+						fi;
+#endif
+						armed[c] = 0;
+						arm_set = 0
+					}
+					if
+					:: tail[c] != h -> h = 0; goto recv /* caught */
+					:: skip /* the window closed */
+#ifdef MUTATION_SPIN_SKIPS_ARM
+						; goto sleep /* a miss sleeps without arming and looking again */
+#endif
+					fi
+				:: skip
+				fi;
+#endif
 				skip;
-				d_step { armed[c] = 1; armed_once = 1 } /* receive: armed.store(1) */
+#ifdef MUTATION_ARM_BY_STORE
+				d_step { armed[c] = 1; arm_set = 1 } /* the code before: armed.store(1) */
+#else
+				d_step { /* receive: armed.exchange(1): 0 with our arm set, the owner took it */
+					if
+					:: arm_set && armed[c] == 0 -> owed++
+					:: else -> skip
+					fi;
+					armed[c] = 1;
+					arm_set = 1
+				}
+#endif
 				if
 				:: tail[c] != h -> h = 0; goto recv /* receive: tail.load again */
 				:: else -> h = 0
 				fi;
+#ifdef SPIN_WAKE
+sleep:
+#endif
+				/* No eventfd write the consumer does not know of: a readable eventfd at
+				 * the sleep is drained at the next look (a stale one would wake a poller
+				 * for nothing, again and again, until the next frame). */
+				assert(evfd[c] == 0 || owed > 0 || (arm_set && armed[c] == 0));
 				if /* poll(socket, eventfd), no timeout */
 				:: ohup -> gone = 1
 				:: evfd[c] -> skip
