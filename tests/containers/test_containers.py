@@ -17,12 +17,13 @@ any case failed.
 
 import json
 import os
-import select
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -69,38 +70,58 @@ def as_user(uid, groups=()):
 
 
 class Proc:
-    """A child with its stdout read line by line; stderr kept for the report."""
+    """A child with its stdout read line by line (by a thread of its own); stderr kept
+    for the report. (Not select() on the pipe and readline(): a read can take two
+    lines into the file object's buffer, and select() then waits on the pipe for the
+    second, which has come already.)"""
 
     def __init__(self, cmd, env=None):
         self.cmd = cmd
         self.err = tempfile.TemporaryFile()
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, env=env, text=True, bufsize=1)
         self.lines = []
+        self.queue = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.queue.put(line.strip())
+        self.queue.put(None)  # end of output
+
+    def _take(self, timeout):
+        """The next line, or None at the end of the output or after TIMEOUT seconds."""
+        try:
+            line = self.queue.get(timeout=max(timeout, 0))
+        except queue.Empty:
+            return None
+        if line is not None:
+            self.lines.append(line)
+        return line
 
     def wait_line(self, prefix, timeout=20):
         deadline = time.monotonic() + timeout
         for line in self.lines:
             if line.startswith(prefix):
                 return line
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([self.p.stdout], [], [], 0.1)
-            if r:
-                line = self.p.stdout.readline()
-                if not line:
-                    break
-                self.lines.append(line.strip())
-                if line.startswith(prefix):
-                    return line.strip()
+        while True:
+            line = self._take(deadline - time.monotonic())
+            if line is None:
+                break
+            if line.startswith(prefix):
+                return line
         raise AssertionError("%s: no line %r within %ss; output %s; stderr %s" %
                              (self.cmd[-4:], prefix, timeout, self.lines, self.stderr()))
 
     def finish(self, timeout=60):
         try:
-            out, _ = self.p.communicate(timeout=timeout)
+            self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError("%s did not finish within %ss; stderr %s" % (self.cmd, timeout, self.stderr()))
-        self.lines += [l.strip() for l in out.splitlines()]
+        self.reader.join(timeout=10)
+        while self._take(0) is not None:
+            pass
         return self.p.returncode
 
     def stderr(self):

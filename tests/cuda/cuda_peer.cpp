@@ -197,6 +197,29 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	return bad == 0 ? 0 : 1;
 }
 
+// A host word a stream can wait on (cuStreamWaitValue64, >= 1): the stream's later work
+// is held until open() is called.
+struct HostGate {
+	uint64_t *word = nullptr;
+	CUdeviceptr device = 0;
+
+	// Empty, or why the gate could not be made.
+	std::string make(Gpu &g)
+	{
+		const size_t page = size_t(sysconf(_SC_PAGESIZE));
+		void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (host == MAP_FAILED ||
+		    g.d->cuMemHostRegister(host, page, CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
+			return "cannot register the gate page";
+		word = static_cast<uint64_t *>(host);
+		if (g.d->cuMemHostGetDevicePointer(&device, word, 0) != CUDA_SUCCESS)
+			return "cannot map the gate page";
+		return {};
+	}
+	CUresult hold(Gpu &g) { return g.d->cuStreamWaitValue64(g.stream, device, 1, CU_STREAM_WAIT_VALUE_GEQ); }
+	void open() { __atomic_store_n(word, 1, __ATOMIC_RELEASE); }
+};
+
 // hang-up-writing NAME --gate-ms T --linger-ms L [--keep] : receives a frame, takes it for
 // writing in place (try_make_writable: this process its only holder) and queues an in-place
 // write on its stream behind a host gate, releases it on the stream, then shuts its
@@ -223,14 +246,10 @@ int hang_up_writing(const std::string &name, const xmem::test::Options &o)
 	if (!f->try_make_writable())
 		return fail("the slot could not be taken for writing in place");
 	auto &w = f;
-	const size_t page = size_t(sysconf(_SC_PAGESIZE));
-	void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (host == MAP_FAILED || g.d->cuMemHostRegister(host, page, CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
-		return fail("cannot register the gate page");
-	auto *gate = static_cast<uint64_t *>(host);
-	CUdeviceptr gate_dev = 0;
-	if (g.d->cuMemHostGetDevicePointer(&gate_dev, gate, 0) != CUDA_SUCCESS ||
-	    g.d->cuStreamWaitValue64(g.stream, gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
+	HostGate gate;
+	if (auto e = gate.make(g); !e.empty())
+		return fail(e);
+	if (gate.hold(g) != CUDA_SUCCESS ||
 	    g.d->cuMemsetD32Async(w->device_ptr(), kLateWord, p.slot_size() / 4, g.stream) != CUDA_SUCCESS)
 		return fail("cannot queue the gated in-place write");
 	// --keep: still held for writing when the socket goes (as a process killed while
@@ -255,7 +274,7 @@ int hang_up_writing(const std::string &name, const xmem::test::Options &o)
 	std::printf("hung-up slot=%u sockets=%d\n", index, sockets);
 	std::fflush(stdout);
 	std::this_thread::sleep_for(std::chrono::milliseconds(number_option(o, "gate-ms", 1000)));
-	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+	gate.open();
 	if (g.d->cuStreamSynchronize(g.stream) != CUDA_SUCCESS)
 		return fail("cuStreamSynchronize");
 	std::printf("landed\n");
@@ -269,7 +288,10 @@ int hang_up_writing(const std::string &name, const xmem::test::Options &o)
 // nothing maps on the same stream (an illegal address: the context's sticky error, which
 // ends every later piece of its work unrun), releases the frame there (a done write that
 // will never land) and closes its pool: prints how long the close took, then lingers
-// until killed, as a process that reports the error and has not exited yet.
+// until killed, as a process that reports the error and has not exited yet. The copy
+// and the release wait behind a host gate, opened once both are queued: the release
+// comes before the fault however fast the stream runs (a release after the fault finds
+// the context faulted, and the CPU stores its done word).
 int fault_and_close(const std::string &name, const xmem::test::Options &)
 {
 	xmem::OpenOptions options;
@@ -285,10 +307,16 @@ int fault_and_close(const std::string &name, const xmem::test::Options &)
 	auto f = (*pool)->receive(10s, g.stream);
 	if (!f)
 		return fail("receive: " + f.error().message);
+	HostGate gate;
+	if (auto e = gate.make(g); !e.empty())
+		return fail(e);
 	CUdeviceptr nowhere = f->device_ptr() + (uint64_t{ 1 } << 40);
-	if (g.d->cuMemcpyDtoDAsync(f->device_ptr(), nowhere, 4096, g.stream) != CUDA_SUCCESS)
+	if (gate.hold(g) != CUDA_SUCCESS ||
+	    g.d->cuMemcpyDtoDAsync(f->device_ptr(), nowhere, 4096, g.stream) != CUDA_SUCCESS)
 		return fail("cannot queue the faulting copy");
-	(void)f->release(g.stream);
+	if (auto r = f->release(g.stream); !r)
+		return fail("release: " + r.error().message);
+	gate.open();
 	CUresult fault = g.d->cuStreamSynchronize(g.stream);
 	std::printf("faulted %s\n", fault == CUDA_SUCCESS ? "no" : "yes");
 	std::fflush(stdout);
