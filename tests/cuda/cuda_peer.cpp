@@ -6,6 +6,7 @@
 
 #include "../options.hpp"
 #include "cuda/driver.hpp"
+#include "gated_host.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -197,29 +198,6 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	return bad == 0 ? 0 : 1;
 }
 
-// A host word a stream can wait on (cuStreamWaitValue64, >= 1): the stream's later work
-// is held until open() is called.
-struct HostGate {
-	uint64_t *word = nullptr;
-	CUdeviceptr device = 0;
-
-	// Empty, or why the gate could not be made.
-	std::string make(Gpu &g)
-	{
-		const size_t page = size_t(sysconf(_SC_PAGESIZE));
-		void *host = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (host == MAP_FAILED ||
-		    g.d->cuMemHostRegister(host, page, CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
-			return "cannot register the gate page";
-		word = static_cast<uint64_t *>(host);
-		if (g.d->cuMemHostGetDevicePointer(&device, word, 0) != CUDA_SUCCESS)
-			return "cannot map the gate page";
-		return {};
-	}
-	CUresult hold(Gpu &g) { return g.d->cuStreamWaitValue64(g.stream, device, 1, CU_STREAM_WAIT_VALUE_GEQ); }
-	void open() { __atomic_store_n(word, 1, __ATOMIC_RELEASE); }
-};
-
 // hang-up-writing NAME --gate-ms T --linger-ms L [--keep] : receives a frame, takes it for
 // writing in place (try_make_writable: this process its only holder) and queues an in-place
 // write on its stream behind a host gate, releases it on the stream, then shuts its
@@ -246,10 +224,10 @@ int hang_up_writing(const std::string &name, const xmem::test::Options &o)
 	if (!f->try_make_writable())
 		return fail("the slot could not be taken for writing in place");
 	auto &w = f;
-	HostGate gate;
-	if (auto e = gate.make(g); !e.empty())
-		return fail(e);
-	if (gate.hold(g) != CUDA_SUCCESS ||
+	xmem::test::GatedHost gate(0);
+	if (!gate.ok)
+		return fail("cannot register the gate page");
+	if (g.d->cuStreamWaitValue64(g.stream, gate.gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
 	    g.d->cuMemsetD32Async(w->device_ptr(), kLateWord, p.slot_size() / 4, g.stream) != CUDA_SUCCESS)
 		return fail("cannot queue the gated in-place write");
 	// --keep: still held for writing when the socket goes (as a process killed while
@@ -307,11 +285,11 @@ int fault_and_close(const std::string &name, const xmem::test::Options &)
 	auto f = (*pool)->receive(10s, g.stream);
 	if (!f)
 		return fail("receive: " + f.error().message);
-	HostGate gate;
-	if (auto e = gate.make(g); !e.empty())
-		return fail(e);
+	xmem::test::GatedHost gate(0);
+	if (!gate.ok)
+		return fail("cannot register the gate page");
 	CUdeviceptr nowhere = f->device_ptr() + (uint64_t{ 1 } << 40);
-	if (gate.hold(g) != CUDA_SUCCESS ||
+	if (g.d->cuStreamWaitValue64(g.stream, gate.gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
 	    g.d->cuMemcpyDtoDAsync(f->device_ptr(), nowhere, 4096, g.stream) != CUDA_SUCCESS)
 		return fail("cannot queue the faulting copy");
 	if (auto r = f->release(g.stream); !r)
