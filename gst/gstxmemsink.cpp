@@ -1183,7 +1183,7 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 		gobject, PROP_SPILL_SIZE,
 		g_param_spec_uint64("spill-size", "Spill size",
 				    "Bytes of host memory for the spill tier of policy=fifo-spill consumers (0: none; "
-				    "system-memory pools)",
+				    "a device pool's is page-locked at this size while the pool lives)",
 				    0, guint64{ 1 } << 44, 0, flags));
 	g_object_class_install_property(
 		gobject, PROP_STATS,

@@ -147,9 +147,17 @@ void xmem_pool_config_init(xmem_pool_config *c)
 void xmem_open_options_init(xmem_open_options *o)
 {
 	if (o)
-		*o = xmem_open_options{
-			0, 0, nullptr, 0, XMEM_POLICY_DROP_OLDEST, XMEM_POLICY_DROP_OLDEST, XMEM_WAKE_SLEEP, 0, 200, {}
-		};
+		*o = xmem_open_options{ 0,
+					0,
+					nullptr,
+					0,
+					XMEM_POLICY_DROP_OLDEST,
+					XMEM_POLICY_DROP_OLDEST,
+					XMEM_WAKE_SLEEP,
+					0,
+					200,
+					XMEM_SPILL_DELIVERY_DEVICE,
+					{} };
 }
 
 int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **out)
@@ -201,6 +209,7 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 			options.block_timeout = ns(int64_t(std::min<uint64_t>(o->block_timeout_ns, INT64_MAX)));
 			options.wake = xmem::Wake(o->wake);
 			options.spin_budget = std::chrono::microseconds(o->spin_budget_us ? o->spin_budget_us : 200);
+			options.spill_delivery = xmem::SpillDelivery(o->spill_delivery);
 			if (!all_zero(o->reserved))
 				return fail(XMEM_EINVAL, (std::string("pool '") + name +
 							  "': xmem_open_options has reserved fields set "
@@ -472,6 +481,10 @@ int xmem_buffer_is_writable(const xmem_buffer *b)
 int xmem_buffer_is_copy(const xmem_buffer *b)
 {
 	return b && b->guard.is_copy();
+}
+int xmem_buffer_spilled(const xmem_buffer *b)
+{
+	return b && b->guard.spilled();
 }
 
 int xmem_buffer_clone(const xmem_buffer *b, xmem_buffer **out)

@@ -31,6 +31,11 @@ Result<std::unique_ptr<DeviceSync>> make_device_sync(const ControlSegment &, con
 	return no_cuda("GPU ordering");
 }
 
+Result<std::unique_ptr<DeviceSpill>> make_device_spill(DeviceSync &, std::span<std::byte>, std::string *)
+{
+	return no_cuda("spill tier");
+}
+
 bool device_has_stream_mem_ops(uint32_t)
 {
 	return false;

@@ -6,6 +6,8 @@
 #include "system.hpp"
 
 #include <memory>
+#include <span>
+#include <string>
 
 namespace xmem {
 
@@ -41,6 +43,32 @@ public:
 	// Whether frame SEQ of SLOT was released that way rather than completed.
 	virtual bool died_unready(uint32_t slot, uint64_t seq) const = 0;
 };
+
+// The spill tier's GPU side, in the owner of a device pool (lib/cuda/spill_copy.cpp):
+// the tier's memfd page-locked and device-mapped, and a stream of the owner's on which
+// frames are copied out of their slots (docs/design.md, "The spill tier").
+class DeviceSpill
+{
+public:
+	virtual ~DeviceSpill() = default;
+	// Queues on the spill stream, in order: a wait for frame SEQ of SLOT to be ready (its
+	// producer's GPU writes); the copy of BYTES from the slot's device address FROM into
+	// TO, the buffer's payload in the tier; RECORD's spill_ready = its spill_seq (set by
+	// the caller); the owner's done word of SLOT = SEQ, which acquire() waits for before
+	// the slot is written again. Where the GPU cannot write the words (no stream memory
+	// operations, the tier not page-locked) the CPU waits, until DEADLINE_NS for the
+	// frame, and writes them: complete on return.
+	virtual Result<void> spill(uint32_t slot, uint64_t seq, uint64_t from, std::byte *to, uint64_t bytes,
+				   layout::SlotRecord &record, uint64_t deadline_ns) = 0;
+	// Whether spills are queued on the GPU (false: each completes on the CPU).
+	virtual bool queued() const = 0;
+};
+
+// The owner of a device pool with a spill tier: copies of SYNC's slots into TIER (the
+// tier's whole memfd mapping). NOTICE gets why spills complete on the CPU, if they do.
+// Errors when this libxmem was built without CUDA, or the stream cannot be made.
+Result<std::unique_ptr<DeviceSpill>> make_device_spill(DeviceSync &sync, std::span<std::byte> tier,
+						       std::string *notice);
 
 // The DeviceSync of a CUDA pool, for the process mapping ARENA; MEM_OPS says whether
 // the pool's mode lets this process use stream memory operations. FALLBACK receives

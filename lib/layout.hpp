@@ -12,7 +12,9 @@
 namespace xmem::layout {
 
 inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
-inline constexpr uint32_t kAbiVersion = 4; // 4: per-consumer policies, the spill tier
+// 4: per-consumer policies, the spill tier; 5: the spill tier of device pools (a spill
+// buffer's spill_seq and spill_ready, which a consumer of a version 4 would not wait for).
+inline constexpr uint32_t kAbiVersion = 5;
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 // A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
@@ -172,6 +174,11 @@ struct alignas(64) SlotRecord {
 	uint32_t side_data_size;
 	uint32_t reserved_side; // zero
 	std::byte side_data[XMEM_SIDE_DATA_MAX];
+	// Spill buffers of device pools (zero in slots): the frame was copied out of its slot
+	// by the owner's spill stream, which writes spill_ready = spill_seq once the copy is
+	// done. spill_seq counts the owner's spills, so a buffer's word only ever grows.
+	uint64_t spill_seq; // [owner, at the spill, before PUBLISHED]
+	std::atomic<uint64_t> spill_ready; // [the owner's spill stream, or its CPU]
 };
 
 struct alignas(64) ConsumerRecord {
@@ -350,6 +357,8 @@ static_assert(offsetof(SlotRecord, meta) == 40);
 static_assert(offsetof(SlotRecord, format) == 424);
 static_assert(offsetof(SlotRecord, side_data_size) == 2472);
 static_assert(offsetof(SlotRecord, side_data) == 2480);
+static_assert(offsetof(SlotRecord, spill_seq) == 6576);
+static_assert(offsetof(SlotRecord, spill_ready) == 6584);
 static_assert(sizeof(SlotRecord) == 6592);
 static_assert(sizeof(ConsumerRecord) % 64 == 0);
 static_assert(offsetof(ConsumerRecord, state) == 0);

@@ -431,6 +431,11 @@ Result<void> BufferGuard::release(CudaStream stream)
 	return r;
 }
 
+bool BufferGuard::spilled() const
+{
+	return pool_ && pool_->is_spill(index_);
+}
+
 bool BufferGuard::incomplete() const
 {
 	return pool_ && !copy_ && pool_->sync && pool_->sync->died_unready(index_, meta_.seq);

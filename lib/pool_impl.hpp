@@ -66,6 +66,9 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// The spill tier (spill.hpp), when the pool has one: the owner's, and a consumer's
 	// mapping of it. Its buffers follow the slots in the index space of references.
 	std::unique_ptr<SpillTier> spill;
+	// The owner of a device pool with a spill tier: the copies out of the slots (after
+	// `spill`, `sync`: destroyed first, once its copies into the tier have landed).
+	std::unique_ptr<DeviceSpill> device_spill;
 
 	// Holder bit of this process: 0 for the owner, 1 + index for a consumer.
 	uint32_t holder_bit = layout::kOwnerBit;

@@ -121,7 +121,10 @@ void Publisher::collect_spill()
 	for (auto it = spilled_buffers.begin(); it != spilled_buffers.end();) {
 		uint32_t r = *it;
 		SlotRecord &rec = pool_.spill->record(r);
-		if (holders_of(rec) != 0) {
+		// A device pool's buffer goes back once its copy has landed too: nobody may
+		// have taken it, and the spill stream may still be writing it.
+		if (holders_of(rec) != 0 ||
+		    int64_t(rec.spill_ready.load(std::memory_order_acquire) - spill_seqs[r]) < 0) {
 			++it;
 			continue;
 		}
@@ -137,12 +140,15 @@ void Publisher::collect_spill()
 
 void Publisher::trim_spill()
 {
-	pool_.spill->trim();
+	// A page-locked tier keeps its pages: the driver pinned them, and a hole punched
+	// under the pin would leave the GPU writing pages the memfd no longer has.
+	if (!pool_.device_spill || !pool_.device_spill->queued())
+		pool_.spill->trim();
 	spill_untrimmed = false;
 	seg.header->spill_resident.store(pool_.spill->resident(), std::memory_order_relaxed);
 }
 
-bool Publisher::spill_one()
+bool Publisher::spill_one(uint64_t deadline_ns)
 {
 	if (!pool_.spill)
 		return false;
@@ -213,9 +219,47 @@ bool Publisher::spill_one()
 	// The owner's own copies of what the slot says: consumers can write the record.
 	uint64_t size = std::min<uint64_t>(slot.meta.size, seg.slot_size);
 	auto r = pool_.spill->allocate(size);
+	std::optional<Error> failed;
+	if (r) {
+		SlotRecord &to = pool_.spill->record(*r);
+		to.meta = slot.meta;
+		to.format_seq = slot.format_seq;
+		std::memcpy(to.format, slot.format, sizeof(to.format));
+		uint32_t side = std::min<uint32_t>(slot.side_data_size, XMEM_SIDE_DATA_MAX);
+		std::memcpy(to.side_data, slot.side_data, side);
+		to.side_data_size = side;
+		to.index = seg.slot_count + *r;
+		to.offset = pool_.spill->offset_of(*r);
+		to.spill_seq = spill_seqs[*r] = ++spill_count;
+		std::byte *payload = pool_.spill->payload(to.offset).data();
+		uint64_t offset = uint64_t{ best } * seg.slot_stride;
+		if (pool_.device_spill) {
+			// Queued on the owner's spill stream; the slot's next frame waits for it
+			// in acquire() (the owner's done word), a consumer for spill_ready.
+			auto copied =
+				pool_.device_spill->spill(best, slot.meta.seq, pool_.arena->device_address(offset),
+							  payload, size, to, deadline_ns);
+			if (!copied) {
+				failed = copied.error();
+				// Nothing of the copy is left queued (spill() waited for it on a
+				// failure after queueing): the buffer goes back at once.
+				to.spill_ready.store(to.spill_seq, std::memory_order_release);
+				pool_.spill->free(*r);
+				r.reset();
+			}
+		} else {
+			std::memcpy(payload, pool_.arena->host(offset), size);
+			to.spill_ready.store(to.spill_seq, std::memory_order_release);
+		}
+	}
 	if (!r) {
-		// The tier is full: each consumer's fallback decides what it loses.
-		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
+		// The tier is full (or the copy failed): each consumer's fallback decides
+		// what it loses.
+		if (failed)
+			(void)std::fprintf(stderr, "xmem: %s: a frame could not be spilled: %s\n",
+					   pool_.where().c_str(), failed->message.c_str());
+		else
+			seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
 		bool moved = false;
 		for (const Queued &q : best_queued) {
 			ConsumerRecord *rec = seg.consumer(q.consumer);
@@ -237,16 +281,6 @@ bool Publisher::spill_one()
 	}
 
 	SlotRecord &to = pool_.spill->record(*r);
-	to.meta = slot.meta;
-	to.format_seq = slot.format_seq;
-	std::memcpy(to.format, slot.format, sizeof(to.format));
-	uint32_t side = std::min<uint32_t>(slot.side_data_size, XMEM_SIDE_DATA_MAX);
-	std::memcpy(to.side_data, slot.side_data, side);
-	to.side_data_size = side;
-	to.index = seg.slot_count + *r;
-	to.offset = pool_.spill->offset_of(*r);
-	std::memcpy(pool_.spill->payload(to.offset).data(), pool_.arena->host(uint64_t{ best } * seg.slot_stride),
-		    size);
 	uint64_t mask[kHolderWords] = {};
 	for (const Queued &q : best_queued)
 		mask[(1 + q.consumer) / 64] |= holder_mask(1 + q.consumer);
@@ -331,7 +365,7 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		bool moved;
 		{
 			std::lock_guard lock(publish_lock);
-			moved = spill_one() || drop_globally_oldest();
+			moved = spill_one(deadline) || drop_globally_oldest();
 		}
 		bool free = moved || shut.load(std::memory_order_acquire);
 		for (uint32_t i = 0; i < seg.slot_count && !free; i++)
@@ -1098,9 +1132,6 @@ Result<void> validate_config(const std::string &where, const PoolConfig &config)
 	if (config.producer.size() >= XMEM_PRODUCER_MAX)
 		return make_error(Errc::invalid_argument, where + ": producer name longer than " +
 								  std::to_string(XMEM_PRODUCER_MAX - 1) + " bytes");
-	if (config.spill_bytes && config.storage != Storage::system)
-		return make_error(Errc::invalid_argument,
-				  where + ": a spill tier is for system-memory pools (device pools: not yet)");
 	if (config.spill_bytes > (uint64_t{ 1 } << 44))
 		return make_error(Errc::invalid_argument, where + ": spill size over 16 TiB");
 	if (config.spill_frames > kMaxSpillFrames)
@@ -1198,6 +1229,15 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 					   impl->where().c_str(), fallback.c_str());
 		// No consumer has seen the segment yet: record what this owner really does.
 		impl->seg.set_sync_mode(impl->sync->mode());
+		if (impl->spill) {
+			std::string notice;
+			auto copier = make_device_spill(*impl->sync, impl->spill->memory(), &notice);
+			if (!copier)
+				return make_error(copier.code(), impl->where() + ": " + copier.error().message);
+			impl->device_spill = std::move(copier.value());
+			if (!notice.empty())
+				(void)std::fprintf(stderr, "xmem: %s: %s\n", impl->where().c_str(), notice.c_str());
+		}
 	}
 	impl->local_refs.assign(impl->index_count(), 0);
 	impl->exclusive.assign(impl->seg.slot_count, 0);
@@ -1218,6 +1258,7 @@ Result<void> Publisher::start(const PoolConfig &config)
 	std::memcpy(config_producer, seg.header->producer, sizeof(config_producer));
 	owner_pid = seg.constants().owner_pid;
 	served.assign(seg.max_consumers, Served{});
+	spill_seqs.assign(pool_.spill ? pool_.spill->frames() : 0, 0);
 	consumer_conn.resize(seg.max_consumers);
 	consumer_event.resize(seg.max_consumers);
 	consumer_pidfd.resize(seg.max_consumers);

@@ -50,7 +50,9 @@ private:
 	// Under slot pressure, publish_lock held: the slot whose frame is queued only for
 	// fifo-spill consumers and will be used last moves into the spill tier (or, the
 	// tier being full, their fallbacks apply). False when no slot qualifies.
-	bool spill_one();
+	// DEADLINE_NS bounds a CPU wait for the frame's GPU writes (device pools whose GPU
+	// work is ordered on the CPU).
+	bool spill_one(uint64_t deadline_ns);
 	// Spill buffers no consumer holds any more go back to the tier.
 	void collect_spill();
 	// The tier's free pages go back to the kernel (it has been idle kSpillTrimNs).
@@ -121,6 +123,10 @@ private:
 	};
 	std::vector<Served> served; // under publish_lock
 	std::vector<uint32_t> spilled_buffers; // spill buffers in use, under publish_lock
+	// Spills so far, and each buffer's spill_seq (the owner's own copy), under
+	// publish_lock: a buffer goes back only once its spill_ready reached it.
+	uint64_t spill_count = 0;
+	std::vector<uint64_t> spill_seqs;
 	uint64_t last_spill_ns = 0; // under publish_lock
 	bool spill_untrimmed = false; // freed buffers' pages are kept; under publish_lock
 	uint64_t published_count = 0; // under publish_lock

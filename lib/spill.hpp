@@ -29,6 +29,8 @@ public:
 	static Result<SpillTier> adopt(UniqueFd fd, const layout::ControlConstants &k, const std::string &where);
 
 	int fd() const { return fd_.get(); }
+	// The whole memfd as this process maps it (records, then the payload area).
+	std::span<std::byte> memory() const { return { map_.data(), map_.size() }; }
 	uint32_t frames() const { return frames_; }
 	layout::SlotRecord &record(uint32_t r) const { return records_[r]; }
 	// The payload area from OFFSET (a buffer's record says it) to its end: empty when

@@ -234,6 +234,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 		if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, retry_timer.get(), &e) < 0)
 			return errno_error(pool_.where() + ": epoll_ctl");
 	}
+	spill_delivery = options.spill_delivery;
 	if (options.wake == Wake::spin_before) {
 		spin = std::make_unique<SpinWake>(uint64_t(options.spin_budget.count()) * 1000);
 		spin_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
@@ -336,7 +337,9 @@ Result<BufferGuard> Subscriber::deliver_parked(void *stream, uint64_t deadline_n
 		uint64_t expirations;
 		[[maybe_unused]] ssize_t n = ::read(retry_timer.get(), &expirations, sizeof(expirations));
 	}
-	auto ready = pool_.sync->wait_ready(index, parked_seq, stream, deadline_ns);
+	bool spilled = pool_.is_spill(index);
+	auto ready = spilled ? wait_spilled(index, deadline_ns)
+			     : pool_.sync->wait_ready(index, parked_seq, stream, deadline_ns);
 	if (!ready && ready.code() == Errc::timed_out) {
 		// Still this consumer's frame: the next receive() hands it out. fd() polls
 		// readable again after RETRY_NS, doubling up to kMaxRetryNs, so a poller
@@ -348,6 +351,11 @@ Result<BufferGuard> Subscriber::deliver_parked(void *stream, uint64_t deadline_n
 			(void)::timerfd_settime(retry_timer.get(), 0, &t, nullptr);
 			retry_ns = std::min(retry_ns * 2, kMaxRetryNs);
 		}
+		if (spilled)
+			return make_error(Errc::timed_out,
+					  pool_.where() + ": a spilled frame is queued for this consumer, but the "
+							  "owner's copy of it into the spill tier is not done yet "
+							  "(receive again)");
 		return make_error(Errc::timed_out, pool_.where() + ": frame " + std::to_string(parked_seq) +
 							   " is queued for this consumer, but the producer's GPU "
 							   "writes to it are not done yet (receive again)");
@@ -358,7 +366,35 @@ Result<BufferGuard> Subscriber::deliver_parked(void *stream, uint64_t deadline_n
 		(void)pool_.release(index, nullptr, false);
 		return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
 	}
+	if (spilled)
+		return spilled_frame(index, stream);
 	return frame_guard(index);
+}
+
+Result<void> Subscriber::wait_spilled(uint32_t index, uint64_t deadline_ns)
+{
+	const std::atomic<uint64_t> &ready = pool_.record(index).spill_ready;
+	while (int64_t(ready.load(std::memory_order_acquire) - parked_seq) < 0) {
+		// A dead owner's copy never lands: its context went with it.
+		if (owner_gone_.load(std::memory_order_acquire))
+			return make_error(Errc::bad_frame, "the owner died while it copied a frame into the spill "
+							   "tier: the frame is lost");
+		if (monotonic_ns() >= deadline_ns)
+			return make_error(Errc::timed_out, "spilled frame not copied yet");
+		std::this_thread::sleep_for(std::chrono::microseconds(20));
+	}
+	return {};
+}
+
+Result<BufferGuard> Subscriber::spilled_frame(uint32_t index, void *stream)
+{
+	auto frame = frame_guard(index);
+	if (!frame || spill_delivery == SpillDelivery::host)
+		return frame;
+	// Back into device memory, of this consumer's own: the slots are the producer's.
+	// The tier is pageable here (only the owner's mapping is page-locked), so the copy
+	// has read it when the call returns, and the buffer goes back at once.
+	return pool_.private_copy(*frame, Storage::cuda, pool_.arena->device(), stream);
 }
 
 void Subscriber::disarm_retry()
@@ -443,11 +479,16 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
 			}
-			if (pool_.sync && !pool_.is_spill(index)) {
-				// Device slots: parked until the producer's GPU writes are done
-				// (STREAM waits for them on the GPU, or the CPU does).
+			if (pool_.sync) {
+				// Device pools: parked until the producer's GPU writes are done
+				// (STREAM waits for them on the GPU, or the CPU does), or, for a
+				// spilled frame, until the owner's copy into the tier is (the CPU
+				// waits: host memory). Its spill_seq read once: the owner wrote it
+				// before it queued the entry.
 				parked = index;
-				parked_seq = seg.slots[index].meta.seq;
+				parked_seq = pool_.is_spill(index) ? *static_cast<const volatile uint64_t *>(
+									     &pool_.record(index).spill_seq)
+								   : seg.slots[index].meta.seq;
 				retry_ns = kFirstRetryNs;
 				auto frame = deliver_parked(stream, deadline);
 				note_taken(frame);
@@ -603,6 +644,9 @@ Result<std::shared_ptr<PoolImpl>> Subscriber::open(std::string_view name, std::s
 	if (options.wake != Wake::sleep && options.wake != Wake::spin_before)
 		return make_error(Errc::invalid_argument,
 				  where + ": unknown wake mode " + std::to_string(int(options.wake)));
+	if (options.spill_delivery != SpillDelivery::device && options.spill_delivery != SpillDelivery::host)
+		return make_error(Errc::invalid_argument, where + ": unknown spill delivery " +
+								  std::to_string(uint32_t(options.spill_delivery)));
 	if (options.wake == Wake::spin_before &&
 	    (options.spin_budget.count() <= 0 || options.spin_budget > std::chrono::seconds(1)))
 		return make_error(Errc::invalid_argument, where + ": a spin budget is 1 µs to 1 s, not " +

@@ -50,6 +50,11 @@ private:
 	// Device pools, a receive without a stream: hands out the parked frame once the
 	// producer's GPU writes are done, or keeps it parked at DEADLINE_NS.
 	Result<BufferGuard> deliver_parked(void *stream, uint64_t deadline_ns);
+	// A parked spilled frame: the CPU waits, until DEADLINE_NS, for the owner's copy of
+	// it into the tier (its spill_ready reaching parked_seq).
+	Result<void> wait_spilled(uint32_t index, uint64_t deadline_ns);
+	// A spilled frame of a device pool, copied: its guard as spill_delivery says.
+	Result<BufferGuard> spilled_frame(uint32_t index, void *stream);
 	// The parked frame goes back unread (detach, close).
 	void drop_parked();
 	void disarm_retry();
@@ -92,7 +97,8 @@ private:
 	// set) makes fd() readable after a growing interval, so a poller comes back.
 	static constexpr uint32_t kNoneParked = UINT32_MAX;
 	uint32_t parked = kNoneParked;
-	uint64_t parked_seq = 0;
+	uint64_t parked_seq = 0; // its frame's seq; a spilled frame's spill_seq
+	SpillDelivery spill_delivery = SpillDelivery::device;
 	int64_t retry_ns = 0;
 	UniqueFd retry_timer;
 	// wake=spin-before (none: sleep). Under receive_lock. The timer, in the epoll set,

@@ -206,6 +206,12 @@ class Frame:
         return bool(lib.xmem_buffer_is_writable(self._buffer()))
 
     @property
+    def spilled(self):
+        """Whether the frame came out of the pool's spill tier (a fifo-spill consumer's):
+        host memory, or on a CUDA pool this consumer's device copy of it."""
+        return bool(lib.xmem_buffer_spilled(self._buffer()))
+
+    @property
     def data(self):
         """The payload as a read-only memoryview of the shared slot (system memory)."""
         buffer = self._buffer()
@@ -443,7 +449,7 @@ class Consumer(_Handle):
     """A consumer of a pool: receive() frames, or iterate until end of stream."""
 
     def __init__(self, name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,
-                 client="python", wake="sleep", spin_budget=200e-6):
+                 client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device"):
         options = _capi.OpenOptions()
         lib.xmem_open_options_init(ctypes.byref(options))
         options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
@@ -468,6 +474,9 @@ class Consumer(_Handle):
         if not 1e-6 <= spin_budget <= 1.0:
             raise ValueError("spin_budget must be 1 µs to 1 s (seconds)")
         options.spin_budget_us = int(round(spin_budget * 1e6))
+        if spill_delivery not in ("device", "host"):
+            raise ValueError("spill_delivery must be 'device' or 'host'")
+        options.spill_delivery = 1 if spill_delivery == "host" else 0
         handle = ctypes.c_void_p()
         self.name = name
         _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
@@ -678,15 +687,18 @@ class WritableFrame:
 
 
 def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,  # noqa: A001
-         client="python", wake="sleep", spin_budget=200e-6):
+         client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device"):
     """Attaches to pool NAME, waiting up to TIMEOUT seconds for it (None: forever).
     POLICY is how this consumer is served ("fifo", "latest", "drop-oldest", "drop-new",
     "fifo-spill"; None: the pool's); FALLBACK what fifo and fifo-spill do once the wait
     (BLOCK_TIMEOUT seconds, None: the pool's) or the spill tier runs out; QUEUE_SIZE
     its queue depth (0: the policy's default). WAKE "spin-before" polls the queue near
-    each expected frame instead of sleeping, at most SPIN_BUDGET seconds a frame."""
+    each expected frame instead of sleeping, at most SPIN_BUDGET seconds a frame.
+    SPILL_DELIVERY, for fifo-spill on a CUDA pool: "device" (spilled frames come back
+    as device frames, this consumer's copies) or "host" (the tier's host memory)."""
     return Consumer(name, timeout=timeout, queue_size=queue_size, policy=policy, fallback=fallback,
-                    block_timeout=block_timeout, client=client, wake=wake, spin_budget=spin_budget)
+                    block_timeout=block_timeout, client=client, wake=wake, spin_budget=spin_budget,
+                    spill_delivery=spill_delivery)
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,

@@ -83,7 +83,8 @@ class OpenOptions(ctypes.Structure):
         ("wake", ctypes.c_uint32),
         ("block_timeout_ns", ctypes.c_uint64),
         ("spin_budget_us", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 1),
+        ("spill_delivery", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 3),
     ]
 
 
@@ -191,6 +192,7 @@ _SIGNATURES = {
     "xmem_buffer_capacity": (ctypes.c_uint64, [_P]),
     "xmem_buffer_format": (ctypes.c_char_p, [_P]),
     "xmem_buffer_is_writable": (ctypes.c_int, [_P]),
+    "xmem_buffer_spilled": (ctypes.c_int, [_P]),
     "xmem_buffer_release": (None, [_P]),
     "xmem_buffer_release_on_stream": (ctypes.c_int, [_P, _P]),
     "xmem_buffer_storage": (ctypes.c_uint32, [_P]),

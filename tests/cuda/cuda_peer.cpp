@@ -121,14 +121,25 @@ int produce(const std::string &name, const xmem::test::Options &o)
 	return 0;
 }
 
-// consume NAME --frames N [--no-stream] [--hold] : checks every byte of every frame,
-// read on a stream of the device the pool is on (as this process numbers it).
-// With --hold it keeps a frame and a queued read of it forever (to be killed).
+// consume NAME --frames N [--no-stream] [--hold] [--policy P] [--spill-delivery host]
+// [--work-us T] : checks every byte of every frame, read on a stream of the device the
+// pool is on (as this process numbers it), or on the CPU for a spilled frame delivered
+// as host memory; --work-us T takes T µs more per frame (a slow consumer). With --hold
+// it keeps a frame and a queued read of it forever (to be killed). Prints spilled=N.
 int consume(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::OpenOptions options;
 	options.timeout = 10s;
 	options.client = "cuda-peer";
+	if (o.count("policy")) {
+		auto policy = xmem::policy_from_name(o.at("policy"));
+		if (!policy)
+			return fail("unknown policy " + o.at("policy"));
+		options.policy = *policy;
+	}
+	if (o.count("spill-delivery"))
+		options.spill_delivery =
+			o.at("spill-delivery") == "host" ? xmem::SpillDelivery::host : xmem::SpillDelivery::device;
 	auto pool = xmem::BufferPool::open(name, options);
 	if (!pool)
 		return fail(pool.error().message);
@@ -156,6 +167,7 @@ int consume(const std::string &name, const xmem::test::Options &o)
 		host = pageable.data();
 	}
 	std::vector<xmem::BufferGuard> held;
+	uint64_t spilled = 0;
 	while (frames < limit) {
 		auto f = p.receive(10s, stream);
 		if (f.code() == xmem::Errc::end_of_stream || f.code() == xmem::Errc::closed)
@@ -163,10 +175,16 @@ int consume(const std::string &name, const xmem::test::Options &o)
 		if (!f)
 			return fail("receive: " + f.error().message);
 		uint64_t seq = f->meta().seq, size = f->meta().size;
-		if (f->device() != p.device())
+		spilled += f->spilled() ? 1 : 0;
+		if (f->storage() == xmem::Storage::system) {
+			// A spilled frame as the tier holds it (--spill-delivery host).
+			if (!f->spilled() || options.spill_delivery != xmem::SpillDelivery::host)
+				return fail("frame " + std::to_string(seq) + " in host memory, not spilled for host");
+			std::memcpy(host, f->data().data(), size);
+		} else if (f->device() != p.device())
 			return fail("frame " + std::to_string(seq) + " says device " + std::to_string(f->device()) +
 				    ", the pool is on " + std::to_string(p.device()));
-		if (g.d->cuMemcpyDtoHAsync(host, f->device_ptr(), size, g.stream) != CUDA_SUCCESS)
+		else if (g.d->cuMemcpyDtoHAsync(host, f->device_ptr(), size, g.stream) != CUDA_SUCCESS)
 			return fail("cuMemcpyDtoHAsync");
 		if (o.count("hold")) {
 			// A read still queued on the GPU when the process is killed.
@@ -192,7 +210,10 @@ int consume(const std::string &name, const xmem::test::Options &o)
 			std::printf("bad frame %llu\n", (unsigned long long)seq);
 		last = seq;
 		frames++;
+		if (o.count("work-us"))
+			std::this_thread::sleep_for(std::chrono::microseconds(number_option(o, "work-us", 0)));
 	}
+	std::printf("spilled=%llu\n", (unsigned long long)spilled);
 	std::printf("frames=%llu bad=%llu\n", (unsigned long long)frames, (unsigned long long)bad);
 	std::fflush(stdout);
 	return bad == 0 ? 0 : 1;

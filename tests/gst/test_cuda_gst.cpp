@@ -1039,6 +1039,44 @@ TEST_F(Nvcodec, FanOutToThreeCudaConsumers)
 		<< "free-slots " << stat_u64(sink, "free-slots");
 }
 
+// A device pool's recorder and detector, each with its own policy: the recorder
+// (fifo-spill, slow) gets every frame in CUDA memory, spilled ones copied back to the
+// device from the pool's spill tier; the detector (latest) beside it and the producer are
+// never held back.
+TEST_F(Nvcodec, DevicePoolRecorderAndDetectorEachWithItsOwnPolicy)
+{
+	const std::string caps = "video/x-raw,format=NV12,width=160,height=90,framerate=100/1";
+	const int n = 40;
+	auto reference = xmem::gsttest::reference_frames(caps, "ball", n);
+	const std::string line = "xmemsrc name=src pool-name=devspill is-live=false ";
+	const std::string cuda_out = " ! video/x-raw(memory:CUDAMemory) ! cudadownload ! video/x-raw ! ";
+	Consumer recorder(line + "policy=fifo-spill" + cuda_out +
+				  "identity sleep-time=20000 ! appsink name=sink sync=false",
+			  by_offset(reference));
+	Consumer detector(line + "policy=latest" + cuda_out + "appsink name=sink sync=false", by_offset(reference));
+	ASSERT_TRUE(recorder.start());
+	ASSERT_TRUE(detector.start());
+	Pipeline producer("videotestsrc is-live=true num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
+			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=devspill "
+			  "wait-for-consumers=2 buffers=4 spill-size=4000000");
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	EXPECT_EQ(producer.wait_eos(60s), "");
+	size_t when_producer_ended = recorder.count();
+	ASSERT_TRUE(recorder.join(60s)) << "no EOS; " << recorder.count() << " frames";
+	ASSERT_TRUE(detector.join(60s)) << "no EOS; " << detector.count() << " frames";
+	EXPECT_EQ(recorder.error(), "");
+	EXPECT_EQ(detector.error(), "");
+	auto recorded = recorder.frames();
+	EXPECT_EQ(recorded.size(), size_t(n));
+	for (const auto &f : recorded)
+		EXPECT_TRUE(f.matches) << "frame " << f.offset << " differs from videotestsrc's";
+	EXPECT_LT(when_producer_ended, size_t(n)) << "the producer waited for the recorder";
+	EXPECT_GT(stat_u64(recorder.src(), "spilled"), 0u);
+	EXPECT_EQ(stat_u64(recorder.src(), "lost"), 0u);
+	for (const auto &f : detector.frames())
+		EXPECT_TRUE(f.matches) << "detector frame " << f.offset;
+}
+
 // nvh264dec decodes a file made here straight into CUDA memory; xmemsink copies each
 // frame device to device. Needs NVDEC: a GPU (the simulator decodes nothing).
 TEST_F(Nvcodec, DecoderIntoDevicePool)

@@ -63,6 +63,15 @@ typedef enum xmem_wake {
 				    * polls readable when the spin should start. */
 } xmem_wake;
 
+/* How a fifo-spill consumer of a CUDA pool receives the frames the spill tier holds
+ * (a system pool's are host memory either way). xmem_buffer_spilled tells them. */
+typedef enum xmem_spill_delivery {
+	XMEM_SPILL_DELIVERY_DEVICE = 0, /* copied back into device memory of this consumer's
+					 * own (a private copy, xmem_buffer_is_copy), on the
+					 * stream it received on: device frames, whatever happened */
+	XMEM_SPILL_DELIVERY_HOST = 1, /* as the tier holds them: host memory, read-only */
+} xmem_spill_delivery;
+
 /* How a consumer is served: the pool's default (xmem_pool_config) or each consumer's
  * own (xmem_open_options). One consumer's policy never changes what another receives. */
 typedef enum xmem_policy {
@@ -146,7 +155,8 @@ typedef struct xmem_pool_config {
 	uint32_t group; /* a gid the owner is a member of; the socket's group */
 	/* The spill tier for XMEM_POLICY_FIFO_SPILL consumers: at most SPILL_BYTES of
 	 * frames (rounded up to pages each) in at most SPILL_FRAMES host buffers (0: one
-	 * per slot's worth of bytes, at least one). 0 bytes: no spill tier. System pools. */
+	 * per slot's worth of bytes, at least one). 0 bytes: no spill tier. A CUDA pool's
+	 * tier is page-locked at its whole size for as long as the pool lives. */
 	uint64_t spill_bytes;
 	uint32_t spill_frames;
 	uint32_t reserved[3]; /* must be zero (xmem_pool_config_init does it) */
@@ -169,7 +179,8 @@ typedef struct xmem_open_options {
 	uint32_t wake; /* xmem_wake: how receive() waits for the next frame */
 	uint64_t block_timeout_ns; /* fifo: how long the publisher waits; 0: the pool's */
 	uint32_t spin_budget_us; /* XMEM_WAKE_SPIN_BEFORE: most µs spun per frame; 0: 200 */
-	uint32_t reserved[1]; /* must be zero (xmem_open_options_init does it) */
+	uint32_t spill_delivery; /* xmem_spill_delivery: fifo-spill on a CUDA pool */
+	uint32_t reserved[3]; /* must be zero (xmem_open_options_init does it) */
 } xmem_open_options;
 
 void xmem_open_options_init(xmem_open_options *options);
@@ -352,6 +363,9 @@ const void *xmem_buffer_side_data(const xmem_buffer *buffer, size_t *size);
 int xmem_buffer_is_writable(const xmem_buffer *buffer);
 /* 1 when copy-on-write gave this buffer a private copy. */
 int xmem_buffer_is_copy(const xmem_buffer *buffer);
+/* 1 when the frame came out of the pool's spill tier (XMEM_POLICY_FIFO_SPILL): host
+ * memory, or on a CUDA pool the consumer's device copy of it (xmem_spill_delivery). */
+int xmem_buffer_spilled(const xmem_buffer *buffer);
 /* A new read-only reference to the same frame. */
 int xmem_buffer_clone(const xmem_buffer *buffer, xmem_buffer **out);
 /* Drops the reference (NULL is fine). For a device frame the slot is reused only

@@ -104,6 +104,9 @@ enum class Policy {
 };
 // How a consumer waits for its next frame (xmem.h's xmem_wake).
 enum class Wake { sleep = XMEM_WAKE_SLEEP, spin_before = XMEM_WAKE_SPIN_BEFORE };
+// How a fifo-spill consumer of a CUDA pool receives spilled frames (xmem.h's
+// xmem_spill_delivery): copied back into device memory of its own, or as host memory.
+enum class SpillDelivery : uint32_t { device = XMEM_SPILL_DELIVERY_DEVICE, host = XMEM_SPILL_DELIVERY_HOST };
 
 // "fifo", "drop-oldest", "drop-new", "latest", "fifo-spill"; nullptr for another value.
 const char *policy_name(Policy policy);
@@ -134,9 +137,10 @@ struct PoolConfig {
 	Storage storage = Storage::system;
 	// CUDA device ordinal for Storage::cuda.
 	uint32_t device = 0;
-	// The spill tier for Policy::fifo_spill consumers (system pools): at most
-	// SPILL_BYTES of spilled frames (each rounded up to pages) in at most SPILL_FRAMES
-	// host buffers (0: spill_bytes / slot_size, at least 1). 0 bytes: none.
+	// The spill tier for Policy::fifo_spill consumers: at most SPILL_BYTES of spilled
+	// frames (each rounded up to pages) in at most SPILL_FRAMES host buffers (0:
+	// spill_bytes / slot_size, at least 1). 0 bytes: none. A CUDA pool's tier is
+	// page-locked at its whole size while the pool lives (its copies are DMA).
 	uint64_t spill_bytes = 0;
 	uint32_t spill_frames = 0;
 };
@@ -162,6 +166,10 @@ struct OpenOptions {
 	// readable when the spin should start); irregular streams sleep as with sleep.
 	Wake wake = Wake::sleep;
 	std::chrono::microseconds spin_budget{ 200 };
+	// fifo-spill on a CUDA pool: a frame the spill tier holds comes back as a device
+	// frame (a private copy on the stream receive() was given; frame.spilled()), or,
+	// with host, as the tier's read-only host memory.
+	SpillDelivery spill_delivery = SpillDelivery::device;
 };
 
 class BufferPool;
@@ -185,6 +193,9 @@ public:
 	uint32_t index() const { return index_; }
 	bool writable() const { return writable_; }
 	bool is_copy() const { return copy_ != nullptr; }
+	// The frame came out of the pool's spill tier (a fifo-spill consumer's): host
+	// memory, or its device copy (OpenOptions::spill_delivery).
+	bool spilled() const;
 
 	// This guard's copy of the frame's metadata. A received frame's layout was checked
 	// against its slot (receive(): Errc::bad_frame otherwise): size, tensor, and each
