@@ -192,3 +192,39 @@ def test_a_consumer_killed_holding_device_frames_gives_its_slots_back_on_a_gpu()
                 w.release()
         finally:
             consumer.kill()
+
+
+def test_stalled_recorders_of_a_device_pool_get_every_frame_from_the_spill_tier_on_a_gpu():
+    """Two fifo-spill recorders that read nothing while 24 frames go through 4 device
+    slots: the producer never waits; the frames queued only for them move into the
+    page-locked spill tier on the owner's stream; later one recorder gets each as a
+    device frame (its own copy, read with torch), the other as host memory."""
+    torch = real_gpu()
+    pool = "gpu-" + uuid.uuid4().hex[:8]
+    size, frames = 1 << 16, 24
+    with xmem.create(pool, size, slots=4, storage="cuda", spill_bytes=frames * size) as p:
+        with xmem.open(pool, timeout=5, policy="fifo-spill") as device, \
+                xmem.open(pool, timeout=5, policy="fifo-spill", spill_delivery="host") as host:
+            stream = torch.cuda.Stream()
+            for n in range(1, frames + 1):
+                w = p.acquire(timeout=2, stream=stream)
+                with torch.cuda.stream(stream):
+                    torch.from_dlpack(w).fill_(n)
+                p.publish(w, size=size, stream=stream)
+            assert p.spill_stats()["spilled"] >= frames - 4
+            for recorder, where in ((device, "cuda"), (host, "system")):
+                spilled = 0
+                for n in range(1, frames + 1):
+                    f = recorder.receive(timeout=10)
+                    assert f.meta.seq == n
+                    if f.spilled:
+                        spilled += 1
+                        assert f.meta.storage == where
+                    if f.meta.storage == "cuda":
+                        values = torch.from_dlpack(f).cpu()
+                    else:
+                        values = torch.frombuffer(bytearray(f.data), dtype=torch.uint8)
+                    assert int(values.min()) == n and int(values.max()) == n, (n, f.spilled)
+                    del f, values
+                assert spilled >= frames - 4
+                assert recorder.consumer_stats()["dropped"] == 0

@@ -795,11 +795,16 @@ def test_each_consumer_chooses_its_policy_and_a_stalled_recorder_spills():
             stats = recorder.consumer_stats()
             assert stats["policy"] == "fifo-spill" and stats["queued"] == 30 and stats["spilled"] >= 27
             assert p.spill_stats()["frames"] >= 27
+            spilled = 0
             for i in range(1, 31):
                 f = recorder.receive(timeout=0)
                 assert f.meta.seq == i and bytes(numpy.asarray(f)[:4]) == i.to_bytes(4, "little")
+                spilled += f.spilled
                 del f
+            assert spilled == stats["spilled"]
             assert recorder.consumer_stats()["dropped"] == 0
+        with pytest.raises(ValueError):
+            xmem.open(pool, policy="fifo-spill", spill_delivery="gpu")
         with pytest.raises(ValueError):
             xmem.open(pool, policy="sometimes")
         with pytest.raises(ValueError):

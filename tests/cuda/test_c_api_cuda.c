@@ -47,6 +47,8 @@ static struct {
 	xmem_pool *owner;
 	xmem_pool *consumer;
 	xmem_pool *system; /* a system-memory pool */
+	xmem_pool *spill; /* a device pool with a spill tier, and its two recorders */
+	xmem_pool *recorders[2];
 } t;
 
 #define SLOT_SIZE (64u * 1024)
@@ -279,6 +281,70 @@ static int system_pool(void)
 	return 0;
 }
 
+/* A device pool with a spill tier: two fifo-spill recorders read nothing while 12
+ * frames go through 2 slots; then one gets each as a device frame (spilled ones its own
+ * copies), the other spilled ones as host memory, every byte as written. */
+static int spill_tier(void)
+{
+	xmem_pool_config config;
+	xmem_pool_config_init(&config);
+	config.slot_count = 2;
+	config.slot_size = SLOT_SIZE;
+	config.storage = XMEM_STORAGE_CUDA;
+	config.spill_bytes = 16 * SLOT_SIZE;
+	CHECK_STATUS(xmem_pool_create("c-cuda-spill", &config, &t.spill), XMEM_OK);
+	for (int i = 0; i < 2; i++) {
+		xmem_open_options o;
+		xmem_open_options_init(&o);
+		CHECK(o.spill_delivery == XMEM_SPILL_DELIVERY_DEVICE);
+		o.has_policy = 1;
+		o.policy = XMEM_POLICY_FIFO_SPILL;
+		o.spill_delivery = i == 0 ? XMEM_SPILL_DELIVERY_DEVICE : XMEM_SPILL_DELIVERY_HOST;
+		CHECK_STATUS(xmem_pool_open("c-cuda-spill", &o, &t.recorders[i]), XMEM_OK);
+	}
+	for (uint32_t tag = 1; tag <= 12; tag++) {
+		xmem_buffer *b = NULL;
+		CHECK_STATUS(xmem_pool_acquire_on_stream(t.spill, TIMEOUT, t.writer, &b), XMEM_OK);
+		if (write_frame(xmem_buffer_device_ptr(b), tag, t.writer))
+			return 1;
+		xmem_buffer_meta_mut(b)->size = SLOT_SIZE;
+		CHECK_STATUS(xmem_pool_publish_on_stream(t.spill, b, t.writer), XMEM_OK);
+	}
+	xmem_spill_stats spill;
+	CHECK_STATUS(xmem_pool_spill_stats(t.spill, &spill), XMEM_OK);
+	CHECK(spill.spilled >= 10);
+	for (int i = 0; i < 2; i++) {
+		uint32_t spilled = 0;
+		for (uint32_t tag = 1; tag <= 12; tag++) {
+			xmem_buffer *f = NULL;
+			CHECK_STATUS(xmem_pool_receive_on_stream(t.recorders[i], TIMEOUT, t.reader, &f), XMEM_OK);
+			CHECK(xmem_buffer_meta(f)->seq == tag);
+			int in_host = xmem_buffer_storage(f) == XMEM_STORAGE_SYSTEM;
+			CHECK(in_host == (i == 1 && xmem_buffer_spilled(f)));
+			spilled += (uint32_t)xmem_buffer_spilled(f);
+			if (in_host) {
+				CHECK(intact(xmem_buffer_data(f), SLOT_SIZE, tag));
+			} else {
+				xmem_buffer *back = NULL;
+				CHECK_STATUS(xmem_buffer_copy_to_cpu(f, t.reader, &back), XMEM_OK);
+				CHECK(intact(xmem_buffer_data(back), xmem_buffer_capacity(back), tag));
+				xmem_buffer_release(back);
+			}
+			CHECK_STATUS(xmem_buffer_release_on_stream(f, t.reader), XMEM_OK);
+		}
+		CHECK(spilled >= 10);
+		xmem_consumer_stats stats;
+		CHECK_STATUS(xmem_pool_consumer_stats(t.recorders[i], &stats), XMEM_OK);
+		CHECK(stats.dropped == 0 && stats.spilled == spilled);
+	}
+	xmem_open_options bad;
+	xmem_open_options_init(&bad);
+	bad.spill_delivery = 7;
+	xmem_pool *none = NULL;
+	CHECK_STATUS(xmem_pool_open("c-cuda-spill", &bad, &none), XMEM_EINVAL);
+	return 0;
+}
+
 static int run(void)
 {
 	const char *path = getenv("XMEM_CUDA_DRIVER");
@@ -402,7 +468,9 @@ static int run(void)
 	CHECK(stats.published == FRAMES + 1);
 	CHECK(stats.dropped == 0);
 
-	return system_pool();
+	if (system_pool())
+		return 1;
+	return spill_tier();
 }
 
 /* Gives back what run() left, whether it passed or not: streams done before the pools
@@ -413,6 +481,9 @@ static void teardown(void)
 		t.cu.cuStreamSynchronize(t.reader);
 	if (t.writer)
 		t.cu.cuStreamSynchronize(t.writer);
+	xmem_pool_close(t.recorders[0]);
+	xmem_pool_close(t.recorders[1]);
+	xmem_pool_close(t.spill);
 	xmem_pool_close(t.system);
 	xmem_pool_close(t.consumer);
 	xmem_pool_close(t.owner);
