@@ -7,7 +7,10 @@
 #
 #   SUITE          core: libxmem alone; gst: xmemsink/xmemsrc against shmsink/shmsrc,
 #                  unixfdsink/unixfdsrc and appsrc ! appsink; python: frames as torch
-#                  tensors in Python, against appsink and torch.multiprocessing
+#                  tensors in Python, against appsink and torch.multiprocessing;
+#                  policies: libxmem's per-consumer policies at 1080p60, a latest
+#                  consumer beside a stalled fifo-spill one (and without it), and
+#                  wake=spin-before against sleeping
 #                  (default: all of them)
 #   --update-docs  rewrite docs/benchmarks.md from bench/results/*/*.json: a section
 #                  per platform (each platform's results stay where its runs wrote them)
@@ -53,7 +56,7 @@ while [ $# -gt 0 ]; do
 		shift
 		;;
 	-h | --help)
-		sed -n '4,26p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '4,29p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	-*)
@@ -64,7 +67,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-all_suites=(core gst python)
+all_suites=(core gst python policies)
 if [ "$docs_only" = 1 ]; then
 	suites=()
 elif [ ${#suites[@]} -eq 0 ]; then
@@ -296,6 +299,41 @@ suite_python() {
 		echo "run.sh: bench/python.py exited with status $rc" >&2
 		failed=1
 	fi
+}
+
+# Pair stalled-spill: the producer with a latest consumer, alone (mode stall-off)
+# and beside a fifo-spill consumer that stops reading for stall_ms every
+# stall_every_ms (stall-on): its frames go to a 1 GiB spill tier, which the
+# producer and the latest consumer should not notice.
+pair_stalled_spill() {
+	local common=(--width 1920 --height 1080 --fps 60 --frames "$stall_frames" --warmup "$warmup"
+		--consumer-policy latest --spill-mb 1024)
+	core --mode stall-off "${common[@]}" --stall-ms 0
+	core --mode stall-on "${common[@]}" --stall-ms "$stall_ms" --stall-every-ms "$stall_every_ms"
+}
+
+# Pair spin-before: one consumer sleeping in poll() (mode wake-sleep), then the same
+# with wake=spin-before and a 500 us spin budget (wake-spin-before).
+pair_spin_before() {
+	local common=(--width 1920 --height 1080 --fps 60 --frames "$wake_frames" --warmup "$warmup")
+	core --mode wake-sleep "${common[@]}" --wake sleep
+	core --mode wake-spin-before "${common[@]}" --wake spin-before --spin-budget 500
+}
+
+# The policies suite: what a consumer's policy and wait cost at 1080p60. Rounds
+# of its pairs, interleaved, so that a change in the machine's load hits them
+# alike and the rounds show the run-to-run spread the ratios are read against.
+# Quick: a stall of 200 ms every second, so that a short run has stalls too.
+suite_policies() {
+	build xmem-bench-core
+	local rounds=3 stall_frames=1260 stall_ms=2000 stall_every_ms=10000 wake_frames=900 round
+	if [ "$quick" = 1 ]; then
+		rounds=1 stall_frames=120 stall_ms=200 stall_every_ms=1000 wake_frames=120
+	fi
+	for ((round = 1; round <= rounds; round++)); do
+		pair_stalled_spill
+		pair_spin_before
+	done
 }
 
 load_average() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown; }
