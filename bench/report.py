@@ -55,7 +55,31 @@ PYTHON_COLUMNS = [
     ("status", "status", "{}"),
 ]
 
-SUITE_COLUMNS = {"gst": GST_COLUMNS, "python": PYTHON_COLUMNS}
+# The policies suite: one consumer's figures and the producer's, and where a stalled
+# fifo-spill consumer ran beside them, its frames and the spill tier's use.
+POLICIES_COLUMNS = [
+    ("mode", "mode", "{}"),
+    ("consumer_policy", "consumer policy", "{}"),
+    ("consumer_wait", "wait", "{}"),
+    ("size", "size", "{}"),
+    ("fps", "frames/s", "{:.1f}"),
+    ("p50_us", "p50 µs", "{:.1f}"),
+    ("p99_us", "p99 µs", "{:.1f}"),
+    ("max_us", "max µs", "{:.1f}"),
+    ("producer_cpu_us_per_frame", "producer CPU µs/frame", "{:.2f}"),
+    ("consumers_cpu_us_per_frame", "consumer CPU µs/frame", "{:.2f}"),
+    ("cpu_us_per_frame", "total CPU µs/frame", "{:.2f}"),
+    ("dropped", "dropped", "{}"),
+    ("stall", "fifo-spill consumer stalls", "{}"),
+    ("stalled_received", "its frames", "{}"),
+    ("stalled_lost", "its lost", "{}"),
+    ("spill_peak_mib", "spill tier peak MiB", "{:.1f}"),
+    ("spilled", "spilled", "{}"),
+    ("spill_full", "tier full", "{}"),
+    ("status", "status", "{}"),
+]
+
+SUITE_COLUMNS = {"gst": GST_COLUMNS, "python": PYTHON_COLUMNS, "policies": POLICIES_COLUMNS}
 
 # What the producer's buffers came from, by the allocation record of xmem-bench-gst.
 MEMORY = {"pool": "sink's pool", "allocator": "sink's allocator", "own": "own pool, sink's allocator", "none": "malloc"}
@@ -69,6 +93,9 @@ def derived(record):
         r["memory"] = MEMORY.get(kind.split(" ")[0], kind)
         if r.get("foreign_frames"):
             r["memory"] += f", {r['foreign_frames']} copied"
+    if r.get("stall_ms") is not None:
+        r["stall"] = f"{r['stall_ms']} ms every {r['stall_every_ms']} ms"
+        r["spill_peak_mib"] = r["spill_peak_bytes"] / 2**20
     if not r.get("available", True):
         r["status"] = "unavailable"
         r["size"] = "-"
@@ -473,7 +500,67 @@ def python_tables(result):
     return [("Ratios (below 1× is better for xmem, except frames/s)", python_ratios(result))]
 
 
-EXTRA_TABLES = {"gst": gst_tables, "python": python_tables}
+def policies_rounds(result, baseline, other):
+    """(baseline, other) records of the same round: the suite runs its pairs in rounds, in order."""
+    a = [m for m in result["measurements"] if m["mode"] == baseline]
+    b = [m for m in result["measurements"] if m["mode"] == other]
+    return list(zip(a, b))
+
+
+def usable(m):
+    return m.get("ok", True) and "p50_us" in m
+
+
+def policies_stall(result):
+    """The latest consumer and the producer beside the stalled fifo-spill consumer, against without it."""
+    headers = ["round", "size", "comparison", "latest p50 ×", "latest p99 ×", "producer frames/s ×",
+               "producer CPU µs/frame −", "fifo-spill frames", "fifo-spill lost", "tier peak MiB",
+               "tier cap MiB", "spilled", "tier full"]
+    body = []
+    for i, (off, on) in enumerate(policies_rounds(result, "stall-off", "stall-on"), 1):
+        # The stalled consumer's own figures count even in a failed run: they say why it failed.
+        figures = [f"{on['stalled_received']} of {on['frames']}", str(on["stalled_lost"]),
+                   f"{on['spill_peak_bytes'] / 2**20:.1f}", f"{on['spill_cap_bytes'] / 2**20:.0f}",
+                   str(on["spilled"]), str(on["spill_full"])] if "stalled_lost" in on else ["-"] * 6
+        if not usable(off) or "p50_us" not in on:
+            body.append([str(i), on["size"], "stall-on ÷ stall-off", "failed", "-", "-", "-"] + figures)
+            continue
+        body.append([str(i), on["size"], "stall-on ÷ stall-off", ratio(on, off, "p50_us"), ratio(on, off, "p99_us"),
+                     ratio(on, off, "fps", "{:.3f}×"), difference(on, off, "producer_cpu_us_per_frame")] + figures)
+    return headers, body
+
+
+def policies_wake(result):
+    """wake=spin-before against sleeping, the same round."""
+    headers = ["round", "size", "comparison", "p50 ×", "p99 ×", "p50 − sleep µs", "consumer CPU µs/frame −",
+               "producer CPU µs/frame −", "total CPU µs/frame −"]
+    body = []
+    for i, (sleep, spin) in enumerate(policies_rounds(result, "wake-sleep", "wake-spin-before"), 1):
+        if not usable(sleep) or not usable(spin):
+            body.append([str(i), spin["size"], "spin-before ÷ sleep", "failed"] + ["-"] * (len(headers) - 4))
+            continue
+        body.append([str(i), spin["size"], "spin-before ÷ sleep", ratio(spin, sleep, "p50_us"),
+                     ratio(spin, sleep, "p99_us"), difference(spin, sleep, "p50_us"),
+                     difference(spin, sleep, "consumers_cpu_us_per_frame"),
+                     difference(spin, sleep, "producer_cpu_us_per_frame"),
+                     difference(spin, sleep, "cpu_us_per_frame")])
+    return headers, body
+
+
+def policies_tables(result):
+    tables = []
+    headers, body = policies_stall(result)
+    if body:
+        tables.append(("Ratios: beside a stalled fifo-spill consumer ÷ without it (the latest consumer and the "
+                       "producer; the CPU column is the difference, in µs)", (headers, body)))
+    headers, body = policies_wake(result)
+    if body:
+        tables.append(("Ratios: wake=spin-before ÷ sleeping (the CPU columns are differences, in µs; "
+                       "above 0 costs more)", (headers, body)))
+    return tables
+
+
+EXTRA_TABLES = {"gst": gst_tables, "python": python_tables, "policies": policies_tables}
 
 
 # The IPC pairs, in the order the sentences name them.
@@ -593,7 +680,71 @@ def summary_python(result):
     return lines
 
 
-SUMMARIES = {"core": summary_core, "gst": summary_gst, "python": summary_python}
+def spread(values, fmt="{:.1f}"):
+    """A figure over the rounds: the one value, or lowest–highest."""
+    values = sorted(values)
+    if not values:
+        return "-"
+    if len(values) == 1 or fmt.format(values[0]) == fmt.format(values[-1]):
+        return fmt.format(values[0])
+    return f"{fmt.format(values[0])}–{fmt.format(values[-1])}"
+
+
+def summary_policies(result):
+    """Sentences computed from the records, for the policies suite."""
+    lines = []
+    stall = [(a, b) for a, b in policies_rounds(result, "stall-off", "stall-on") if usable(a) and "p50_us" in b]
+    if stall:
+        off, on = [a for a, _ in stall], [b for _, b in stall]
+        n = len(stall)
+        rounds = f"over {n} rounds, lowest–highest" if n > 1 else "one round"
+        lines.append(
+            f"- A fifo-spill consumer stalled for {on[0]['stall_ms']} ms every {on[0]['stall_every_ms']} ms "
+            f"beside a latest consumer ({on[0]['size']}, {on[0]['fps_target']} frames/s, {on[0]['frames']} frames; "
+            f"{rounds}): the producer kept {spread([m['fps'] for m in on])} frames/s against "
+            f"{spread([m['fps'] for m in off])} without it; the latest consumer's p50 was "
+            f"{spread([m['p50_us'] for m in on])} µs against {spread([m['p50_us'] for m in off])} µs, its p99 "
+            f"{spread([m['p99_us'] for m in on])} µs against {spread([m['p99_us'] for m in off])} µs (ratios "
+            f"{spread([b['p50_us'] / a['p50_us'] for a, b in stall], '{:.2f}')}× and "
+            f"{spread([b['p99_us'] / a['p99_us'] for a, b in stall], '{:.2f}')}×).")
+        if n > 1:
+            p50, p99 = [m["p50_us"] for m in off], [m["p99_us"] for m in off]
+            lines.append(
+                f"- The noise to read those against, the run without the stalled consumer from round to round: "
+                f"p50 highest ÷ lowest {max(p50) / min(p50):.2f}×, p99 {max(p99) / min(p99):.2f}×.")
+    spilled = [b for _, b in policies_rounds(result, "stall-off", "stall-on") if "stalled_lost" in b]
+    if spilled:
+        lost = sum(m["stalled_lost"] for m in spilled)
+        peak = max(spilled, key=lambda m: m["spill_peak_bytes"])
+        lines.append(
+            "- The stalled consumer received " +
+            ", ".join(f"{m['stalled_received']} of {m['frames']}" for m in spilled) +
+            f" frames, lost {lost} in all; the spill tier (host memory, cap {peak['spill_cap_bytes'] / 2**20:.0f} MiB) "
+            f"peaked at {spread([m['spill_peak_bytes'] / 2**20 for m in spilled])} MiB (about "
+            f"{peak['spill_peak_bytes'] / peak['frame_bytes']:.0f} frames of {peak['frame_bytes'] / 2**20:.2f} MiB), "
+            f"{spread([m['spilled'] for m in spilled], '{}')} frames spilled per run, full "
+            f"{sum(m['spill_full'] for m in spilled)} times.")
+        if stall:
+            lines.append(
+                f"- Spilling is the producer's work: its CPU per frame (acquire, stamp, publish, averaged over the "
+                f"run) was {spread([b['producer_cpu_us_per_frame'] for _, b in stall])} µs with the stalled "
+                f"consumer, {spread([a['producer_cpu_us_per_frame'] for a, _ in stall])} µs without.")
+    wake = [(a, b) for a, b in policies_rounds(result, "wake-sleep", "wake-spin-before") if usable(a) and usable(b)]
+    if wake:
+        spin = wake[0][1]
+        consumer = [b["consumers_cpu_us_per_frame"] - a["consumers_cpu_us_per_frame"] for a, b in wake]
+        producer = [b["producer_cpu_us_per_frame"] - a["producer_cpu_us_per_frame"] for a, b in wake]
+        lines.append(
+            f"- wake=spin-before ({spin['spin_budget_us']} µs budget) at {spin['size']}, {spin['fps_target']} "
+            f"frames/s: p50 {spread([b['p50_us'] for _, b in wake])} µs against "
+            f"{spread([a['p50_us'] for a, _ in wake])} µs sleeping "
+            f"({spread([b['p50_us'] / a['p50_us'] for a, b in wake], '{:.2f}')}×), for "
+            f"{spread(consumer, '{:+.1f}')} µs of consumer CPU per frame and {spread(producer, '{:+.1f}')} µs of "
+            f"producer CPU.")
+    return lines
+
+
+SUMMARIES = {"core": summary_core, "gst": summary_gst, "python": summary_python, "policies": summary_policies}
 
 INTRO = """\
 # Benchmarks
@@ -768,10 +919,51 @@ inference process pays to get another process's NV12 frames as torch tensors.
 """
 
 
+POLICIES_TEXT = """\
+What is measured: `bench/xmem-bench-core`, as in *core* (a stamp in the first
+{touched} bytes of each frame, one process per consumer), at {size} and {fps}
+frames/s, with a consumer's policy or its way of waiting changed. The pairs run in
+rounds, one after the other within each, and each ratio compares two runs of the
+same round.
+
+- **stall-off** and **stall-on**: the consumer has the `latest` policy (it takes
+  the newest frame and skips those it was too slow for, so its *dropped* frames
+  are by design) and the pool a spill tier of {spill_mb} MiB of host memory
+  (`--spill-mb`). In *stall-on* a second consumer, `fifo-spill`, stops reading for
+  {stall_ms} ms every {stall_every_ms} ms: it must get every frame, and the
+  producer never waits for it; when the producer needs a slot that holds only
+  frames the stalled consumer has not taken, it copies them into the tier first
+  (inside `acquire`, so its CPU column includes the copies). *its frames* and *its
+  lost*: what the stalled consumer received and lost; *spill tier peak MiB*: the
+  most of the tier in use at once; *spilled*: frames copied into it; *tier full*:
+  times a spill found no room. The latency and consumer CPU columns are the latest
+  consumer's alone.
+- **wake-sleep** and **wake-spin-before**: one consumer with the pool's policy,
+  sleeping in `poll()` until its eventfd is written (as in *core*), against
+  `wake=spin-before` with a {spin_budget} µs budget: the consumer learns the
+  stream's period and spins on its queue in a window around the next frame's
+  expected arrival instead of sleeping (`docs/design.md`, *Waking: spin-before*).
+  It trades consumer CPU for latency; a consumer spinning has disarmed its
+  wake-up, so the producer writes no eventfd for the frame it catches.
+"""
+
+
+def policies_text(result):
+    on = next((m for m in result["measurements"] if m["mode"] == "stall-on"), {})
+    spin = next((m for m in result["measurements"] if m["mode"] == "wake-spin-before"), {})
+    first = result["measurements"][0]
+    return POLICIES_TEXT.format(touched=first.get("touched_bytes", "?"), size=first.get("size", "?"),
+                                fps=first.get("fps_target", "?"),
+                                spill_mb=on.get("spill_cap_bytes", 0) >> 20 if on else "?",
+                                stall_ms=on.get("stall_ms", "?"), stall_every_ms=on.get("stall_every_ms", "?"),
+                                spin_budget=spin.get("spin_budget_us", "?"))
+
+
 SECTION_TEXT = {
     "core": lambda r: CORE_TEXT.format(touched=r["measurements"][0].get("touched_bytes", "?")),
     "gst": lambda r: GST_TEXT,
     "python": lambda r: PYTHON_TEXT,
+    "policies": policies_text,
 }
 
 

@@ -36,6 +36,11 @@ Result<std::unique_ptr<DeviceSpill>> make_device_spill(DeviceSync &, std::span<s
 	return no_cuda("spill tier");
 }
 
+Result<std::shared_ptr<void>> device_pin(uint32_t, std::span<std::byte>)
+{
+	return no_cuda("page-locking");
+}
+
 bool device_has_stream_mem_ops(uint32_t)
 {
 	return false;

@@ -119,6 +119,10 @@ Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, u
 // queued on STREAM; without a stream, complete on return.
 Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
 			 void *stream);
+// Page-locks MEMORY (host memory of this process) for copies with DEVICE, so they are
+// asynchronous DMA; unlocked when the last owner lets go, once the primary context's and
+// the current one's work is done. Fails where the driver cannot pin it.
+Result<std::shared_ptr<void>> device_pin(uint32_t device, std::span<std::byte> memory);
 // Waits on the CPU for STREAM (nullptr: the primary context's and the calling thread's
 // current context's streams on DEVICE, see cuda::synchronize_contexts).
 Result<void> device_synchronize(uint32_t device, void *stream);

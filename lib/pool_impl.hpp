@@ -69,6 +69,10 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// The owner of a device pool with a spill tier: the copies out of the slots (after
 	// `spill`, `sync`: destroyed first, once its copies into the tier have landed).
 	std::unique_ptr<DeviceSpill> device_spill;
+	// A consumer of a device pool's tier that copies spilled frames back to the device:
+	// its mapping of the tier page-locked, so those copies are queued, not staged by the
+	// CPU (none where the driver would not pin it). Unlocked before the tier is unmapped.
+	std::shared_ptr<void> spill_pinned;
 
 	// Holder bit of this process: 0 for the owner, 1 + index for a consumer.
 	uint32_t holder_bit = layout::kOwnerBit;

@@ -208,6 +208,19 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	pool_.holder_bit = 1 + consumer_index;
 	self = seg.consumer(consumer_index);
 	self->sync_mode = pool_.sync ? pool_.sync->mode() : layout::kSyncNone;
+	// A fifo-spill consumer of a device pool that takes spilled frames back to the device
+	// page-locks its mapping of the tier once, so each copy back is queued on its stream.
+	if (pool_.sync && pool_.spill && options.spill_delivery == SpillDelivery::device &&
+	    self->policy == uint32_t(Policy::fifo_spill)) {
+		auto pinned = device_pin(pool_.arena->device(), pool_.spill->memory());
+		if (pinned)
+			pool_.spill_pinned = std::move(pinned.value());
+		else
+			(void)std::fprintf(stderr,
+					   "xmem: %s: spilled frames are copied back to the device from pageable "
+					   "memory (the CPU stages each): %s\n",
+					   pool_.where().c_str(), pinned.error().message.c_str());
+	}
 	pool_.local_refs.assign(pool_.index_count(), 0);
 	pool_.exclusive.assign(seg.slot_count, 0);
 	event = std::move(ev);
@@ -392,9 +405,21 @@ Result<BufferGuard> Subscriber::spilled_frame(uint32_t index, void *stream)
 	if (!frame || spill_delivery == SpillDelivery::host)
 		return frame;
 	// Back into device memory, of this consumer's own: the slots are the producer's.
-	// The tier is pageable here (only the owner's mapping is page-locked), so the copy
-	// has read it when the call returns, and the buffer goes back at once.
-	return pool_.private_copy(*frame, Storage::cuda, pool_.arena->device(), stream);
+	// Queued on STREAM where this process page-locked the tier (else the CPU stages it
+	// before the call returns). The buffer stays held until the copy's memory goes, whose
+	// release waits for STREAM first (device_allocate), so the owner never reuses it
+	// under the copy.
+	auto copy = pool_.private_copy(*frame, Storage::cuda, pool_.arena->device(), stream);
+	if (!copy)
+		return copy;
+	auto held = std::make_shared<BufferGuard>(std::move(frame.value()));
+	std::shared_ptr<void> memory = std::move(copy->copy_);
+	void *at = memory.get();
+	copy->copy_ = std::shared_ptr<void>(at, [memory = std::move(memory), held = std::move(held)](void *) mutable {
+		memory.reset();
+		held.reset();
+	});
+	return copy;
 }
 
 void Subscriber::disarm_retry()

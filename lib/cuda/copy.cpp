@@ -129,6 +129,26 @@ Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_
 	return {};
 }
 
+Result<std::shared_ptr<void>> device_pin(uint32_t device, std::span<std::byte> memory)
+{
+	std::string where =
+		"page-locking " + std::to_string(memory.size()) + " bytes for CUDA device " + std::to_string(device);
+	auto ctx = primary(device, where);
+	if (!ctx)
+		return ctx.error();
+	const Driver *d = cuda::driver().value();
+	ContextScope scope(**ctx);
+	if (CUresult r = d->cuMemHostRegister(memory.data(), memory.size(), CU_MEMHOSTREGISTER_PORTABLE);
+	    r != CUDA_SUCCESS)
+		return cuda_error(where, "cuMemHostRegister", r);
+	std::shared_ptr<PrimaryContext> keep = ctx.value();
+	return std::shared_ptr<void>(memory.data(), [keep, d](void *p) {
+		ContextScope inner(*keep);
+		cuda::synchronize_contexts(*keep);
+		d->cuMemHostUnregister(p);
+	});
+}
+
 Result<void> device_synchronize(uint32_t device, void *stream)
 {
 	std::string where = "CUDA device " + std::to_string(device);

@@ -9,6 +9,7 @@
 #include "cuda/driver.hpp"
 #include "gated_host.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -86,6 +87,25 @@ struct Gpu {
 		xmem::cuda::ContextScope scope(*ctx);
 		ASSERT_EQ(d->cuStreamCreate(s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
 	}
+};
+
+// A GatedHost made and given back with the test's context current (the driver refuses
+// cuMemHostRegister and cuMemHostUnregister without one, and a registration left behind
+// would refuse the next one at the same address).
+struct Gate {
+	explicit Gate(const Gpu &gpu) : g(gpu)
+	{
+		xmem::cuda::ContextScope scope(*g.ctx);
+		host.emplace(4096);
+	}
+	~Gate()
+	{
+		xmem::cuda::ContextScope scope(*g.ctx);
+		host.reset();
+	}
+	GatedHost *operator->() { return &*host; }
+	const Gpu &g;
+	std::optional<GatedHost> host;
 };
 
 // Publishes one frame written on STREAM with frame SEQ's words (body, then tail page).
@@ -198,11 +218,7 @@ TEST(CudaSpill, TheCopyWaitsForTheFramesWritesAndTheSlotForTheCopy)
 	Gpu g;
 	CUstream second;
 	g.create(&second);
-	std::optional<GatedHost> gate;
-	{
-		xmem::cuda::ContextScope scope(*g.ctx);
-		gate.emplace(4096);
-	}
+	Gate gate(g);
 	ASSERT_TRUE(gate->ok);
 
 	{
@@ -246,6 +262,67 @@ TEST(CudaSpill, TheCopyWaitsForTheFramesWritesAndTheSlotForTheCopy)
 	xmem::cuda::ContextScope scope(*g.ctx);
 	g.d->cuStreamSynchronize(second);
 	g.d->cuStreamDestroy(second);
+}
+
+// A recorder's copy back to the device is queued on the stream it received on (its
+// mapping of the tier is page-locked): with that stream held behind a gate, receive
+// returns at once (a copy from pageable memory would wait for the stream, on a GPU as on
+// the simulator), the spill buffer stays held until the copy's memory is released, and
+// the frame is intact once the gate opens.
+TEST(CudaSpill, TheCopyBackIsQueuedOnTheRecordersStream)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	auto owner = xmem::BufferPool::create("back", spill_config("back", 1, 4));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto recorder = attach("back", xmem::Policy::fifo_spill);
+	ASSERT_TRUE(recorder);
+	Gpu g;
+	CUstream read;
+	g.create(&read);
+	Gate gate(g);
+	ASSERT_TRUE(gate->ok);
+	publish(g, **owner, g.stream);
+	publish(g, **owner, g.stream); // frame 1 spilled: its slot holds frame 2
+	ASSERT_EQ((*owner)->spill_stats().spilled, 1u);
+	{
+		xmem::cuda::ContextScope scope(*g.ctx);
+		ASSERT_EQ(g.d->cuStreamWaitValue64(read, gate->gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	}
+	// Opened in 2 s at the latest, so that a receive that waits for the stream ends.
+	std::atomic<bool> opened{ false };
+	std::thread opener([&] {
+		for (int i = 0; i < 200 && !opened.load(); i++)
+			std::this_thread::sleep_for(10ms);
+		gate->open();
+	});
+	auto start = std::chrono::steady_clock::now();
+	auto f = recorder->receive(5s, read);
+	EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "the copy back waited for the held stream";
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_TRUE(f->spilled());
+	EXPECT_EQ(f->storage(), xmem::Storage::cuda);
+	// A publish collects the buffers nobody holds; it spills frame 2 too.
+	publish(g, **owner, g.stream);
+	EXPECT_EQ((*owner)->spill_stats().frames, 2u) << "frame 1's buffer went back under the queued copy";
+	opened = true;
+	opener.join();
+	std::vector<uint32_t> words;
+	{
+		xmem::cuda::ContextScope scope(*g.ctx);
+		ASSERT_EQ(g.d->cuStreamSynchronize(read), CUDA_SUCCESS);
+	}
+	EXPECT_EQ(bad_word(g, *f, words), -1);
+	ASSERT_TRUE(f->release(read).ok());
+	recorder.reset(); // frame 2's buffer goes with its queue
+	EXPECT_TRUE(eventually([&] {
+		publish(g, **owner, g.stream);
+		return (*owner)->spill_stats().frames == 0;
+	}));
+	owner->reset();
+	xmem::cuda::ContextScope scope(*g.ctx);
+	g.d->cuStreamDestroy(read);
 }
 
 // Where the owner orders GPU work on the CPU (XMEM_CUDA_SYNC=cpu), each spill completes

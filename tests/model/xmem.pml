@@ -43,6 +43,14 @@
  * MUTATION_ARM_BY_STORE: receive arms with a store, as before Finding 6's fix.
  * SYNC_AT_CLOSE (GPU) models Finding 2's fix: a consumer's streams are synchronized
  * before its socket closes (README.md, "Finding 2").
+ * GPU with NSP > 0 (and NS 2): the spill tier of a device pool, the copy out of the
+ * slot queued on the owner's spill stream (SpillCopier::spill), spill_ready, the
+ * owner's done word. Seeded bugs: MUTATION_COLLECT_IGNORES_COPY (collect_spill frees
+ * a buffer whose copy has not landed, as before 4fc2d35), MUTATION_SPILL_SKIPS_READY
+ * (the copy does not wait for the slot's ready word), MUTATION_SPILL_SKIPS_DONE (no
+ * mark_done of the owner: acquire does not wait for the copy),
+ * MUTATION_NO_SPILL_WAIT (a consumer reads a spilled frame without waiting for
+ * spill_ready).
  * ACQUIRE_RETRIES_ON_PROGRESS and SPILL_TAKES_EXCLUSIVE model proposed fixes of
  * Findings 3 and 4 (README.md): acquire() announces its wait before spill_one() and
  * looks again after any progress; spill_one() takes an EXCLUSIVE slot too.
@@ -105,8 +113,8 @@
 #if NS != 2 && NS != 3
 #error NS is 2 or 3
 #endif
-#if defined(GPU) && (NS != 3 || NSP != 0)
-#error GPU runs have 3 slots and no spill tier (a spill tier is for system-memory pools)
+#if defined(GPU) && !((NS == 3 && NSP == 0) || (NS == 2 && NSP > 0))
+#error GPU runs have 3 slots and no spill tier, or 2 slots and a spill tier (the start states)
 #endif
 
 /* xmem::Policy (latest is drop-oldest with a queue of one: QS 1 here) */
@@ -232,6 +240,21 @@ bit reading[NC * NS]; /* ghost: consumer c's stream is inside OP_READ of slot s 
 byte gwritten[NS]; /* ghost: the frame whose GPU writes completed in slot s */
 bit obusy; /* ghost: a stream is inside an operation */
 bit cbusy[NC];
+#if NSP > 0
+/* The spill tier of a device pool: a spill buffer's SlotRecord words, and the owner's
+ * spill stream (SpillCopier::stream_). */
+#define OP_COPY 7 /* cuMemcpyDtoHAsync: slot -> spill buffer */
+#define OP_SPILL_READY 8 /* cuStreamWriteValue64(spill_ready = spill_seq) */
+byte sseq[NSP]; /* SlotRecord::spill_seq, and the owner's copy Publisher::spill_seqs */
+byte sready[NSP]; /* SlotRecord::spill_ready */
+byte scount; /* Publisher::spill_count (owner-private) */
+chan spq = [4 * NSP + 1] of { byte, byte, byte, byte }; /* op, slot, buffer or holder, seq */
+bit sbusy; /* ghost: the spill stream is inside an operation */
+byte bufseq[NSP]; /* ghost: the frame whose bytes buffer r holds (0: none whole) */
+byte scopy; /* ghost: bit r, a copy into buffer r is queued and has not run */
+bit cpend[NS]; /* ghost: a spill copy of slot s is queued and has not read it */
+byte srd[NSP]; /* ghost: CBIT(c), consumer c is reading buffer r */
+#endif
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -517,12 +540,20 @@ inline eos_target(c)
 /* ------------------------------------------------------------------------ */
 
 /* collect_spill, buffer r: holders_of(rec) == 0 -> state.store(FREE), tier.free(r).
- * One step: only the owner sets a bit on a buffer, and nobody else reads its state. */
+ * One step: only the owner sets a bit on a buffer, and nobody else reads its state.
+ * A device pool's buffer also needs its copy landed: spill_ready.load() has reached
+ * spill_seqs[r] (both words only move one way, so loading them in one step with the
+ * holders hides nothing). */
+#if defined(GPU) && !defined(MUTATION_COLLECT_IGNORES_COPY)
+#define COPY_LANDED(r) (sready[r] >= sseq[r])
+#else
+#define COPY_LANDED(r) true /* system memory, or the mutant (the code before 4fc2d35) */
+#endif
 inline collect_one(r)
 {
 	d_step {
 		if
-		:: (sp_used & (1 << r)) && holders[NS + r] == 0 ->
+		:: (sp_used & (1 << r)) && holders[NS + r] == 0 && COPY_LANDED(r) ->
 			state[NS + r] = S_FREE;
 			sp_used = sp_used & ~(1 << r)
 		:: else -> skip
@@ -681,6 +712,39 @@ inline spill_one()
 			spill_fallback(1, q1);
 			d_step { res = mv; mv = 0 }
 		:: else ->
+#ifdef GPU
+			d_step { /* spill_one: to.meta = slot.meta, to.spill_seq = spill_seqs[r] = ++spill_count */
+				assert(holders[NS + r] == 0 && state[NS + r] == S_FREE); /* nobody holds it */
+				/* never re-allocated while a copy into it is queued or a holder reads it */
+				assert(!(scopy & (1 << r)) && srd[r] == 0);
+				mseq[NS + r] = mseq[best];
+				scount++;
+				sseq[r] = scount
+			}
+			/* SpillCopier::spill on the spill stream: wait_ready(best, seq, stream)
+			 * (ready.load; cuStreamWaitValue64 unless reached), cuMemcpyDtoHAsync,
+			 * cuStreamWriteValue64(spill_ready = spill_seq): the enqueues are local,
+			 * folded into the load */
+			atomic {
+#ifndef MUTATION_SPILL_SKIPS_READY
+				if
+				:: ready[best] < mseq[best] -> spq ! OP_WAIT_READY, best, 0, mseq[best]
+				:: else -> skip
+				fi;
+#endif
+				spq ! OP_COPY, best, r, mseq[best];
+				scopy = scopy | (1 << r);
+				cpend[best] = 1;
+				spq ! OP_SPILL_READY, 0, r, sseq[r]
+			}
+#ifndef MUTATION_SPILL_SKIPS_DONE
+			atomic { /* spill: mark_done(best, owner bit, seq, spill stream): pending.fetch_or,
+				  * then cuStreamWriteValue64(done[0] = seq) (local) */
+				pending[best] = pending[best] | OWNER_BIT;
+				spq ! OP_DONE, best, 0, mseq[best]
+			}
+#endif
+#else
 			d_step { /* spill_one: to.meta = slot.meta, the payload memcpy (begins) */
 				assert(holders[NS + r] == 0 && state[NS + r] == S_FREE); /* nobody holds it */
 				mseq[NS + r] = mseq[best];
@@ -698,6 +762,7 @@ inline spill_one()
 			}
 #else
 			d_step { torn = torn & ~(1 << r); cpy = 0; wip = 0 }
+#endif
 #endif
 			holders[NS + r] = qm; /* spill_one: to.holders.store(mask) */
 			d_step { /* spill_one: to.state.store(PUBLISHED), spilled_buffers.push_back */
@@ -802,6 +867,15 @@ retry: /* Publisher::acquire */
 			skip;
 			d_step { a = pending[i]; pending[i] = 0 } /* wait_done: pending.exchange(0) */
 			/* enqueueing on the process's own stream is local: folded into the load */
+#if NSP > 0
+			atomic { /* bit 0: the owner's spill copy of the slot's last frame */
+				if
+				:: (a & OWNER_BIT) && DONE(i, 0) < mseq[i] -> /* wait_done: done[0].load */
+					oq ! OP_WAIT_DONE, i, 0, mseq[i] /* cuStreamWaitValue64 */
+				:: else -> skip
+				fi
+			}
+#endif
 			atomic {
 				if
 				:: (a & CBIT(0)) && DONE(i, 1) < mseq[i] -> /* wait_done: done[h].load */
@@ -964,7 +1038,9 @@ reap: /* Publisher::reap(c) */
 		/* reap: sync->release_dead_holder(1 + c, published_count) */
 		DONE(0, 1 + c) = pcount;
 		DONE(1, 1 + c) = pcount;
+#if NS > 2
 		DONE(2, 1 + c) = pcount;
+#endif
 #endif
 		reap_slot(c, 0);
 		reap_slot(c, 1);
@@ -1177,11 +1253,19 @@ inline clear_holder_bit(c, s)
 inline release(c, s)
 {
 #ifdef GPU
+#if NSP > 0
+	if
+	:: s >= NS -> d_step { lref[c * NI + s]-- } /* a spill buffer: host memory, no done word */
+	:: else ->
+#endif
 	atomic { /* mark_done: pending.fetch_or(bit), then cuStreamWriteValue64(done) (local) */
 		lref[c * NI + s]--;
 		pending[s] = pending[s] | CBIT(c);
 		cq[c] ! OP_DONE, s, 1 + c, mseq[s]
 	}
+#if NSP > 0
+	fi;
+#endif
 #else
 	d_step {
 		lref[c * NI + s]--;
@@ -1247,6 +1331,9 @@ proctype Consumer(byte c)
 	bit ok, arm_set, gone, holding;
 	byte owed; /* eventfd writes the owner owes this consumer (Subscriber::owed_writes) */
 	byte excl; /* patched PoolImpl: bit s, this process took slot s EXCLUSIVE */
+#if defined(GPU) && NSP > 0
+	byte psq; /* Subscriber::parked_seq of a spilled frame: its spill_seq */
+#endif
 #ifdef SPIN_WAKE
 	byte spun; /* windows spun so far (at most SPIN_WAKE) */
 #endif
@@ -1301,9 +1388,45 @@ recv:
 					s = W_INDEX(E_WHAT(e));
 					assert(holders[s] & CBIT(c)); /* queued implies held */
 					USE_FRAME(c, s, sq);
+#if defined(GPU) && NSP > 0
+					/* parked_seq: a spilled frame's spill_seq, read once */
+					if
+					:: s >= NS -> psq = sseq[s - NS]
+					:: else -> skip
+					fi;
+#endif
 					holding = 1
 				}
 #ifdef GPU
+#if NSP > 0
+				if
+				:: s >= NS -> /* a spilled frame: deliver_parked, spilled_frame */
+#ifndef MUTATION_NO_SPILL_WAIT
+					if
+					:: sready[s - NS] >= psq -> skip /* wait_spilled: spill_ready.load */
+					:: ohup -> /* wait_spilled: owner_gone_ (any hang-up): the frame is lost */
+						/* only when the owner died: its copy never lands */
+						assert(odead);
+						d_step { lref[c * NI + s]-- } /* deliver_parked: release(index) */
+						clear_holder_bit(c, s);
+						d_step { holding = 0; s = 0; e = 0; sq = 0; psq = 0 };
+						goto recv
+					fi;
+#endif
+					/* frame_guard: the consumer reads the buffer (host delivery), or
+					 * private_copy copies it to device memory of its own (device
+					 * delivery: from pageable memory, read when the call returns) */
+					d_step {
+						assert(bufseq[s - NS] == sq); /* the copy landed: the frame's bytes */
+						srd[s - NS] = srd[s - NS] | CBIT(c)
+					}
+					d_step {
+						assert(bufseq[s - NS] == sq); /* not copied into meanwhile */
+						srd[s - NS] = srd[s - NS] & ~CBIT(c);
+						psq = 0
+					}
+				:: else ->
+#endif
 				atomic { /* wait_ready: ready.load; the enqueues are local */
 					if
 					:: ready[s] < sq ->
@@ -1312,6 +1435,9 @@ recv:
 					fi;
 					cq[c] ! OP_READ, s, 0, sq /* the consumer's kernels read it */
 				}
+#if NSP > 0
+				fi;
+#endif
 #endif
 				d_step { e = 0; sq = 0 }
 			:: else ->
@@ -1524,7 +1650,15 @@ proctype Killer(byte c)
 			/* the driver drops a dead process's queued GPU work */
 			reading[c * NS] = 0;
 			reading[c * NS + 1] = 0;
+#if NS > 2
 			reading[c * NS + 2] = 0;
+#endif
+#if NSP > 0
+			srd[0] = srd[0] & ~CBIT(c); /* and its reads of the tier stop */
+#if NSP > 1
+			srd[1] = srd[1] & ~CBIT(c);
+#endif
+#endif
 			cbusy[c] = 0
 #else
 			skip
@@ -1546,6 +1680,10 @@ proctype OwnerKiller()
 #ifdef GPU
 			;
 			obusy = 0
+#if NSP > 0
+			;
+			sbusy = 0
+#endif
 #endif
 		}
 	:: skip
@@ -1570,6 +1708,10 @@ end_idle:
 			:: op == OP_WRITE ->
 				/* no live holder's GPU reads of the slot are in flight */
 				assert(!reading[s] && !reading[NS + s]);
+#if NSP > 0
+				/* and no spill copy of its last frame is still to read it */
+				assert(!cpend[s]);
+#endif
 				gwritten[s] = 0
 			:: op == OP_READY -> gwritten[s] = sq; ready[s] = sq
 			fi;
@@ -1608,6 +1750,42 @@ end_idle:
 	} unless { killed[c] }
 }
 
+#if NSP > 0
+/* The owner's spill stream (SpillCopier::stream_), coarsened like the others: the
+ * copy reads the slot and writes the buffer in one step (the producer's next write of
+ * the slot must come after all of it, so a write inside it is a write before it). */
+proctype SpillStream()
+{
+	byte op, s, x, sq;
+	{
+end_idle:
+		do
+		:: atomic {
+			spq ? op, s, x, sq;
+			sbusy = 1;
+			if
+			:: op == OP_WAIT_READY -> ready[s] >= sq
+			:: op == OP_COPY ->
+				/* cuMemcpyDtoHAsync: the frame's GPU writes are complete and the slot
+				 * not rewritten since, or the buffer gets another frame's bytes */
+				assert(gwritten[s] == sq);
+				bufseq[x] = sq;
+				scopy = scopy & ~(1 << x);
+				cpend[s] = 0
+			:: op == OP_SPILL_READY -> sready[x] = sq
+			:: op == OP_DONE -> DONE(s, x) = sq /* the owner's done word (x = 0) */
+			fi;
+			sbusy = 0;
+			op = 0;
+			s = 0;
+			x = 0;
+			sq = 0
+		}
+		od
+	} unless { odead }
+}
+#endif
+
 /* Subscriber::watch_owner: at the owner's hang-up, release_dead_owner(). */
 inline dead_owner_slot(i)
 {
@@ -1640,8 +1818,11 @@ end_wait:
 		:: exited[c] -> skip /* ~Subscriber stops the watch */
 		:: else ->
 			dead_owner_slot(0);
-			dead_owner_slot(1);
+			dead_owner_slot(1)
+#if NS > 2
+			;
 			dead_owner_slot(2)
+#endif
 		fi
 	} unless { killed[c] }
 }
@@ -1683,11 +1864,27 @@ end_watch:
 }
 
 #ifdef GPU
+#if NSP > 0
+#define SPILL_IDLE (len(spq) == 0 && !sbusy)
+#else
+#define SPILL_IDLE true
+#endif
 #define STREAMS_IDLE \
 	(len(oq) == 0 && !obusy && (killed[0] || (len(cq[0]) == 0 && !cbusy[0])) && \
-	 (killed[1] || (len(cq[1]) == 0 && !cbusy[1])))
+	 (killed[1] || (len(cq[1]) == 0 && !cbusy[1])) && SPILL_IDLE)
 #else
 #define STREAMS_IDLE true
+#endif
+
+#if defined(GPU) && NSP > 0
+/* A device pool's buffer whose holders all let go before its copy landed (they were
+ * reaped, detached, or all claimed the slot first) stays allocated until the next
+ * collect_spill (spill_one, publish or reap) after the copy lands: none may come.
+ * Nothing is lost: it has no bit, its copy has landed (the streams are idle), and
+ * the next collect_spill frees it. */
+#define LEFT_FOR_COLLECT(r) ((sp_used & (1 << (r))) && sready[r] >= sseq[r])
+#else
+#define LEFT_FOR_COLLECT(r) false
 #endif
 
 /* When everything has stopped, the slots and spill buffers are free again. A run
@@ -1709,9 +1906,9 @@ active proctype Final()
 #endif
 #if NSP > 0
 			/* and every spill buffer: no bit, freed (none leaked) */
-			assert(holders[NS] == 0 && state[NS] == S_FREE && !(sp_used & 1));
+			assert(holders[NS] == 0 && ((state[NS] == S_FREE && !(sp_used & 1)) || LEFT_FOR_COLLECT(0)));
 #if NSP > 1
-			assert(holders[NS + 1] == 0 && state[NS + 1] == S_FREE && !(sp_used & 2));
+			assert(holders[NS + 1] == 0 && ((state[NS + 1] == S_FREE && !(sp_used & 2)) || LEFT_FOR_COLLECT(1)));
 #endif
 #endif
 			skip
@@ -1810,7 +2007,7 @@ init
 #endif
 		evfd[0] = 1; /* the last push took armed and wrote the eventfds */
 		evfd[1] = 1;
-#ifdef GPU
+#if defined(GPU) && NS == 3
 		ready[0] = 2;
 		ready[1] = 3;
 		ready[2] = 1;
@@ -1819,6 +2016,17 @@ init
 		gwritten[2] = 1;
 		cq[0] ! OP_READ, 0, 0, 2; /* the consumers' kernels still read what they hold */
 		cq[1] ! OP_READ, 2, 0, 1;
+#endif
+#if defined(GPU) && NS == 2
+		/* frame 1 is written and read by both consumers' kernels; frame 2's writes
+		 * and ready write are still queued on the producer's stream (slot 1 was
+		 * never written before) */
+		ready[0] = 1;
+		gwritten[0] = 1;
+		oq ! OP_WRITE, 1, 0, 0;
+		oq ! OP_READY, 1, 0, 2;
+		cq[0] ! OP_READ, 0, 0, 1;
+		cq[1] ! OP_READ, 0, 0, 1;
 #endif
 		run Producer();
 		run Reaper();
@@ -1845,6 +2053,9 @@ init
 		run ConsumerStream(1);
 		run OwnerWatch(0);
 		run OwnerWatch(1);
+#if NSP > 0
+		run SpillStream();
+#endif
 #endif
 	}
 }
