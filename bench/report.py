@@ -687,7 +687,8 @@ def spread(values, fmt="{:.1f}"):
         return "-"
     if len(values) == 1 or fmt.format(values[0]) == fmt.format(values[-1]):
         return fmt.format(values[0])
-    return f"{fmt.format(values[0])}–{fmt.format(values[-1])}"
+    # A range of signed figures reads "-15.9 to -4.5", not "-15.9–-4.5".
+    return f"{fmt.format(values[0])}{' to ' if fmt.startswith('{:+') else '–'}{fmt.format(values[-1])}"
 
 
 def summary_policies(result):
@@ -728,7 +729,10 @@ def summary_policies(result):
             lines.append(
                 f"- Spilling is the producer's work: its CPU per frame (acquire, stamp, publish, averaged over the "
                 f"run) was {spread([b['producer_cpu_us_per_frame'] for _, b in stall])} µs with the stalled "
-                f"consumer, {spread([a['producer_cpu_us_per_frame'] for a, _ in stall])} µs without.")
+                f"consumer, {spread([a['producer_cpu_us_per_frame'] for a, _ in stall])} µs without; one call's p99 "
+                f"{spread([b['producer_call_p99_us'] for _, b in stall])} µs against "
+                f"{spread([a['producer_call_p99_us'] for a, _ in stall])} µs: the spills make single frames late, "
+                f"not the stream slower.")
     wake = [(a, b) for a, b in policies_rounds(result, "wake-sleep", "wake-spin-before") if usable(a) and usable(b)]
     if wake:
         spin = wake[0][1]
