@@ -154,10 +154,7 @@ bool Publisher::spill_one(uint64_t deadline_ns)
 		return false;
 	collect_spill();
 	// Where each fifo-spill consumer's queue holds each slot, and how far from its head.
-	struct Queued {
-		uint32_t consumer;
-		uint64_t position;
-	};
+	using Queued = SpillQueued;
 	uint32_t best = UINT32_MAX;
 	uint64_t best_next_use = 0;
 	std::vector<Queued> best_queued;
@@ -253,31 +250,13 @@ bool Publisher::spill_one(uint64_t deadline_ns)
 		}
 	}
 	if (!r) {
-		// The tier is full (or the copy failed): each consumer's fallback decides
-		// what it loses.
+		// The tier is full (or the copy failed).
 		if (failed)
 			(void)std::fprintf(stderr, "xmem: %s: a frame could not be spilled: %s\n",
 					   pool_.where().c_str(), failed->message.c_str());
 		else
 			seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
-		bool moved = false;
-		for (const Queued &q : best_queued) {
-			ConsumerRecord *rec = seg.consumer(q.consumer);
-			if (served[q.consumer].fallback == Policy::drop_oldest) {
-				moved |= drop_oldest(q.consumer);
-				continue;
-			}
-			// drop-new: this frame, the newest it has in a slot, is dropped in place.
-			uint64_t e = ring_entry(q.position, best);
-			if (!ring_of(rec)[q.position % seg.ring_capacity].compare_exchange_strong(
-				    e, ring_entry(q.position, kSkipEntry), std::memory_order_seq_cst))
-				continue; // the consumer took it meanwhile
-			let_go(q.consumer, best);
-			rec->dropped.fetch_add(1, std::memory_order_relaxed);
-			seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
-			moved = true;
-		}
-		return moved;
+		return spill_refused(best, best_queued);
 	}
 
 	SlotRecord &to = pool_.spill->record(*r);
@@ -314,6 +293,80 @@ bool Publisher::spill_one(uint64_t deadline_ns)
 	}
 	collect_spill(); // a buffer nobody took after all goes back now
 	return true;
+}
+
+bool Publisher::drop_in_place(uint32_t c, uint64_t position, uint32_t what)
+{
+	ConsumerRecord *rec = seg.consumer(c);
+	uint64_t e = ring_entry(position, what);
+	if (!ring_of(rec)[position % seg.ring_capacity].compare_exchange_strong(e, ring_entry(position, kSkipEntry),
+										std::memory_order_seq_cst))
+		return false; // the consumer took it meanwhile
+	let_go(c, what);
+	rec->dropped.fetch_add(1, std::memory_order_relaxed);
+	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+	return true;
+}
+
+bool Publisher::spill_refused(uint32_t best, const std::vector<SpillQueued> &best_queued)
+{
+	// The tier is shared. Each buffer counts for the consumer that will read it last (the
+	// furthest from its queue's head: it keeps the buffer in use after the others), and the
+	// fifo-spill consumer it counts the most for loses a frame that it alone holds, the
+	// oldest or the newest as its fallback says, which frees that frame's buffer or slot.
+	// So one that stopped reading costs the others nothing while it holds a frame they do
+	// not need. The acquire that called looks again.
+	std::vector<uint64_t> last_reader(pool_.spill->frames(), UINT64_MAX); // c << 32 | distance
+	for (uint32_t c : active) {
+		if (served[c].policy != Policy::fifo_spill)
+			continue;
+		ConsumerRecord *rec = seg.consumer(c);
+		uint64_t h = rec->head.load(std::memory_order_acquire);
+		uint64_t t = rec->tail.load(std::memory_order_relaxed);
+		for (uint64_t k = h; t - h <= seg.ring_capacity && k != t; k++) {
+			uint64_t e = ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire);
+			auto index = pool_.entry_index(uint32_t(e));
+			if (uint32_t(e >> 32) != uint32_t(k) || !index || !pool_.is_spill(*index))
+				continue;
+			uint64_t &reader = last_reader[*index - seg.slot_count];
+			if (reader == UINT64_MAX || uint32_t(reader) < k - h)
+				reader = uint64_t{ c } << 32 | uint32_t(k - h);
+		}
+	}
+	std::vector<uint64_t> counted(seg.max_consumers, 0);
+	uint32_t hog = UINT32_MAX;
+	for (uint32_t r = 0; r < last_reader.size(); r++) {
+		if (last_reader[r] == UINT64_MAX)
+			continue;
+		uint32_t c = uint32_t(last_reader[r] >> 32);
+		counted[c] += pool_.spill->bytes_of(r);
+		if (hog == UINT32_MAX || counted[c] > counted[hog])
+			hog = c;
+	}
+	bool moved = false;
+	if (hog != UINT32_MAX) {
+		ConsumerRecord *rec = seg.consumer(hog);
+		uint64_t h = rec->head.load(std::memory_order_acquire);
+		uint64_t t = rec->tail.load(std::memory_order_relaxed);
+		bool newest = served[hog].fallback == Policy::drop_new;
+		for (uint64_t n = 0; !moved && t - h <= seg.ring_capacity && n < t - h; n++) {
+			uint64_t k = newest ? t - 1 - n : h + n;
+			uint64_t e = ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire);
+			auto index = pool_.entry_index(uint32_t(e));
+			if (uint32_t(e >> 32) == uint32_t(k) && index && sole_holder(pool_.record(*index), 1 + hog))
+				moved = drop_in_place(hog, k, uint32_t(e));
+		}
+		collect_spill(); // its buffer goes back now
+	}
+	if (moved)
+		return true;
+	// It alone holds nothing (every consumer needs every spilled frame it holds, or the
+	// tier's pages could not be had): the frame's consumers lose it, each by its fallback.
+	for (const SpillQueued &q : best_queued)
+		moved |= served[q.consumer].fallback == Policy::drop_oldest
+				 ? drop_oldest(q.consumer)
+				 : drop_in_place(q.consumer, q.position, best);
+	return moved;
 }
 
 Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)

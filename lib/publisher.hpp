@@ -53,6 +53,19 @@ private:
 	// DEADLINE_NS bounds a CPU wait for the frame's GPU writes (device pools whose GPU
 	// work is ordered on the CPU).
 	bool spill_one(uint64_t deadline_ns);
+	// Where a fifo-spill consumer's queue holds a slot's frame (spill_one's candidates).
+	struct SpillQueued {
+		uint32_t consumer;
+		uint64_t position;
+	};
+	// The tier is full (or the copy failed) for the frame in slot BEST, queued for
+	// BEST_QUEUED: the fifo-spill consumer that will read the most of the tier last loses
+	// a frame it alone holds, by its fallback; where it alone holds none, BEST's consumers
+	// lose that frame, each by its fallback. False when nothing moved.
+	bool spill_refused(uint32_t best, const std::vector<SpillQueued> &best_queued);
+	// Consumer C's entry at POSITION, naming WHAT, becomes `skipped` (CAS: false when C
+	// claimed it first); its bit goes, counted as dropped.
+	bool drop_in_place(uint32_t c, uint64_t position, uint32_t what);
 	// Spill buffers no consumer holds any more go back to the tier.
 	void collect_spill();
 	// The tier's free pages go back to the kernel (it has been idle kSpillTrimNs).

@@ -335,6 +335,49 @@ TEST(Spill, PastTheCapTheFallbackApplies)
 	}
 }
 
+// The tier is shared: a recorder that stopped reading fills it, and past the cap it is
+// the one that loses frames (it will read the most of the tier last), not a slow
+// recorder beside it that stays within half the tier, whatever the stuck one's fallback
+// (drop-new keeps its oldest frames, so it keeps up to its share). Before, the frame's
+// consumers each lost it.
+TEST(Spill, AStuckRecorderPastTheCapCostsASlowOneNothing)
+{
+	for (Policy fallback : { Policy::drop_oldest, Policy::drop_new }) {
+		SCOPED_TRACE(xmem::policy_name(fallback));
+		RuntimeDir dir;
+		constexpr int kFrames = 80;
+		auto owner = make_pool("stuck", 2, 40 * 8192);
+		ASSERT_TRUE(owner);
+		auto stuck = attach("stuck", Policy::fifo_spill, 0, fallback);
+		auto slow = attach("stuck", Policy::fifo_spill);
+		ASSERT_TRUE(stuck && slow);
+		std::vector<uint64_t> got;
+		uint64_t corrupt = 0;
+		for (int i = 0; i < kFrames; i++) {
+			publish(*owner, 1, 0ns); // never waits
+			if (i % 2 == 1 || i >= kFrames / 2) {
+				// Half the producer's rate for a while, so it lags 15 frames behind.
+				auto f = slow->receive(0ns);
+				ASSERT_TRUE(f.ok()) << "frame " << i << ": " << f.error().message;
+				corrupt += !xmem::test::check(f->data(), f->meta().seq);
+				got.push_back(f->meta().seq);
+			}
+		}
+		for (uint64_t seq : drain(*slow, &corrupt))
+			got.push_back(seq);
+		EXPECT_GT(owner->spill_stats().full, 0u) << "the tier never filled: nothing tested";
+		EXPECT_EQ(got, range(1, kFrames)) << "the slow recorder lost frames to the stuck one";
+		EXPECT_EQ(slow->consumer_stats()->dropped, 0u);
+		EXPECT_EQ(corrupt, 0u);
+		std::vector<uint64_t> kept = drain(*stuck, &corrupt);
+		EXPECT_EQ(corrupt, 0u);
+		EXPECT_TRUE(std::is_sorted(kept.begin(), kept.end()));
+		auto s = stuck->consumer_stats();
+		EXPECT_GT(s->dropped, 0u);
+		EXPECT_EQ(s->dropped + kept.size(), uint64_t(kFrames)) << "every frame received or counted as dropped";
+	}
+}
+
 // A fifo-spill consumer SIGKILLed with spilled frames queued: its buffers go back, the
 // memory with them, and the producer never waits on it.
 TEST(Spill, AConsumerKilledWithSpilledFramesGivesThemBack)
