@@ -38,6 +38,13 @@ enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4,
 // the copy), an idle tier gives them back.
 constexpr uint64_t kSpillTrimNs = 5'000'000'000;
 
+// Free slots the spill thread keeps for the producer's next acquire (system pools with
+// fifo-spill consumers): one, the frame the producer is about to write.
+constexpr uint32_t kSpillReserve = 1;
+constexpr int64_t kSpillAheadTimeoutNs = 1'000'000'000;
+// How much of the tier one piece of a trim punches, publish_lock held.
+constexpr uint64_t kSpillTrimChunk = 16 << 20;
+
 // How long a quarantined consumer whose process this owner cannot watch (another PID
 // namespace, no pidfd) keeps its record and write-held slots: a grace period, not a
 // proof that its GPU work is over.
@@ -138,17 +145,30 @@ void Publisher::collect_spill()
 	}
 }
 
-void Publisher::trim_spill()
+bool Publisher::trim_spill(std::unique_lock<std::mutex> &lock)
 {
 	// A page-locked tier keeps its pages: the driver pinned them, and a hole punched
 	// under the pin would leave the GPU writing pages the memfd no longer has.
-	if (!pool_.device_spill || !pool_.device_spill->queued())
-		pool_.spill->trim();
+	if (pool_.device_spill && pool_.device_spill->queued()) {
+		spill_untrimmed = false;
+		return true;
+	}
+	// In pieces, publish_lock let go between them: a hole punched in hundreds of MB takes
+	// tens of ms, which publish would otherwise wait out.
+	uint64_t cursor = 0;
+	while (!pool_.spill->trim(&cursor, kSpillTrimChunk)) {
+		lock.unlock();
+		std::this_thread::yield();
+		lock.lock();
+		if (monotonic_ns() - last_spill_ns <= kSpillTrimNs)
+			return false; // it spilled again meanwhile: its pages are wanted
+	}
 	spill_untrimmed = false;
 	seg.header->spill_resident.store(pool_.spill->resident(), std::memory_order_relaxed);
+	return true;
 }
 
-bool Publisher::spill_one(uint64_t deadline_ns)
+bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns)
 {
 	if (!pool_.spill)
 		return false;
@@ -216,53 +236,60 @@ bool Publisher::spill_one(uint64_t deadline_ns)
 	// The owner's own copies of what the slot says: consumers can write the record.
 	uint64_t size = std::min<uint64_t>(slot.meta.size, seg.slot_size);
 	auto r = pool_.spill->allocate(size);
-	std::optional<Error> failed;
-	if (r) {
-		SlotRecord &to = pool_.spill->record(*r);
-		to.meta = slot.meta;
-		to.format_seq = slot.format_seq;
-		std::memcpy(to.format, slot.format, sizeof(to.format));
-		uint32_t side = std::min<uint32_t>(slot.side_data_size, XMEM_SIDE_DATA_MAX);
-		std::memcpy(to.side_data, slot.side_data, side);
-		to.side_data_size = side;
-		to.index = seg.slot_count + *r;
-		to.offset = pool_.spill->offset_of(*r);
-		to.spill_seq = spill_seqs[*r] = ++spill_count;
-		std::byte *payload = pool_.spill->payload(to.offset).data();
-		uint64_t offset = uint64_t{ best } * seg.slot_stride;
-		if (pool_.device_spill) {
-			// Queued on the owner's spill stream; the slot's next frame waits for it
-			// in acquire() (the owner's done word), a consumer for spill_ready.
-			auto copied =
-				pool_.device_spill->spill(best, slot.meta.seq, pool_.arena->device_address(offset),
-							  payload, size, to, deadline_ns);
-			if (!copied) {
-				failed = copied.error();
-				// Nothing of the copy is left queued (spill() waited for it on a
-				// failure after queueing): the buffer goes back at once.
-				to.spill_ready.store(to.spill_seq, std::memory_order_release);
-				pool_.spill->free(*r);
-				r.reset();
-			}
-		} else {
-			std::memcpy(payload, pool_.arena->host(offset), size);
-			to.spill_ready.store(to.spill_seq, std::memory_order_release);
-		}
-	}
 	if (!r) {
-		// The tier is full (or the copy failed).
-		if (failed)
-			(void)std::fprintf(stderr, "xmem: %s: a frame could not be spilled: %s\n",
-					   pool_.where().c_str(), failed->message.c_str());
-		else
-			seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
+		// The tier is full.
+		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
 		return spill_refused(best, best_queued);
 	}
-
-	SlotRecord &to = pool_.spill->record(*r);
-	uint64_t mask[kHolderWords] = {};
+	// The owner holds the slot while it copies it: nobody reclaims it, takes it for
+	// writing in place or spills it again meanwhile (a candidate has no owner bit).
+	slot.holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
+	std::vector<uint64_t> generations;
 	for (const Queued &q : best_queued)
-		mask[(1 + q.consumer) / 64] |= holder_mask(1 + q.consumer);
+		generations.push_back(consumer_generation[q.consumer]);
+	SlotRecord &to = pool_.spill->record(*r);
+	to.meta = slot.meta;
+	to.format_seq = slot.format_seq;
+	std::memcpy(to.format, slot.format, sizeof(to.format));
+	uint32_t side = std::min<uint32_t>(slot.side_data_size, XMEM_SIDE_DATA_MAX);
+	std::memcpy(to.side_data, slot.side_data, side);
+	to.side_data_size = side;
+	to.index = seg.slot_count + *r;
+	to.offset = pool_.spill->offset_of(*r);
+	to.spill_seq = spill_seqs[*r] = ++spill_count;
+	std::byte *payload = pool_.spill->payload(to.offset).data();
+	uint64_t offset = uint64_t{ best } * seg.slot_stride;
+	if (pool_.device_spill) {
+		// Queued on the owner's spill stream; the slot's next frame waits for it
+		// in acquire() (the owner's done word), a consumer for spill_ready.
+		auto copied = pool_.device_spill->spill(best, slot.meta.seq, pool_.arena->device_address(offset),
+							payload, size, to, deadline_ns);
+		if (!copied) {
+			// Nothing of the copy is left queued (spill() waited for it on a failure
+			// after queueing): the buffer goes back at once.
+			(void)std::fprintf(stderr, "xmem: %s: a frame could not be spilled: %s\n",
+					   pool_.where().c_str(), copied.error().message.c_str());
+			to.spill_ready.store(to.spill_seq, std::memory_order_release);
+			pool_.spill->free(*r);
+			let_go_spilled_slot(best);
+			return spill_refused(best, best_queued);
+		}
+	} else {
+		// The copy without publish_lock: publish, attach and reap go on meanwhile. The
+		// slot is held (owner bit) and PUBLISHED, so its bytes stay; the buffer is the
+		// owner's until its entries are moved below.
+		lock.unlock();
+		std::memcpy(payload, pool_.arena->host(offset), size);
+		lock.lock();
+		to.spill_ready.store(to.spill_seq, std::memory_order_release);
+	}
+
+	// The consumers still the ones queued for above (not reaped, or reaped and
+	// replaced, while the lock was out) hold the buffer; each entry then moves by a CAS.
+	uint64_t mask[kHolderWords] = {};
+	for (size_t n = 0; n < best_queued.size(); n++)
+		if (consumer_generation[best_queued[n].consumer] == generations[n])
+			mask[(1 + best_queued[n].consumer) / 64] |= holder_mask(1 + best_queued[n].consumer);
 	for (uint32_t w = 0; w < kHolderWords; w++)
 		to.holders[w].store(mask[w], std::memory_order_seq_cst);
 	to.state.store(kSlotPublished, std::memory_order_seq_cst);
@@ -277,11 +304,14 @@ bool Publisher::spill_one(uint64_t deadline_ns)
 	seg.header->spill_frames_held.fetch_add(1, std::memory_order_relaxed);
 	seg.header->spilled.fetch_add(1, std::memory_order_relaxed);
 
-	// Each queue entry moves from the slot to the buffer by a CAS: a consumer that
-	// claimed it first keeps the slot (its reference), and the buffer loses its bit.
-	for (const Queued &q : best_queued) {
-		ConsumerRecord *rec = seg.consumer(q.consumer);
+	// A consumer that claimed its entry first keeps the slot (its reference), and the
+	// buffer loses its bit.
+	for (size_t n = 0; n < best_queued.size(); n++) {
+		const Queued &q = best_queued[n];
 		uint32_t bit = 1 + q.consumer;
+		if (consumer_generation[q.consumer] != generations[n])
+			continue;
+		ConsumerRecord *rec = seg.consumer(q.consumer);
 		uint64_t e = ring_entry(q.position, best);
 		if (ring_of(rec)[q.position % seg.ring_capacity].compare_exchange_strong(
 			    e, ring_entry(q.position, kSpillEntry | *r), std::memory_order_seq_cst)) {
@@ -291,8 +321,15 @@ bool Publisher::spill_one(uint64_t deadline_ns)
 			to.holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 		}
 	}
+	let_go_spilled_slot(best);
 	collect_spill(); // a buffer nobody took after all goes back now
 	return true;
+}
+
+void Publisher::let_go_spilled_slot(uint32_t index)
+{
+	seg.slots[index].holders[0].fetch_and(~holder_mask(kOwnerBit), std::memory_order_seq_cst);
+	pool_.notify_owner(); // an acquire() may wait for this slot
 }
 
 bool Publisher::drop_in_place(uint32_t c, uint64_t position, uint32_t what)
@@ -417,8 +454,8 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		uint32_t seen = h->progress.load(std::memory_order_seq_cst);
 		bool moved;
 		{
-			std::lock_guard lock(publish_lock);
-			moved = spill_one(deadline) || drop_globally_oldest();
+			std::unique_lock lock(publish_lock);
+			moved = spill_one(lock, deadline) || drop_globally_oldest();
 		}
 		bool free = moved || shut.load(std::memory_order_acquire);
 		for (uint32_t i = 0; i < seg.slot_count && !free; i++)
@@ -672,8 +709,12 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	uint32_t ntargets = choose_targets(targets, masks);
 	if (!spilled_buffers.empty())
 		collect_spill(); // buffers of consumers that caught up go back to the tier
-	else if (spill_untrimmed && monotonic_ns() - last_spill_ns > kSpillTrimNs)
-		trim_spill(); // idle a while: its pages go back to the kernel
+	else if (spill_untrimmed && monotonic_ns() - last_spill_ns > kSpillTrimNs && !spill_wanted) {
+		// Idle a while: its pages go back to the kernel, on the spill thread (device
+		// pools' tiers keep theirs).
+		spill_wanted = true;
+		spill_cv.notify_one();
+	}
 	// Holder bits before the entries become visible, and before the owner's own bit
 	// goes: the slot never looks free while a frame of it is queued.
 	// A consumer's get() probe may have set its bit first (the slot is PUBLISHED
@@ -703,7 +744,39 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 			for (uint32_t n = 0; n <= seg.ring_capacity && drop_oldest(targets[i]); n++)
 				;
 	}
+	if (spill_thread.joinable() && !spill_wanted) {
+		bool spilling = std::any_of(active.begin(), active.end(),
+					    [this](uint32_t c) { return served[c].policy == Policy::fifo_spill; });
+		uint32_t free = 0;
+		for (uint32_t i = 0; spilling && i < seg.slot_count && free < kSpillReserve; i++)
+			free += slot_is_free(seg.slots[i]) ? 1 : 0;
+		if (spilling && free < kSpillReserve) {
+			spill_wanted = true;
+			spill_cv.notify_one();
+		}
+	}
 	return {};
+}
+
+void Publisher::spill_loop()
+{
+	std::unique_lock lock(publish_lock);
+	for (;;) {
+		spill_cv.wait(lock, [this] { return spill_wanted || shut.load(std::memory_order_acquire); });
+		if (shut.load(std::memory_order_acquire))
+			return;
+		spill_wanted = false;
+		if (spilled_buffers.empty() && spill_untrimmed && monotonic_ns() - last_spill_ns > kSpillTrimNs)
+			(void)trim_spill(lock);
+		for (;;) {
+			uint32_t free = 0;
+			for (uint32_t i = 0; i < seg.slot_count; i++)
+				free += slot_is_free(seg.slots[i]) ? 1 : 0;
+			if (free >= kSpillReserve || shut.load(std::memory_order_acquire) ||
+			    !spill_one(lock, deadline_after(kSpillAheadTimeoutNs)))
+				break;
+		}
+	}
 }
 
 Result<void> Publisher::end_of_stream()
@@ -743,23 +816,30 @@ void Publisher::shutdown()
 	// The name goes first: a consumer woken below that reconnects at once finds no
 	// socket (and waits for a new owner) rather than a dying one.
 	rendezvous::release(owner_socket);
-	std::lock_guard lock(publish_lock);
-	if (seg.header) {
-		seg.header->state.store(kPoolClosed, std::memory_order_seq_cst);
-		// Wake this process's own threads waiting in acquire() or publish().
-		seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
-		futex_wake_all(&seg.header->progress);
-		for (uint32_t c : active) {
-			seg.consumer(c)->armed.store(0, std::memory_order_relaxed);
-			uint64_t one = 1;
-			[[maybe_unused]] ssize_t n = ::write(consumer_event[c].get(), &one, sizeof(one));
+	{
+		std::lock_guard lock(publish_lock);
+		if (seg.header) {
+			seg.header->state.store(kPoolClosed, std::memory_order_seq_cst);
+			// Wake this process's own threads waiting in acquire() or publish().
+			seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+			futex_wake_all(&seg.header->progress);
+			for (uint32_t c : active) {
+				seg.consumer(c)->armed.store(0, std::memory_order_relaxed);
+				uint64_t one = 1;
+				[[maybe_unused]] ssize_t n = ::write(consumer_event[c].get(), &one, sizeof(one));
+			}
 		}
+		// Consumers keep their mappings: the memfds live on until the last one unmaps,
+		// so closing never waits for them and never frees memory under them.
+		active.clear();
+		consumer_conn.clear();
+		consumer_event.clear();
 	}
-	// Consumers keep their mappings: the memfds live on until the last one unmaps,
-	// so closing never waits for them and never frees memory under them.
-	active.clear();
-	consumer_conn.clear();
-	consumer_event.clear();
+	// `shut` was set before the lock was taken above: the spill thread sees it at its
+	// next look, or is waiting and wakes now.
+	spill_cv.notify_all();
+	if (spill_thread.joinable())
+		spill_thread.join();
 }
 
 // I/O thread
@@ -1002,6 +1082,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	rec->block_timeout_ns = how.block_timeout_ns;
 	rec->spilled.store(0, std::memory_order_relaxed);
 	served[index] = how;
+	consumer_generation[index]++;
 	rec->detached.store(0, std::memory_order_relaxed);
 	rec->attach_ns = monotonic_ns();
 	copy_string(rec->client, sizeof(rec->client), hello.client);
@@ -1035,6 +1116,7 @@ void Publisher::reap(uint32_t c)
 	{
 		std::lock_guard lock(publish_lock);
 		active.erase(std::remove(active.begin(), active.end(), c), active.end());
+		consumer_generation[c]++; // a spill copying meanwhile moves none of its entries
 		// A device pool's consumer that did not say its GPU work was over (killed, or a
 		// stream stuck past its close): its queued GPU writes may land until its process
 		// has exited. Until then (end_quarantine()) it is quarantined:
@@ -1312,6 +1394,7 @@ Result<void> Publisher::start(const PoolConfig &config)
 	owner_pid = seg.constants().owner_pid;
 	served.assign(seg.max_consumers, Served{});
 	spill_seqs.assign(pool_.spill ? pool_.spill->frames() : 0, 0);
+	consumer_generation.assign(seg.max_consumers, 0);
 	consumer_conn.resize(seg.max_consumers);
 	consumer_event.resize(seg.max_consumers);
 	consumer_pidfd.resize(seg.max_consumers);
@@ -1333,8 +1416,10 @@ Result<void> Publisher::start(const PoolConfig &config)
 	ev.data.u64 = io_data(IoTag::stop, 0, io_stop.get());
 	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, io_stop.get(), &ev) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
-	// The thread touches only this Publisher, which shutdown() outlives by joining it.
+	// The threads touch only this Publisher, which shutdown() outlives by joining them.
 	try {
+		if (pool_.spill)
+			spill_thread = std::thread([this] { spill_loop(); });
 		io_thread = std::thread([this] { io_loop(); });
 	} catch (const std::system_error &e) {
 		return make_error(Errc::system, pool_.where() + ": cannot start the I/O thread: " + e.what());

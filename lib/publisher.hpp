@@ -7,6 +7,7 @@
 #include "protocol.hpp"
 #include "rendezvous.hpp"
 
+#include <condition_variable>
 #include <map>
 #include <thread>
 
@@ -51,8 +52,11 @@ private:
 	// fifo-spill consumers and will be used last moves into the spill tier (or, the
 	// tier being full, their fallbacks apply). False when no slot qualifies.
 	// DEADLINE_NS bounds a CPU wait for the frame's GPU writes (device pools whose GPU
-	// work is ordered on the CPU).
-	bool spill_one(uint64_t deadline_ns);
+	// work is ordered on the CPU). LOCK (publish_lock, held) is let go during a system
+	// pool's copy, the slot held by the owner's bit meanwhile.
+	bool spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns);
+	// The owner's hold on a slot it spilled (or failed to) goes.
+	void let_go_spilled_slot(uint32_t index);
 	// Where a fifo-spill consumer's queue holds a slot's frame (spill_one's candidates).
 	struct SpillQueued {
 		uint32_t consumer;
@@ -68,12 +72,18 @@ private:
 	bool drop_in_place(uint32_t c, uint64_t position, uint32_t what);
 	// Spill buffers no consumer holds any more go back to the tier.
 	void collect_spill();
-	// The tier's free pages go back to the kernel (it has been idle kSpillTrimNs).
-	void trim_spill();
+	// The tier's free pages go back to the kernel (it has been idle kSpillTrimNs), in
+	// pieces with LOCK (publish_lock) let go between them. False when it spilled again
+	// meanwhile and the trim stopped.
+	bool trim_spill(std::unique_lock<std::mutex> &lock);
 	void push(uint32_t consumer_index, uint32_t what);
 	// Which consumers get frame SEQ now, applying the policy to full queues.
 	uint32_t choose_targets(uint32_t *targets, uint64_t *masks);
 
+	// Pools with a spill tier: a thread that spills ahead, after each publish that left
+	// fewer than kSpillReserve slots free, so that the producer's next acquire finds one
+	// at once rather than copying a frame itself; and trims the tier once it is idle.
+	void spill_loop();
 	void io_loop();
 	void accept_peers();
 	void handle_hello(int fd);
@@ -93,6 +103,9 @@ private:
 
 	rendezvous::OwnerSocket owner_socket;
 	std::thread io_thread;
+	std::thread spill_thread;
+	std::condition_variable spill_cv; // with publish_lock
+	bool spill_wanted = false; // under publish_lock
 	UniqueFd io_epoll;
 	UniqueFd io_stop;
 	// Set once by shutdown() (release), read by acquire's and publish's waits
@@ -140,6 +153,9 @@ private:
 	// publish_lock: a buffer goes back only once its spill_ready reached it.
 	uint64_t spill_count = 0;
 	std::vector<uint64_t> spill_seqs;
+	// Per consumer record, under publish_lock: bumped at attach and reap, so a spill that
+	// let the lock go knows whether a consumer it queued for is still the same one.
+	std::vector<uint64_t> consumer_generation;
 	uint64_t last_spill_ns = 0; // under publish_lock
 	bool spill_untrimmed = false; // freed buffers' pages are kept; under publish_lock
 	uint64_t published_count = 0; // under publish_lock

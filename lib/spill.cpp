@@ -116,10 +116,25 @@ void SpillTier::free(uint32_t r)
 	free_runs_[run.offset] = run.length;
 }
 
-void SpillTier::trim()
+bool SpillTier::trim(uint64_t *cursor, uint64_t budget)
 {
-	for (auto [offset, length] : free_runs_)
-		(void)::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(length));
+	// The first free run that ends past the cursor, or none.
+	auto next = [&] {
+		auto it = free_runs_.upper_bound(*cursor);
+		if (it != free_runs_.begin() && std::prev(it)->first + std::prev(it)->second > *cursor)
+			it = std::prev(it);
+		return it;
+	};
+	for (auto it = next(); it != free_runs_.end(); it = next()) {
+		if (budget == 0)
+			return false;
+		uint64_t from = std::max(*cursor, it->first);
+		uint64_t length = std::min(it->first + it->second - from, budget);
+		(void)::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(from), off_t(length));
+		*cursor = from + length;
+		budget -= length;
+	}
+	return true;
 }
 
 uint64_t SpillTier::resident() const

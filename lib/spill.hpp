@@ -43,8 +43,11 @@ public:
 	std::optional<uint32_t> allocate(uint64_t bytes);
 	// Owner: buffer R goes back; its pages stay for the next spill (see trim()).
 	void free(uint32_t r);
-	// Owner: the pages of every free run go back to the kernel.
-	void trim();
+	// Owner: the pages of the free runs from *CURSOR (an offset in the memfd) go back to
+	// the kernel, at most BUDGET bytes of runs; *CURSOR moves past them. True once the
+	// end was reached. Calls with the owner's lock let go between them may see other
+	// runs: each call looks at the runs as they are then.
+	bool trim(uint64_t *cursor, uint64_t budget);
 	// The memory the memfd holds now (its records' pages and the payload's), in bytes.
 	uint64_t resident() const;
 	// Owner: the bytes buffer R takes (whole pages).

@@ -238,7 +238,7 @@ TEST(CudaSpill, TheCopyWaitsForTheFramesWritesAndTheSlotForTheCopy)
 	auto start = std::chrono::steady_clock::now();
 	publish(g, **owner, second);
 	EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "the spill waited on the CPU";
-	EXPECT_EQ((*owner)->spill_stats().spilled, 1u);
+	EXPECT_GE((*owner)->spill_stats().spilled, 1u);
 	std::this_thread::sleep_for(200ms);
 	{
 		xmem::cuda::ContextScope scope(*g.ctx);
@@ -254,7 +254,9 @@ TEST(CudaSpill, TheCopyWaitsForTheFramesWritesAndTheSlotForTheCopy)
 		auto f = recorder->receive(5s, g.stream);
 		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
 		ASSERT_EQ(f->meta().seq, seq);
-		EXPECT_EQ(f->spilled(), seq == 1);
+		if (seq == 1) {
+			EXPECT_TRUE(f->spilled()); // frame 2 may be too: the owner spills ahead
+		}
 		EXPECT_EQ(bad_word(g, *f, words), -1) << "frame " << seq;
 	}
 	recorder.reset();
@@ -285,7 +287,7 @@ TEST(CudaSpill, TheCopyBackIsQueuedOnTheRecordersStream)
 	ASSERT_TRUE(gate->ok);
 	publish(g, **owner, g.stream);
 	publish(g, **owner, g.stream); // frame 1 spilled: its slot holds frame 2
-	ASSERT_EQ((*owner)->spill_stats().spilled, 1u);
+	ASSERT_GE((*owner)->spill_stats().spilled, 1u);
 	{
 		xmem::cuda::ContextScope scope(*g.ctx);
 		ASSERT_EQ(g.d->cuStreamWaitValue64(read, gate->gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
@@ -303,9 +305,11 @@ TEST(CudaSpill, TheCopyBackIsQueuedOnTheRecordersStream)
 	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
 	ASSERT_TRUE(f->spilled());
 	EXPECT_EQ(f->storage(), xmem::Storage::cuda);
-	// A publish collects the buffers nobody holds; it spills frame 2 too.
+	// A publish collects the buffers nobody holds (it spills frame 2 too): every buffer
+	// spilled so far is still held, frame 1's by the copy.
 	publish(g, **owner, g.stream);
-	EXPECT_EQ((*owner)->spill_stats().frames, 2u) << "frame 1's buffer went back under the queued copy";
+	auto held = (*owner)->spill_stats();
+	EXPECT_EQ(held.frames, held.spilled) << "frame 1's buffer went back under the queued copy";
 	opened = true;
 	opener.join();
 	std::vector<uint32_t> words;
