@@ -35,6 +35,11 @@ public:
 	// under reads still running (found by the model, tests/model).
 	// True when every such word was written: nothing of this holder's can land later.
 	virtual bool drain_done(uint32_t holder, uint64_t deadline_ns) = 0;
+	// The owner closing its pool: waits on the CPU, until DEADLINE_NS at most, for the ready
+	// words its streams have still to write (queued by mark_ready), so that no consumer
+	// takes the hang-up that follows for the owner's death while its frames are still
+	// being written (model, Finding 7). True when every such word was written.
+	virtual bool drain_ready(uint64_t deadline_ns) = 0;
 	// Consumer, when the owner is gone: every slot's ready word reaches the frame
 	// published in it, so no stream waits forever on writes that died with the owner.
 	// A frame whose writes had not completed is marked: its bytes are whatever those
@@ -62,6 +67,9 @@ public:
 				   layout::SlotRecord &record, uint64_t deadline_ns) = 0;
 	// Whether spills are queued on the GPU (false: each completes on the CPU).
 	virtual bool queued() const = 0;
+	// Waits on the CPU, until DEADLINE_NS at most, for every queued spill's spill_ready
+	// write (the owner closing: before it hangs up on its consumers). True when landed.
+	virtual bool drain(uint64_t deadline_ns) = 0;
 };
 
 // The owner of a device pool with a spill tier: copies of SYNC's slots into TIER (the

@@ -42,6 +42,9 @@ constexpr uint64_t kSpillTrimNs = 5'000'000'000;
 // fifo-spill consumers): one, the frame the producer is about to write.
 constexpr uint32_t kSpillReserve = 1;
 constexpr int64_t kSpillAheadTimeoutNs = 1'000'000'000;
+// How long close waits for the GPU writes it queued (ready words, spill copies) before it
+// hangs up on its consumers.
+constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
 // How much of the tier one piece of a trim punches, publish_lock held.
 constexpr uint64_t kSpillTrimChunk = 16 << 20;
 
@@ -816,6 +819,21 @@ void Publisher::shutdown()
 	// The name goes first: a consumer woken below that reconnects at once finds no
 	// socket (and waits for a new owner) rather than a dying one.
 	rendezvous::release(owner_socket);
+	// No spill from here on. `shut` was set before the lock is taken: the spill thread
+	// sees it at its next look, or is waiting and wakes now.
+	{
+		std::lock_guard lock(publish_lock);
+	}
+	spill_cv.notify_all();
+	if (spill_thread.joinable())
+		spill_thread.join();
+	// Consumers take a hang-up for the owner's death and stop waiting for its queued GPU
+	// writes: those land first (ready words, spill copies), within a deadline, so a
+	// close loses no frame still being written (tests/model, Finding 7).
+	if (pool_.sync)
+		(void)pool_.sync->drain_ready(deadline_after(kCloseDrainTimeoutNs));
+	if (pool_.device_spill)
+		(void)pool_.device_spill->drain(deadline_after(kCloseDrainTimeoutNs));
 	{
 		std::lock_guard lock(publish_lock);
 		if (seg.header) {
@@ -835,11 +853,6 @@ void Publisher::shutdown()
 		consumer_conn.clear();
 		consumer_event.clear();
 	}
-	// `shut` was set before the lock was taken above: the spill thread sees it at its
-	// next look, or is waiting and wakes now.
-	spill_cv.notify_all();
-	if (spill_thread.joinable())
-		spill_thread.join();
 }
 
 // I/O thread

@@ -388,10 +388,14 @@ Result<void> Subscriber::wait_spilled(uint32_t index, uint64_t deadline_ns)
 {
 	const std::atomic<uint64_t> &ready = pool_.record(index).spill_ready;
 	while (int64_t(ready.load(std::memory_order_acquire) - parked_seq) < 0) {
-		// A dead owner's copy never lands: its context went with it.
-		if (owner_gone_.load(std::memory_order_acquire))
+		// A dead owner's copy never lands: its context went with it. (One that closed
+		// waited for its copies first: look once more, the copy may have landed between.)
+		if (owner_gone_.load(std::memory_order_acquire)) {
+			if (int64_t(ready.load(std::memory_order_acquire) - parked_seq) >= 0)
+				break;
 			return make_error(Errc::bad_frame, "the owner died while it copied a frame into the spill "
 							   "tier: the frame is lost");
+		}
 		if (monotonic_ns() >= deadline_ns)
 			return make_error(Errc::timed_out, "spilled frame not copied yet");
 		std::this_thread::sleep_for(std::chrono::microseconds(20));

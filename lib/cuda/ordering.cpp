@@ -255,6 +255,13 @@ bool Ordering::drain_done(uint32_t holder, uint64_t deadline_ns)
 		deadline_ns);
 }
 
+bool Ordering::drain_ready(uint64_t deadline_ns)
+{
+	std::lock_guard lock(queued_lock_);
+	return drain(
+		queued_ready_, [this](uint32_t i) -> std::atomic<uint64_t> & { return seg_.ready(i); }, deadline_ns);
+}
+
 void Ordering::release_dead_owner()
 {
 	for (uint32_t i = 0; i < seg_.slot_count; i++) {

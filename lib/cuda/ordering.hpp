@@ -48,6 +48,7 @@ public:
 	// waits on a process that is gone.
 	void release_dead_holder(uint32_t holder, uint64_t seq) override;
 	bool drain_done(uint32_t holder, uint64_t deadline_ns) override;
+	bool drain_ready(uint64_t deadline_ns) override;
 	void release_dead_owner() override;
 	bool died_unready(uint32_t slot, uint64_t seq) const override;
 

@@ -32,6 +32,7 @@ public:
 	Result<void> spill(uint32_t slot, uint64_t seq, uint64_t from, std::byte *to, uint64_t bytes,
 			   layout::SlotRecord &record, uint64_t deadline_ns) override;
 	bool queued() const override { return dev_base_ != 0; }
+	bool drain(uint64_t deadline_ns) override;
 
 private:
 	CUdeviceptr device_address(const std::atomic<uint64_t> &word) const
@@ -84,6 +85,17 @@ Result<void> SpillCopier::start(std::string *notice)
 	}
 	dev_base_ = dev;
 	return {};
+}
+
+bool SpillCopier::drain(uint64_t deadline_ns)
+{
+	// The stream runs in order: the last spill's word landing means every one did.
+	while (last_word_ && !reached(last_word_->load(std::memory_order_acquire), last_seq_)) {
+		if (monotonic_ns() >= deadline_ns)
+			return false;
+		std::this_thread::sleep_for(std::chrono::microseconds(20));
+	}
+	return true;
 }
 
 SpillCopier::~SpillCopier()

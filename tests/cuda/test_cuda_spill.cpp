@@ -329,6 +329,52 @@ TEST(CudaSpill, TheCopyBackIsQueuedOnTheRecordersStream)
 	g.d->cuStreamDestroy(read);
 }
 
+// A producer that closes its pool while its GPU writes (a frame's) and its spill copy
+// (of the frame before) are still queued loses neither: close waits for them before it
+// hangs up on its consumers, which take a hang-up for the owner's death (tests/model,
+// Finding 7: before, the recorder dropped the spilled frame as "the owner died", and got
+// the last one flagged incomplete, while both were still being written).
+TEST(CudaSpill, AClosingProducerLosesNoFrameStillBeingWritten)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	auto owner = xmem::BufferPool::create("closing", spill_config("closing", 1, 4));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto recorder = attach("closing", xmem::Policy::fifo_spill);
+	ASSERT_TRUE(recorder);
+	Gpu g;
+	Gate gate(g);
+	ASSERT_TRUE(gate->ok);
+	{
+		// Frame 1 and frame 2 both behind the gate: frame 1's spill copy waits for its
+		// writes, frame 2's writes for that copy.
+		xmem::cuda::ContextScope scope(*g.ctx);
+		ASSERT_EQ(g.d->cuStreamWaitValue64(g.stream, gate->gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ),
+			  CUDA_SUCCESS);
+	}
+	publish(g, **owner, g.stream);
+	publish(g, **owner, g.stream);
+	ASSERT_GE((*owner)->spill_stats().spilled, 1u);
+	std::thread opener([&] {
+		std::this_thread::sleep_for(300ms);
+		gate->open();
+	});
+	auto start = std::chrono::steady_clock::now();
+	owner->reset(); // closes: waits for the gate
+	EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms) << "close did not wait for the queued writes";
+	opener.join();
+	std::vector<uint32_t> words;
+	for (uint64_t seq = 1; seq <= 2; seq++) {
+		auto f = recorder->receive(5s, g.stream);
+		ASSERT_TRUE(f.ok()) << "frame " << seq << ": " << xmem::test::why(f);
+		ASSERT_EQ(f->meta().seq, seq);
+		EXPECT_FALSE(f->incomplete()) << "frame " << seq << " taken for a dead owner's";
+		EXPECT_EQ(bad_word(g, *f, words), -1) << "frame " << seq;
+	}
+	EXPECT_EQ(recorder->receive(1s).code(), Errc::closed);
+}
+
 // Where the owner orders GPU work on the CPU (XMEM_CUDA_SYNC=cpu), each spill completes
 // on the CPU: the same frames, every byte, only slower. (A tier that cannot be page-locked
 // takes the same path in SpillCopier::spill; the simulator's pin limit, read once per

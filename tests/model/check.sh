@@ -41,9 +41,17 @@ if [ "$mode" = mutants ]; then
 fi
 
 # run NAME DEFINES... : builds and runs pan; leaves its output in $work/NAME/out.
+# -DDEPTH_FIRST among the defines (the model ignores it): a mutant searched depth-first,
+# where the breadth-first search would pass the memory cap before its counterexample.
 run() {
 	local name=$1
 	shift
+	local cflags=() f
+	for f in "${PAN_CFLAGS[@]}"; do
+		if [ "$f" != -DBFS ] || [[ " $* " != *" -DDEPTH_FIRST "* ]]; then
+			cflags+=("$f")
+		fi
+	done
 	mkdir -p "$work/$name"
 	(
 		cd "$work/$name"
@@ -52,7 +60,7 @@ run() {
 			cat spin.out
 			exit 1
 		}
-		"$cc" "${PAN_CFLAGS[@]}" -o pan pan.c
+		"$cc" "${cflags[@]}" -o pan pan.c
 		local t0 t1
 		t0=$(date +%s.%N)
 		./pan "${PAN_ARGS[@]}" >out 2>&1 || true
@@ -73,6 +81,10 @@ summary() {
 
 # The verified configurations (README.md, "Runs"). NAME DEFINES...
 SPILL="-DNS=2 -DNO_WAKEUP -DACQUIRE_RETRIES_ON_PROGRESS"
+# The spill tier of a device pool: the spill bounds with GPU ordering, 1 buffer, both
+# consumers fifo-spill (fallbacks: 0 drop-oldest, 1 drop-new), consumer 0 active,
+# consumer 1 passive (killed and reaped at the end, its spilled frame still queued).
+GSPILL="-DGPU -DSYNC_AT_CLOSE $SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 configs=(
 	"drop-oldest|-DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"exclusive|-DNF=0 -DKILL=0 -DPROBES=2 -DEXCL=1 -DEARLY=0"
@@ -96,6 +108,13 @@ configs=(
 	"spin-before-kill|-DSPIN_WAKE=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"spin-before-drop-new|-DSPIN_WAKE=2 -DPOLICY=1 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"spin-before-block|-DSPIN_WAKE=2 -DPOLICY=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	# The spill tier of a device pool: the copy on the owner's spill stream after the
+	# slot's ready word, spill_ready, the owner's done word; frame 2's GPU writes still
+	# queued at the start (GPU_SETTLED: done). gpu-spill-close: the owner closes, with
+	# Finding 7's proposed fix (CLOSE_DRAINS_STREAMS, GONE_RECHECKS_SPILL).
+	"gpu-spill|$GSPILL -DNF=1"
+	"gpu-spill-2|$GSPILL -DNF=2 -DGPU_SETTLED"
+	"gpu-spill-close|$GSPILL -DNF=1 -DGPU_SETTLED -DOWNER_CLOSES -DCLOSE_DRAINS_STREAMS -DGONE_RECHECKS_SPILL"
 )
 
 # Seeded bugs (and the code before a finding's fix): each must yield a counterexample.
@@ -118,6 +137,15 @@ mutants=(
 	# wake=spin-before's disarm, seeded bugs.
 	"spin-forgets-write|-DMUTATION_SPIN_FORGETS_WRITE -DSPIN_WAKE=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"spin-skips-arm|-DMUTATION_SPIN_SKIPS_ARM -DSPIN_WAKE=2 -DPASSIVE1 -DKILL=1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+	# The spill tier of a device pool, seeded bugs (collect-ignores-copy: the code
+	# before 4fc2d35's extra condition; depth-first: breadth-first passes the memory
+	# cap first); and Finding 7, the code as it is: the owner closes with GPU work
+	# queued.
+	"collect-ignores-copy|-DMUTATION_COLLECT_IGNORES_COPY -DDEPTH_FIRST $GSPILL -DNF=1"
+	"spill-skips-ready|-DMUTATION_SPILL_SKIPS_READY $GSPILL -DNF=1"
+	"spill-skips-done|-DMUTATION_SPILL_SKIPS_DONE $GSPILL -DNF=1"
+	"no-spill-wait|-DMUTATION_NO_SPILL_WAIT $GSPILL -DNF=1"
+	"close-loses-frames|$GSPILL -DNF=1 -DGPU_SETTLED -DOWNER_CLOSES"
 )
 
 status=0

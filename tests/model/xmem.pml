@@ -50,7 +50,11 @@
  * (the copy does not wait for the slot's ready word), MUTATION_SPILL_SKIPS_DONE (no
  * mark_done of the owner: acquire does not wait for the copy),
  * MUTATION_NO_SPILL_WAIT (a consumer reads a spilled frame without waiting for
- * spill_ready).
+ * spill_ready). GPU_SETTLED: the 2-slot start state with no GPU work queued.
+ * CLOSE_DRAINS_STREAMS and GONE_RECHECKS_SPILL model the two halves of a proposed
+ * fix of Finding 7: shutdown() lets its streams' ready and spill_ready writes land
+ * before it hangs up on the consumers, and wait_spilled loads spill_ready once more
+ * when it finds the owner gone.
  * ACQUIRE_RETRIES_ON_PROGRESS and SPILL_TAKES_EXCLUSIVE model proposed fixes of
  * Findings 3 and 4 (README.md): acquire() announces its wait before spill_one() and
  * looks again after any progress; spill_one() takes an EXCLUSIVE slot too.
@@ -252,7 +256,7 @@ chan spq = [4 * NSP + 1] of { byte, byte, byte, byte }; /* op, slot, buffer or h
 bit sbusy; /* ghost: the spill stream is inside an operation */
 byte bufseq[NSP]; /* ghost: the frame whose bytes buffer r holds (0: none whole) */
 byte scopy; /* ghost: bit r, a copy into buffer r is queued and has not run */
-bit cpend[NS]; /* ghost: a spill copy of slot s is queued and has not read it */
+byte cpend[NS]; /* ghost: the frame a queued spill copy of slot s is to read (0: none) */
 byte srd[NSP]; /* ghost: CBIT(c), consumer c is reading buffer r */
 #endif
 #endif
@@ -554,6 +558,10 @@ inline collect_one(r)
 	d_step {
 		if
 		:: (sp_used & (1 << r)) && holders[NS + r] == 0 && COPY_LANDED(r) ->
+#if defined(GPU)
+			/* never freed (its pages may go to another buffer) under a queued copy */
+			assert(!(scopy & (1 << r)));
+#endif
 			state[NS + r] = S_FREE;
 			sp_used = sp_used & ~(1 << r)
 		:: else -> skip
@@ -734,7 +742,7 @@ inline spill_one()
 #endif
 				spq ! OP_COPY, best, r, mseq[best];
 				scopy = scopy | (1 << r);
-				cpend[best] = 1;
+				cpend[best] = mseq[best];
 				spq ! OP_SPILL_READY, 0, r, sseq[r]
 			}
 #ifndef MUTATION_SPILL_SKIPS_DONE
@@ -970,6 +978,20 @@ retry: /* Publisher::acquire */
 		:: cactive[1] -> armed[1] = 0; evfd[1]++
 		:: else -> skip
 		fi;
+#if defined(GPU) && defined(CLOSE_DRAINS_STREAMS)
+		/* proposed fix (README.md, "Finding 7"): the owner's queued word writes land
+		 * before the hang-up (the teardown waits of Ordering and SpillCopier, moved
+		 * before it): the ready writes (the last operation on the producer's
+		 * stream) */
+		len(oq) == 0 && !obusy;
+#if NSP > 0
+		/* and the spill_ready writes */
+		sready[0] >= sseq[0];
+#if NSP > 1
+		sready[1] >= sseq[1];
+#endif
+#endif
+#endif
 		ohup = 1; /* shutdown: consumer_conn.clear(): the consumers see a hang-up */
 		plock = 0;
 #endif
@@ -1402,15 +1424,27 @@ recv:
 				if
 				:: s >= NS -> /* a spilled frame: deliver_parked, spilled_frame */
 #ifndef MUTATION_NO_SPILL_WAIT
+spill_wait: /* Subscriber::wait_spilled */
 					if
-					:: sready[s - NS] >= psq -> skip /* wait_spilled: spill_ready.load */
-					:: ohup -> /* wait_spilled: owner_gone_ (any hang-up): the frame is lost */
-						/* only when the owner died: its copy never lands */
-						assert(odead);
-						d_step { lref[c * NI + s]-- } /* deliver_parked: release(index) */
-						clear_holder_bit(c, s);
-						d_step { holding = 0; s = 0; e = 0; sq = 0; psq = 0 };
-						goto recv
+					:: sready[s - NS] >= psq -> skip /* spill_ready.load: reached */
+					:: else -> /* not yet */
+						if
+						:: !ohup -> goto spill_wait /* owner_gone_.load: no; sleep, look again */
+						:: ohup -> /* owner_gone_ (set at any hang-up) */
+							if
+#ifdef GONE_RECHECKS_SPILL
+							/* proposed fix, the consumer's half: spill_ready.load again */
+							:: sready[s - NS] >= psq -> skip
+#endif
+							:: else -> /* the frame is lost */
+								/* only when the owner died: its copy never lands */
+								assert(odead);
+								d_step { lref[c * NI + s]-- } /* deliver_parked: release(index) */
+								clear_holder_bit(c, s);
+								d_step { holding = 0; s = 0; e = 0; sq = 0; psq = 0 };
+								goto recv
+							fi
+						fi
 					fi;
 #endif
 					/* frame_guard: the consumer reads the buffer (host delivery), or
@@ -1709,8 +1743,9 @@ end_idle:
 				/* no live holder's GPU reads of the slot are in flight */
 				assert(!reading[s] && !reading[NS + s]);
 #if NSP > 0
-				/* and no spill copy of its last frame is still to read it */
-				assert(!cpend[s]);
+				/* and no spill copy is still to read the frame this write replaces
+				 * (the write of that frame itself comes before the copy) */
+				assert(cpend[s] == 0 || gwritten[s] != cpend[s]);
 #endif
 				gwritten[s] = 0
 			:: op == OP_READY -> gwritten[s] = sq; ready[s] = sq
@@ -1813,7 +1848,7 @@ proctype OwnerWatch(byte c)
 	byte x, v;
 end_wait:
 	{
-		(ohup && odead) || exited[c]; /* poll(socket, watch_stop) */
+		ohup || exited[c]; /* poll(socket, watch_stop): any hang-up, a close too */
 		if
 		:: exited[c] -> skip /* ~Subscriber stops the watch */
 		:: else ->
@@ -1876,17 +1911,6 @@ end_watch:
 #define STREAMS_IDLE true
 #endif
 
-#if defined(GPU) && NSP > 0
-/* A device pool's buffer whose holders all let go before its copy landed (they were
- * reaped, detached, or all claimed the slot first) stays allocated until the next
- * collect_spill (spill_one, publish or reap) after the copy lands: none may come.
- * Nothing is lost: it has no bit, its copy has landed (the streams are idle), and
- * the next collect_spill frees it. */
-#define LEFT_FOR_COLLECT(r) ((sp_used & (1 << (r))) && sready[r] >= sseq[r])
-#else
-#define LEFT_FOR_COLLECT(r) false
-#endif
-
 /* When everything has stopped, the slots and spill buffers are free again. A run
  * that cannot get here ends in an invalid end state (a deadlock, or a stream
  * waiting forever). */
@@ -1906,9 +1930,9 @@ active proctype Final()
 #endif
 #if NSP > 0
 			/* and every spill buffer: no bit, freed (none leaked) */
-			assert(holders[NS] == 0 && ((state[NS] == S_FREE && !(sp_used & 1)) || LEFT_FOR_COLLECT(0)));
+			assert(holders[NS] == 0 && state[NS] == S_FREE && !(sp_used & 1));
 #if NSP > 1
-			assert(holders[NS + 1] == 0 && ((state[NS + 1] == S_FREE && !(sp_used & 2)) || LEFT_FOR_COLLECT(1)));
+			assert(holders[NS + 1] == 0 && state[NS + 1] == S_FREE && !(sp_used & 2));
 #endif
 #endif
 			skip
@@ -2018,15 +2042,24 @@ init
 		cq[1] ! OP_READ, 2, 0, 1;
 #endif
 #if defined(GPU) && NS == 2
-		/* frame 1 is written and read by both consumers' kernels; frame 2's writes
-		 * and ready write are still queued on the producer's stream (slot 1 was
-		 * never written before) */
+		/* frame 1 is written, consumer 0's kernels still read it (a passive consumer
+		 * 1's are done); frame 2's writes and its ready write are still queued on the
+		 * producer's stream (slot 1 was never written before): a spill of frame 2
+		 * must wait for them */
 		ready[0] = 1;
 		gwritten[0] = 1;
+#ifdef GPU_SETTLED
+		/* GPU_SETTLED: all of that is done already */
+		ready[1] = 2;
+		gwritten[1] = 2;
+#else
 		oq ! OP_WRITE, 1, 0, 0;
 		oq ! OP_READY, 1, 0, 2;
 		cq[0] ! OP_READ, 0, 0, 1;
+#ifndef PASSIVE1
 		cq[1] ! OP_READ, 0, 0, 1;
+#endif
+#endif
 #endif
 		run Producer();
 		run Reaper();
