@@ -42,6 +42,8 @@ constexpr uint64_t kSpillTrimNs = 5'000'000'000;
 // fifo-spill consumers): one, the frame the producer is about to write.
 constexpr uint32_t kSpillReserve = 1;
 constexpr int64_t kSpillAheadTimeoutNs = 1'000'000'000;
+// How long an acquire whose time is up still waits, each time, for a spill in flight.
+constexpr uint64_t kSpillWaitNs = 50'000'000;
 // How long close waits for the GPU writes it queued (ready words, spill copies) before it
 // hangs up on its consumers.
 constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
@@ -246,6 +248,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	}
 	// The owner holds the slot while it copies it: nobody reclaims it, takes it for
 	// writing in place or spills it again meanwhile (a candidate has no owner bit).
+	spills_in_flight.fetch_add(1, std::memory_order_seq_cst);
 	slot.holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
 	std::vector<uint64_t> generations;
 	for (const Queued &q : best_queued)
@@ -332,6 +335,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 void Publisher::let_go_spilled_slot(uint32_t index)
 {
 	seg.slots[index].holders[0].fetch_and(~holder_mask(kOwnerBit), std::memory_order_seq_cst);
+	spills_in_flight.fetch_sub(1, std::memory_order_seq_cst);
 	pool_.notify_owner(); // an acquire() may wait for this slot
 }
 
@@ -463,9 +467,14 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		bool free = moved || shut.load(std::memory_order_acquire);
 		for (uint32_t i = 0; i < seg.slot_count && !free; i++)
 			free = slot_is_free(seg.slots[i]);
-		bool expired = !free && monotonic_ns() >= deadline;
+		// A spill in flight (the spill thread copying a slot's frame) frees a slot soon:
+		// it is waited for whatever the timeout, as the copy would have been had acquire
+		// made it itself, so acquire(0) still finds the slot a spill makes free.
+		bool in_flight = spills_in_flight.load(std::memory_order_seq_cst) != 0;
+		uint64_t now = monotonic_ns();
+		bool expired = !free && !in_flight && now >= deadline;
 		if (!free && !expired)
-			futex_wait(&h->progress, seen, deadline);
+			futex_wait(&h->progress, seen, in_flight ? std::max(deadline, now + kSpillWaitNs) : deadline);
 		h->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
 		if (expired)
 			return make_error(Errc::timed_out, pool_.where() + ": no free slot within the timeout (all " +

@@ -156,6 +156,9 @@ private:
 	// Per consumer record, under publish_lock: bumped at attach and reap, so a spill that
 	// let the lock go knows whether a consumer it queued for is still the same one.
 	std::vector<uint64_t> consumer_generation;
+	// Spills between their owner bit's set and clear (their copy in flight, the lock let
+	// go): an acquire waits for them even when its time is up.
+	std::atomic<uint32_t> spills_in_flight{ 0 };
 	uint64_t last_spill_ns = 0; // under publish_lock
 	bool spill_untrimmed = false; // freed buffers' pages are kept; under publish_lock
 	uint64_t published_count = 0; // under publish_lock

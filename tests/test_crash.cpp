@@ -184,6 +184,18 @@ TEST(Crash, ProducerKilledAtRandomMoments)
 		Process producer({ peer(), "produce", "owner-crash", "--frames", "100000000", "--fps", "2000",
 				   "--wait-consumers", "1", "--no-eos" });
 		ASSERT_TRUE(producer.wait_output("ready", 20s)) << "round " << r << ": " << consumer.output();
+		// The consumer attached to this producer before it dies (under a sanitizer on a
+		// loaded machine it once had not, and saw one death fewer).
+		auto attaches = [&] {
+			std::string out = consumer.output();
+			int n = 0;
+			for (size_t at = out.find("attached"); at != std::string::npos;
+			     at = out.find("attached", at + 1))
+				n++;
+			return n;
+		};
+		ASSERT_TRUE(eventually([&] { return attaches() > r; }, 20s))
+			<< "round " << r << ": " << consumer.output();
 		std::uniform_int_distribution<int> delay_us(0, 30000);
 		std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
 		producer.kill_wait();
