@@ -251,6 +251,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	spills_in_flight.fetch_add(1, std::memory_order_seq_cst);
 	slot.holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
 	std::vector<uint64_t> generations;
+	generations.reserve(best_queued.size());
 	for (const Queued &q : best_queued)
 		generations.push_back(consumer_generation[q.consumer]);
 	SlotRecord &to = pool_.spill->record(*r);
