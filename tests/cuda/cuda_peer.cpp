@@ -7,6 +7,7 @@
 #include "../options.hpp"
 #include "cuda/driver.hpp"
 #include "gated_host.hpp"
+#include "peer_frames.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -29,17 +30,15 @@ namespace {
 
 using xmem::test::number_option;
 
-// The 32-bit word every 4 bytes of frame SEQ hold; the last page a second word, so a
-// frame read half-written shows up as well as a stale one.
 uint32_t word(uint64_t seq)
 {
-	return uint32_t(seq * 2654435761u) | 1u;
+	return xmem::test::frame_word(seq);
 }
 uint32_t tail_word(uint64_t seq)
 {
-	return ~word(seq);
+	return xmem::test::frame_tail_word(seq);
 }
-constexpr uint64_t kTail = 4096;
+constexpr uint64_t kTail = xmem::test::kFrameTail;
 // What a late in-place write leaves in a slot (hang-up-writing).
 constexpr uint32_t kLateWord = 0xdeadbeef;
 

@@ -10,6 +10,7 @@
 #include "arena.hpp"
 #include "cuda/driver.hpp"
 #include "gated_host.hpp"
+#include "peer_frames.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -36,8 +37,7 @@ const auto *const gpu_or_skip = ::testing::AddGlobalTestEnvironment(new xmem::te
 
 std::string cuda_peer()
 {
-	const char *p = std::getenv("XMEM_CUDA_PEER");
-	return p ? p : "tests/cuda/xmem-cuda-peer";
+	return xmem::test::cuda_peer_path();
 }
 
 // Runs the peer with extra environment (VAR=VALUE...) prepended through env(1).

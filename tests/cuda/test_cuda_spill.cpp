@@ -8,6 +8,7 @@
 
 #include "cuda/driver.hpp"
 #include "gated_host.hpp"
+#include "peer_frames.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -28,23 +29,11 @@ using xmem::test::GatedHost;
 
 const auto *const gpu_or_skip = ::testing::AddGlobalTestEnvironment(new xmem::test::RealGpuOrSkip);
 
-std::string cuda_peer()
-{
-	const char *p = std::getenv("XMEM_CUDA_PEER");
-	return p ? p : "tests/cuda/xmem-cuda-peer";
-}
-
-// The 32-bit word every 4 bytes of frame SEQ hold (as cuda_peer's, so its consumers
-// check what this producer writes) and the last page's.
-uint32_t word(uint64_t seq)
-{
-	return uint32_t(seq * 2654435761u) | 1u;
-}
-uint32_t tail_word(uint64_t seq)
-{
-	return ~word(seq);
-}
-constexpr uint64_t kTail = 4096;
+using xmem::test::cuda_peer_path;
+// The peer's frame words, so its consumers check what this producer writes.
+const auto word = xmem::test::frame_word;
+const auto tail_word = xmem::test::frame_tail_word;
+constexpr uint64_t kTail = xmem::test::kFrameTail;
 constexpr uint64_t kSize = 64 * 1024;
 
 xmem::PoolConfig spill_config(const char *producer, uint32_t slots, uint32_t spill_frames)
@@ -450,8 +439,8 @@ TEST(CudaSpill, RecordersInOtherProcessesAndOneKilled)
 	auto owner = xmem::BufferPool::create("procs", spill_config("procs", 4, kFrames));
 	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
 	std::vector<std::string> consume{
-		cuda_peer(), "consume", "procs", "--policy", "fifo-spill", "--frames", std::to_string(kFrames),
-		"--work-us", "3000"
+		cuda_peer_path(),	 "consume",   "procs", "--policy", "fifo-spill", "--frames",
+		std::to_string(kFrames), "--work-us", "3000"
 	};
 	Process device(consume);
 	consume.insert(consume.end(), { "--spill-delivery", "host" });
@@ -472,7 +461,7 @@ TEST(CudaSpill, RecordersInOtherProcessesAndOneKilled)
 	}
 	EXPECT_EQ((*owner)->spill_stats().full, 0u);
 
-	Process killed({ cuda_peer(), "consume", "procs", "--policy", "fifo-spill", "--hold", "1" });
+	Process killed({ cuda_peer_path(), "consume", "procs", "--policy", "fifo-spill", "--hold", "1" });
 	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
 	publish(g, **owner, g.stream);
 	ASSERT_TRUE(killed.wait_output("holding " + std::to_string(kFrames + 1))) << killed.output();
