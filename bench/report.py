@@ -727,12 +727,14 @@ def summary_policies(result):
             f"{sum(m['spill_full'] for m in spilled)} times.")
         if stall:
             lines.append(
-                f"- Spilling is the producer's work: its CPU per frame (acquire, stamp, publish, averaged over the "
-                f"run) was {spread([b['producer_cpu_us_per_frame'] for _, b in stall])} µs with the stalled "
-                f"consumer, {spread([a['producer_cpu_us_per_frame'] for a, _ in stall])} µs without; one call's p99 "
+                f"- Spilling is the producer process's work, on its spill thread: the process's CPU per frame "
+                f"(every thread, averaged over the run) was "
+                f"{spread([b['producer_process_cpu_us_per_frame'] for _, b in stall])} µs with the stalled consumer, "
+                f"{spread([a['producer_process_cpu_us_per_frame'] for a, _ in stall])} µs without; the producing "
+                f"thread's own calls (acquire, stamp, publish) {spread([b['producer_cpu_us_per_frame'] for _, b in stall])} "
+                f"against {spread([a['producer_cpu_us_per_frame'] for a, _ in stall])} µs per frame, one call's p99 "
                 f"{spread([b['producer_call_p99_us'] for _, b in stall])} µs against "
-                f"{spread([a['producer_call_p99_us'] for a, _ in stall])} µs: the spills make single frames late, "
-                f"not the stream slower.")
+                f"{spread([a['producer_call_p99_us'] for a, _ in stall])} µs.")
     wake = [(a, b) for a, b in policies_rounds(result, "wake-sleep", "wake-spin-before") if usable(a) and usable(b)]
     if wake:
         spin = wake[0][1]
