@@ -13,8 +13,9 @@ namespace xmem::layout {
 
 inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
 // 4: per-consumer policies, the spill tier; 5: the spill tier of device pools (a spill
-// buffer's spill_seq and spill_ready, which a consumer of a version 4 would not wait for).
-inline constexpr uint32_t kAbiVersion = 5;
+// buffer's spill_seq and spill_ready, which a consumer of a version 4 would not wait for);
+// 6: frame tickets (a slot's ticket words, the header's ticket counters).
+inline constexpr uint32_t kAbiVersion = 6;
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 // A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
@@ -148,6 +149,13 @@ struct alignas(64) ControlHeader : ControlConstants {
 	std::atomic<uint32_t> spill_frames_held;
 	std::atomic<uint32_t> reserved_spill;
 	std::atomic<uint64_t> spill_resident; // the tier's memfd's memory, as of the last change
+	// Frame tickets [owner, except redeemed: the redeemer]: issued, redeemed, expired
+	// with redemptions left unused, and live now (the owner still holds their slots).
+	alignas(64) std::atomic<uint64_t> tickets_issued;
+	std::atomic<uint64_t> tickets_redeemed;
+	std::atomic<uint64_t> tickets_expired;
+	std::atomic<uint32_t> tickets_live;
+	std::atomic<uint32_t> reserved_tickets;
 };
 
 // The shared copy of a frame's metadata lives in xmem_frame_meta, which is already
@@ -179,6 +187,13 @@ struct alignas(64) SlotRecord {
 	// done. spill_seq counts the owner's spills, so a buffer's word only ever grows.
 	uint64_t spill_seq; // [owner, at the spill, before PUBLISHED]
 	std::atomic<uint64_t> spill_ready; // [the owner's spill stream, or its CPU]
+	// A frame ticket on this slot's frame (docs/design.md, "Frame tickets"; zero in spill
+	// buffers): its check word (0: no ticket), and the redemptions left. [owner: both
+	// before PUBLISHED, left to 0 at expiry, then check to 0 before its hold goes;
+	// a redeemer: left down by one, by CAS, while it holds the slot]
+	std::atomic<uint64_t> ticket_check;
+	std::atomic<uint32_t> ticket_left;
+	uint32_t reserved_ticket; // zero
 };
 
 struct alignas(64) ConsumerRecord {
@@ -349,6 +364,7 @@ static_assert(offsetof(ControlHeader, format_seq) == 296);
 static_assert(offsetof(ControlHeader, format_lock) == 304);
 static_assert(offsetof(ControlHeader, format) == 312);
 static_assert(offsetof(ControlHeader, spill_bytes_held) % 64 == 0);
+static_assert(offsetof(ControlHeader, tickets_issued) % 64 == 0);
 #pragma GCC diagnostic pop
 static_assert(sizeof(SlotRecord) % 64 == 0);
 static_assert(offsetof(SlotRecord, state) == 0);
@@ -359,7 +375,9 @@ static_assert(offsetof(SlotRecord, side_data_size) == 2472);
 static_assert(offsetof(SlotRecord, side_data) == 2480);
 static_assert(offsetof(SlotRecord, spill_seq) == 6576);
 static_assert(offsetof(SlotRecord, spill_ready) == 6584);
-static_assert(sizeof(SlotRecord) == 6592);
+static_assert(offsetof(SlotRecord, ticket_check) == 6592);
+static_assert(offsetof(SlotRecord, ticket_left) == 6600);
+static_assert(sizeof(SlotRecord) == 6656);
 static_assert(sizeof(ConsumerRecord) % 64 == 0);
 static_assert(offsetof(ConsumerRecord, state) == 0);
 static_assert(offsetof(ConsumerRecord, sync_mode) == 56);

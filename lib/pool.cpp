@@ -179,16 +179,10 @@ void PoolImpl::clear_holder_bit(uint32_t index, uint32_t bit)
 	notify_owner();
 }
 
-Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
+Result<void> PoolImpl::hold_published(uint32_t index)
 {
-	if (role == Role::inspector)
-		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= seg.slot_count)
-		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) +
-							      " out of range (0.." +
-							      std::to_string(seg.slot_count - 1) + ")");
 	SlotRecord &slot = seg.slots[index];
-	std::unique_lock lock(refs_lock);
+	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0) {
 		uint64_t mask = holder_mask(holder_bit);
 		uint64_t old = slot.holders[holder_bit / 64].fetch_or(mask, std::memory_order_seq_cst);
@@ -215,7 +209,20 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		}
 	}
 	local_refs[index]++;
-	lock.unlock();
+	return {};
+}
+
+Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
+{
+	if (role == Role::inspector)
+		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
+	if (index >= seg.slot_count)
+		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) +
+							      " out of range (0.." +
+							      std::to_string(seg.slot_count - 1) + ")");
+	SlotRecord &slot = seg.slots[index];
+	if (auto held = hold_published(index); !held)
+		return held.error();
 	if (sync) {
 		// A frame taken by index is ready for any stream: the CPU waits for the
 		// producer's GPU writes (bounded; they were queued before publish).
@@ -232,7 +239,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 		return checked;
 	BufferGuard shared = std::move(checked.value());
 
-	lock.lock();
+	std::unique_lock lock(refs_lock);
 	if (take_exclusive(index)) {
 		shared.writable_ = true;
 		return shared;

@@ -129,6 +129,12 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 
 	// References (all roles).
 	Result<BufferGuard> get(uint32_t index, bool writable);
+	// One more reference of this process's on published slot INDEX (in range): its holder
+	// bit set first when it held none, against the owner's reclaim (get's first step).
+	Result<void> hold_published(uint32_t index);
+	// The frame TICKET names, with a reference of this process's own: one of its
+	// redemptions (BufferPool::get(const Ticket &)).
+	Result<BufferGuard> redeem(const Ticket &ticket);
 	Result<void> add_ref(uint32_t index);
 	// Drops one reference. For device slots the last one marks this holder done
 	// after STREAM's work (nullptr: once the CPU waited for it, ALSO included); GPU_READS

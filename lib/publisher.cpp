@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -61,6 +62,24 @@ constexpr int64_t kQuarantineGraceNs = 30'000'000'000;
 uint64_t io_data(IoTag tag, uint32_t index, int fd)
 {
 	return uint64_t(tag) << 56 | uint64_t(index & 0xffffff) << 32 | uint32_t(fd);
+}
+
+// SplitMix64's finalizer: a bijection that scatters consecutive inputs.
+uint64_t mix64(uint64_t x)
+{
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+// 64 random bits from the kernel; the clock and pid where it has none to give
+// (GRND_NONBLOCK: never waits for entropy at boot).
+uint64_t random_key()
+{
+	uint64_t key = 0;
+	if (::getrandom(&key, sizeof(key), GRND_NONBLOCK) != ssize_t(sizeof(key)))
+		key = mix64(monotonic_ns() ^ (uint64_t(::getpid()) << 32));
+	return key;
 }
 
 } // namespace
@@ -422,6 +441,11 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 	for (;;) {
 		if (shut.load(std::memory_order_acquire))
 			return make_error(Errc::closed, pool_.where() + " is closed");
+		// Tickets used up or expired give their slots back first.
+		if (live_tickets.load(std::memory_order_relaxed) != 0) {
+			std::lock_guard lock(publish_lock);
+			end_tickets(false);
+		}
 		uint32_t start = acquire_cursor.load(std::memory_order_relaxed);
 		for (uint32_t n = 0; n < seg.slot_count; n++) {
 			uint32_t i = (start + n) % seg.slot_count;
@@ -474,8 +498,14 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		bool in_flight = spills_in_flight.load(std::memory_order_seq_cst) != 0;
 		uint64_t now = monotonic_ns();
 		bool expired = !free && !in_flight && now >= deadline;
-		if (!free && !expired)
-			futex_wait(&h->progress, seen, in_flight ? std::max(deadline, now + kSpillWaitNs) : deadline);
+		if (!free && !expired) {
+			// A ticket's expiry frees its slot: wake for it (its last redemption bumps
+			// `progress`).
+			uint64_t until = in_flight ? std::max(deadline, now + kSpillWaitNs) : deadline;
+			if (live_tickets.load(std::memory_order_relaxed) != 0)
+				until = std::min(until, next_ticket_ns.load(std::memory_order_relaxed));
+			futex_wait(&h->progress, seen, until);
+		}
 		h->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
 		if (expired)
 			return make_error(Errc::timed_out, pool_.where() + ": no free slot within the timeout (all " +
@@ -660,9 +690,9 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 	return ntargets;
 }
 
-Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
+Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
+				    uint64_t ticket_check, uint32_t redemptions)
 {
-	BufferGuard g = std::move(frame);
 	if (!g.valid() || g.pool_.get() != &pool_)
 		return make_error(Errc::invalid_argument, pool_.where() + ": publish of a buffer from another pool");
 	if (!g.writable_ || g.copy_)
@@ -686,7 +716,7 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 
-	std::unique_lock lock(publish_lock);
+	lock.lock();
 	// Numbered from the owner's own count: consumers can write the shared one.
 	uint64_t seq = ++published_count;
 	FrameMeta m = g.meta_;
@@ -714,8 +744,23 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 		if (auto ready = pool_.sync->mark_ready(index, seq, stream, g.stream_); !ready)
 			return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
 	}
+	// A ticket's words before the frame is PUBLISHED: a redeemer that sees the slot
+	// published sees them.
+	slot.ticket_left.store(redemptions, std::memory_order_relaxed);
+	slot.ticket_check.store(ticket_check, std::memory_order_relaxed);
 	slot.state.store(kSlotPublished, std::memory_order_release);
 	seg.header->published.store(seq, std::memory_order_relaxed);
+	return seq;
+}
+
+Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
+{
+	BufferGuard g = std::move(frame);
+	std::unique_lock lock(publish_lock, std::defer_lock);
+	if (auto seq = put_out(g, stream, lock, 0, 0); !seq)
+		return seq.error();
+	uint32_t index = g.index_;
+	SlotRecord &slot = seg.slots[index];
 
 	uint32_t targets[XMEM_MAX_CONSUMERS];
 	uint64_t masks[kHolderWords] = {};
@@ -769,6 +814,59 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 		}
 	}
 	return {};
+}
+
+Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream)
+{
+	BufferGuard g = std::move(frame);
+	if (redemptions == 0)
+		return make_error(Errc::invalid_argument, pool_.where() + ": a ticket for 0 redemptions");
+	if (ttl_ns <= 0)
+		return make_error(Errc::invalid_argument, pool_.where() + ": a ticket's time to live must be positive");
+	// Unpredictable and never 0: a ticket of another pool or of an earlier frame of this
+	// slot does not match by chance.
+	uint64_t check = 0;
+	while (check == 0)
+		check = mix64(ticket_key + ++ticket_count);
+	std::unique_lock lock(publish_lock, std::defer_lock);
+	auto seq = put_out(g, stream, lock, check, redemptions);
+	if (!seq)
+		return seq.error();
+	// The owner's reference stays, for the ticket: the guard lets go of the slot without
+	// releasing it.
+	uint32_t index = g.index_;
+	g.pool_.reset();
+	uint64_t deadline = deadline_after(ttl_ns);
+	tickets.push_back({ index, deadline });
+	next_ticket_ns.store(std::min(next_ticket_ns.load(std::memory_order_relaxed), deadline),
+			     std::memory_order_relaxed);
+	live_tickets.fetch_add(1, std::memory_order_relaxed);
+	seg.header->tickets_issued.fetch_add(1, std::memory_order_relaxed);
+	seg.header->tickets_live.fetch_add(1, std::memory_order_relaxed);
+	return Ticket{ index, *seq, check };
+}
+
+void Publisher::end_tickets(bool all)
+{
+	uint64_t now = monotonic_ns(), next = UINT64_MAX;
+	for (auto it = tickets.begin(); it != tickets.end();) {
+		SlotRecord &slot = seg.slots[it->slot];
+		if (!all && now < it->deadline_ns && slot.ticket_left.load(std::memory_order_seq_cst) != 0) {
+			next = std::min(next, it->deadline_ns);
+			++it;
+			continue;
+		}
+		// Left to 0 first: a redeemer's CAS fails from here on, and one that made its
+		// redemption before holds the slot by its own bit.
+		if (slot.ticket_left.exchange(0, std::memory_order_seq_cst) != 0)
+			seg.header->tickets_expired.fetch_add(1, std::memory_order_relaxed);
+		slot.ticket_check.store(0, std::memory_order_seq_cst);
+		(void)pool_.release(it->slot, nullptr, false);
+		seg.header->tickets_live.fetch_sub(1, std::memory_order_relaxed);
+		live_tickets.fetch_sub(1, std::memory_order_relaxed);
+		it = tickets.erase(it);
+	}
+	next_ticket_ns.store(next, std::memory_order_relaxed);
 }
 
 void Publisher::spill_loop()
@@ -846,6 +944,9 @@ void Publisher::shutdown()
 		(void)pool_.device_spill->drain(deadline_after(kCloseDrainTimeoutNs));
 	{
 		std::lock_guard lock(publish_lock);
+		// Tickets end with the pool: redemptions from here on are refused.
+		if (seg.header)
+			end_tickets(true);
 		if (seg.header) {
 			seg.header->state.store(kPoolClosed, std::memory_order_seq_cst);
 			// Wake this process's own threads waiting in acquire() or publish().
@@ -1306,7 +1407,7 @@ Result<void> validate_config(const std::string &where, const PoolConfig &config)
 
 } // namespace
 
-Publisher::Publisher(PoolImpl &pool) : pool_(pool), seg(pool.seg)
+Publisher::Publisher(PoolImpl &pool) : pool_(pool), seg(pool.seg), ticket_key(random_key())
 {
 }
 

@@ -30,6 +30,9 @@ public:
 
 	Result<BufferGuard> acquire(int64_t timeout_ns, void *stream);
 	Result<void> publish(BufferGuard &&frame, void *stream);
+	// Publishes FRAME to no queue, the owner's reference kept for a ticket of
+	// REDEMPTIONS redemptions within TTL_NS (BufferPool::publish_ticket).
+	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream);
 	Result<void> end_of_stream();
 	Result<void> set_format(std::string_view format);
 	// Closes the pool: the name is freed, consumers see Errc::closed after their
@@ -77,6 +80,16 @@ private:
 	// meanwhile and the trim stopped.
 	bool trim_spill(std::unique_lock<std::mutex> &lock);
 	void push(uint32_t consumer_index, uint32_t what);
+	// What publish() and publish_ticket() share: checks G, stamps its metadata and makes
+	// its slot PUBLISHED (ready after STREAM's work, for device slots), with the ticket
+	// words TICKET_CHECK and REDEMPTIONS (0, 0: no ticket). Takes LOCK (publish_lock) and
+	// returns the frame's sequence number, LOCK held; the owner's reference stays.
+	Result<uint64_t> put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
+				 uint64_t ticket_check, uint32_t redemptions);
+	// Tickets whose redemptions are all made or whose time is up (ALL: every one, at
+	// close) end: their redemptions left are refused and the owner's hold on their slots
+	// goes. publish_lock held.
+	void end_tickets(bool all);
 	// Which consumers get frame SEQ now, applying the policy to full queues.
 	uint32_t choose_targets(uint32_t *targets, uint64_t *masks);
 
@@ -162,6 +175,18 @@ private:
 	uint64_t last_spill_ns = 0; // under publish_lock
 	bool spill_untrimmed = false; // freed buffers' pages are kept; under publish_lock
 	uint64_t published_count = 0; // under publish_lock
+	// Live tickets, under publish_lock: the slot each holds and when it expires. Their
+	// count and the earliest expiry, for acquire() to look at without the lock.
+	struct LiveTicket {
+		uint32_t slot;
+		uint64_t deadline_ns;
+	};
+	std::vector<LiveTicket> tickets;
+	std::atomic<uint32_t> live_tickets{ 0 };
+	std::atomic<uint64_t> next_ticket_ns{ UINT64_MAX };
+	// Check words: a key drawn at create, mixed with a count (under publish_lock).
+	uint64_t ticket_key = 0;
+	uint64_t ticket_count = 0;
 	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
 };
 

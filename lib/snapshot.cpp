@@ -172,6 +172,8 @@ SlotSnapshot read_slot(const layout::SlotRecord &slot, uint32_t index, std::opti
 	}
 	s.seq = slot.meta.seq;
 	s.side_data_size = *static_cast<const volatile uint32_t *>(&slot.side_data_size);
+	s.ticket_left = slot.ticket_check.load(std::memory_order_relaxed) ? slot.ticket_left.load(std::memory_order_relaxed)
+									    : 0;
 	s.free = layout::slot_is_free(state, any);
 	return s;
 }
@@ -307,6 +309,7 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 	v.dropped = h.dropped.load(std::memory_order_relaxed);
 	v.reaped = h.reaped.load(std::memory_order_relaxed);
 	v.spill = pool.spill_stats();
+	v.tickets = pool.ticket_stats();
 	const auto *slots = reinterpret_cast<const layout::SlotRecord *>(segment.data() + layout::slots_offset());
 
 	// Each consumer's pid as this process numbers it, for its holder bits too (none for

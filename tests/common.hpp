@@ -107,12 +107,15 @@ public:
 	Process() = default;
 	explicit Process(std::vector<std::string> args) { start(std::move(args)); }
 	Process(Process &&o) noexcept
-		: pid_(std::exchange(o.pid_, -1)), status_(o.status_), out_path_(std::move(o.out_path_))
+		: pid_(std::exchange(o.pid_, -1)), status_(o.status_), out_path_(std::move(o.out_path_)),
+		  stdin_(std::exchange(o.stdin_, -1))
 	{
 	}
 	Process &operator=(Process &&o) noexcept
 	{
+		close_stdin();
 		kill_wait();
+		stdin_ = std::exchange(o.stdin_, -1);
 		pid_ = std::exchange(o.pid_, -1);
 		status_ = o.status_;
 		out_path_ = std::move(o.out_path_);
@@ -120,13 +123,15 @@ public:
 	}
 	~Process()
 	{
+		close_stdin();
 		kill_wait();
 		if (!out_path_.empty())
 			::unlink(out_path_.c_str());
 	}
 
-	// Starts ARGS with its stdout going to a private file (see output()).
-	void start(std::vector<std::string> args)
+	// Starts ARGS with its stdout going to a private file (see output()); with
+	// PIPED_STDIN, its stdin is a pipe the test writes (write_stdin, close_stdin).
+	void start(std::vector<std::string> args, bool piped_stdin = false)
 	{
 		std::vector<char *> argv;
 		for (auto &a : args)
@@ -140,13 +145,32 @@ public:
 		posix_spawn_file_actions_t actions;
 		posix_spawn_file_actions_init(&actions);
 		posix_spawn_file_actions_addopen(&actions, 1, out_path_.c_str(), O_WRONLY | O_TRUNC, 0600);
+		int in[2] = { -1, -1 };
+		if (piped_stdin) {
+			EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
+			posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+		}
 		int r = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
 		posix_spawn_file_actions_destroy(&actions);
+		if (piped_stdin) {
+			::close(in[0]);
+			stdin_ = in[1];
+		}
 		EXPECT_EQ(r, 0) << "posix_spawn " << args[0];
 		if (r != 0)
 			pid_ = -1;
 	}
 	pid_t pid() const { return pid_; }
+	// Writes TEXT to the process's stdin (started with PIPED_STDIN).
+	bool write_stdin(const std::string &text) const
+	{
+		return stdin_ >= 0 && ::write(stdin_, text.data(), text.size()) == ssize_t(text.size());
+	}
+	void close_stdin()
+	{
+		if (stdin_ >= 0)
+			::close(std::exchange(stdin_, -1));
+	}
 	// Everything the process printed on stdout so far.
 	std::string output() const
 	{
@@ -210,6 +234,7 @@ private:
 	pid_t pid_ = -1;
 	int status_ = -1;
 	std::string out_path_;
+	int stdin_ = -1; // the write end of its stdin, with PIPED_STDIN
 };
 
 // Polls COND until it holds or TIMEOUT passes.

@@ -298,12 +298,56 @@ int serve(const std::string &path, const xmem::test::Options &o)
 	}
 }
 
+// redeem NAME: attaches, then reads frame tickets from stdin, one a line (a pipe from
+// the test: any channel will do), and redeems each, printing "redeemed seq=N ok=0|1" or
+// "refused code=C". The frames stay held until stdin ends ("hold" then, and it sleeps
+// until killed, with --hold) or the line "drop" lets them go ("dropped").
+int redeem(const std::string &name, const xmem::test::Options &o)
+{
+	xmem::OpenOptions options;
+	options.client = "redeemer";
+	options.timeout = std::chrono::seconds(10);
+	auto pool = xmem::BufferPool::open(name, options);
+	if (!pool) {
+		std::fprintf(stderr, "redeem: %s\n", pool.error().message.c_str());
+		return 1;
+	}
+	std::printf("attached\n");
+	std::deque<xmem::BufferGuard> held;
+	char line[256];
+	while (std::fgets(line, sizeof(line), stdin)) {
+		std::string text(line);
+		while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+			text.pop_back();
+		if (text == "drop") {
+			held.clear();
+			std::printf("dropped\n");
+			continue;
+		}
+		auto ticket = xmem::Ticket::parse(text);
+		auto frame = ticket ? (*pool)->get(*ticket) : xmem::Result<xmem::BufferGuard>(ticket.error());
+		if (!frame) {
+			std::printf("refused code=%d\n", -int(frame.code()));
+			continue;
+		}
+		std::printf("redeemed seq=%llu ok=%d\n", (unsigned long long)frame->meta().seq,
+			    check(frame->data(), frame->meta().seq) ? 1 : 0);
+		held.push_back(std::move(frame.value()));
+	}
+	if (o.count("hold")) {
+		std::printf("hold\n");
+		for (;;)
+			std::this_thread::sleep_for(1s);
+	}
+	return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		std::fprintf(stderr, "usage: xmem-test-peer produce|consume|open-as|connect-as|serve NAME [options]\n");
+		std::fprintf(stderr, "usage: xmem-test-peer produce|consume|open-as|connect-as|serve|redeem NAME [options]\n");
 		return 2;
 	}
 	std::string mode = argv[1], name = argv[2];
@@ -319,6 +363,8 @@ int main(int argc, char **argv)
 		return connect_as(name, o);
 	if (mode == "serve")
 		return serve(name, o);
+	if (mode == "redeem")
+		return redeem(name, o);
 	std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
 	return 2;
 }

@@ -572,6 +572,43 @@ TEST(Inspect, TextShowsHeaderSlotsConsumersAndCounters)
 	EXPECT_NE(out.find("published 1, dropped 0, reaped 0"), std::string::npos) << out;
 }
 
+// A frame ticket: the pool's counters and the slot's redemptions left, in JSON and text.
+TEST(Inspect, ShowsLiveTicketsAndTheirRedemptionsLeft)
+{
+	RuntimeDir dir;
+	auto owner = make_owner("tick", 2);
+	ASSERT_TRUE(owner);
+	auto consumer = make_consumer("tick", "redeemer", 2);
+	ASSERT_TRUE(consumer);
+	auto frame = owner->acquire(1s);
+	ASSERT_TRUE(frame.ok());
+	uint32_t slot = frame->index();
+	auto ticket = owner->publish_ticket(std::move(*frame), 3, 10s);
+	ASSERT_TRUE(ticket.ok()) << ticket.error().message;
+	auto redeemed = consumer->get(*ticket);
+	ASSERT_TRUE(redeemed.ok()) << redeemed.error().message;
+
+	Json pool = inspect_json({ "--json", "tick" });
+	EXPECT_EQ(pool["tickets"]["issued"].num(), 1u);
+	EXPECT_EQ(pool["tickets"]["redeemed"].num(), 1u);
+	EXPECT_EQ(pool["tickets"]["expired"].num(), 0u);
+	EXPECT_EQ(pool["tickets"]["live"].num(), 1u);
+	bool found = false;
+	for (const Json &s : pool["slots"].items) {
+		if (s["index"].num() == slot) {
+			found = true;
+			EXPECT_EQ(s["ticket_left"].num(), 2u);
+			EXPECT_EQ(s["holder_bits"].items.size(), 2u) << "the owner's hold for the ticket, and the redeemer's";
+		}
+	}
+	EXPECT_TRUE(found);
+	ToolRun run = run_inspect({ "tick" });
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_NE(run.out.find("tickets          1 live; 1 issued, 1 redeemed, 0 expired unused"), std::string::npos)
+		<< run.out;
+	EXPECT_NE(run.out.find("(ticket: 2 redemptions left)"), std::string::npos) << run.out;
+}
+
 TEST(Inspect, EscapesStringsWrittenByOtherProcesses)
 {
 	RuntimeDir dir;

@@ -313,6 +313,12 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("spilled").number(v.spill.spilled);
 	j.key("full").number(v.spill.full);
 	j.end_object();
+	j.key("tickets").begin_object();
+	j.key("issued").number(v.tickets.issued);
+	j.key("redeemed").number(v.tickets.redeemed);
+	j.key("expired").number(v.tickets.expired);
+	j.key("live").number(v.tickets.live);
+	j.end_object();
 
 	j.key("slots").begin_array();
 	for (const xmem::SlotSnapshot &s : v.slots) {
@@ -334,6 +340,7 @@ void print_json(const xmem::PoolSnapshot &v)
 		j.end_array();
 		j.key("seq").number(s.seq);
 		j.key("side_data_size").number(s.side_data_size);
+		j.key("ticket_left").number(s.ticket_left);
 		j.end_object();
 	}
 	j.end_array();
@@ -431,6 +438,10 @@ void print_text(const xmem::PoolSnapshot &v)
 			    (unsigned long long)v.spill.bytes, (unsigned long long)h.spill_bytes, v.spill.frames,
 			    h.spill_frames, (unsigned long long)v.spill.peak_bytes, (unsigned long long)v.spill.spilled,
 			    (unsigned long long)v.spill.full);
+	if (v.tickets.issued)
+		std::printf("  tickets          %u live; %llu issued, %llu redeemed, %llu expired unused\n",
+			    v.tickets.live, (unsigned long long)v.tickets.issued,
+			    (unsigned long long)v.tickets.redeemed, (unsigned long long)v.tickets.expired);
 	std::printf("  mode             %s\n", octal(h.mode).c_str());
 	std::printf("  owner            %s%s, uid %u\n", v.owner_pid_here ? "pid " : "",
 		    pid_text(v.owner_pid_here, h.owner_pid).c_str(), h.owner_uid);
@@ -457,6 +468,9 @@ void print_text(const xmem::PoolSnapshot &v)
 		}
 		if (holders.empty())
 			holders = "-";
+		if (s.ticket_left)
+			holders += " (ticket: " + std::to_string(s.ticket_left) + " redemption" +
+				   (s.ticket_left == 1 ? "" : "s") + " left)";
 		std::printf("  %5u  %-10s  %10llu  %9u  %s\n", s.index, xmem::state_name(s.state),
 			    (unsigned long long)s.seq, s.side_data_size, holders.c_str());
 	}

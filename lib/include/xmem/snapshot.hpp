@@ -72,6 +72,9 @@ struct SlotSnapshot {
 	// Bytes of side data its record says the frame carries, as written: a value over
 	// XMEM_SIDE_DATA_MAX is what a consumer refuses.
 	uint32_t side_data_size;
+	// Redemptions left of a live frame ticket on it (0: none, or used up and not yet
+	// ended by the owner).
+	uint32_t ticket_left;
 	// Whether the owner's next acquire() could take it: free, or published or
 	// exclusive with no holder left (the rule BufferPool::stats() counts by).
 	bool free;
@@ -157,6 +160,8 @@ struct PoolSnapshot {
 	uint32_t consumers_attached = 0; // those that are active
 	// The spill tier's use (zero without one): see xmem_spill_stats.
 	SpillStats spill{};
+	// Frame tickets: see xmem_ticket_stats.
+	TicketStats tickets{};
 	// What did not add up, in words: the snapshot leaves out what it cannot read
 	// safely instead of failing.
 	std::vector<std::string> warnings;

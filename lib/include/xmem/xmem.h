@@ -52,6 +52,8 @@ typedef enum xmem_status {
 	XMEM_EBADFRAME = -19, /* a received frame's layout (size, shape, strides, planes) does not
 			       * fit its slot: refused and counted (xmem_pool_frames_refused); the
 			       * next receive goes on */
+	XMEM_EBADTICKET = -20, /* a frame ticket that names no live ticket of this pool: expired,
+				* used up, forged, garbled or of another pool (never another frame) */
 } xmem_status;
 
 /* How a consumer waits for its next frame. */
@@ -224,6 +226,32 @@ typedef struct xmem_spill_stats {
 				  * the next spill until the tier has been idle for 5 s */
 	uint64_t reserved[3];
 } xmem_spill_stats;
+
+/* A frame ticket (xmem_pool_publish_ticket): one published frame of one pool, for a
+ * number of redemptions (xmem_pool_get_ticket, in any process attached to the pool)
+ * until it expires. Plain data: send it over any channel, as bytes or as the text of
+ * xmem_ticket_format. The check word tells live tickets from stale or made-up ones;
+ * it is no secret from processes attached to the pool, which may take any published
+ * slot by index anyway. */
+typedef struct xmem_ticket {
+	uint32_t slot;
+	uint32_t reserved; /* zero */
+	uint64_t seq; /* the frame's publish sequence number */
+	uint64_t check; /* random, never 0 */
+} xmem_ticket;
+
+/* "xmem-ticket:SLOT:SEQ:CHECK" (CHECK as 16 hex digits) fits in this many bytes. */
+#define XMEM_TICKET_TEXT_MAX 64
+
+/* A pool's tickets: xmem_pool_ticket_stats. */
+typedef struct xmem_ticket_stats {
+	uint64_t issued;
+	uint64_t redeemed;
+	uint64_t expired; /* ended with redemptions unused (their references given back) */
+	uint32_t live; /* tickets whose slots the owner still holds */
+	uint32_t reserved0;
+	uint64_t reserved[2];
+} xmem_ticket_stats;
 
 typedef struct xmem_pool xmem_pool;
 typedef struct xmem_buffer xmem_buffer;

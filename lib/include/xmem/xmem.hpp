@@ -40,6 +40,7 @@ enum class Errc : int {
 	system = XMEM_ESYSTEM,
 	no_memory = XMEM_ENOMEM,
 	bad_frame = XMEM_EBADFRAME,
+	bad_ticket = XMEM_EBADTICKET,
 };
 
 struct Error {
@@ -91,6 +92,7 @@ using PoolStats = xmem_pool_stats;
 
 using ConsumerStats = xmem_consumer_stats;
 using SpillStats = xmem_spill_stats;
+using TicketStats = xmem_ticket_stats;
 
 // How a consumer is served (xmem.h's xmem_policy): the pool's default, or each
 // consumer's own (OpenOptions::policy). fifo and block are one policy.
@@ -170,6 +172,21 @@ struct OpenOptions {
 	// frame (a private copy on the stream receive() was given; frame.spilled()), or,
 	// with host, as the tier's read-only host memory.
 	SpillDelivery spill_delivery = SpillDelivery::device;
+};
+
+// A frame ticket (BufferPool::publish_ticket): one published frame of one pool, for a
+// number of redemptions until it expires. Plain data, to send over any channel: as
+// the C struct's bytes, or as text.
+struct Ticket {
+	uint32_t slot = 0;
+	uint64_t seq = 0; // the frame's publish sequence number
+	uint64_t check = 0; // random, never 0
+
+	// "xmem-ticket:SLOT:SEQ:CHECK", CHECK as 16 hex digits.
+	std::string to_string() const;
+	// The text of to_string(); Errc::bad_ticket for anything else.
+	static Result<Ticket> parse(std::string_view text);
+	bool operator==(const Ticket &) const = default;
 };
 
 class BufferPool;
@@ -328,6 +345,14 @@ public:
 	// published at once, without waiting (without a stream: after every stream of this
 	// process is synchronized).
 	Result<void> publish(BufferGuard &&frame, CudaStream stream = nullptr);
+	// Owner: publishes FRAME to no queue and returns a ticket for it, which REDEMPTIONS
+	// get(ticket) calls (any processes attached to the pool) may redeem within TTL.
+	// The slot stays held for the ticket until every redemption is made or the TTL
+	// runs out, whichever comes first: then the references left go back, so a
+	// consumer that dies before redeeming leaks nothing (docs/design.md, "Frame
+	// tickets"). STREAM as for publish().
+	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, std::chrono::nanoseconds ttl,
+				      CudaStream stream = nullptr);
 	Result<void> set_format(std::string_view format);
 	Result<void> end_of_stream();
 
@@ -357,6 +382,8 @@ public:
 	Result<ConsumerStats> consumer_stats() const;
 	// The pool's spill tier: its cap, what it holds and has held (zero without one).
 	SpillStats spill_stats() const;
+	// The pool's frame tickets: issued, redeemed, expired, live.
+	TicketStats ticket_stats() const;
 
 	// Seed API (a frame's layout is checked as receive() does). get(): a read-only
 	// reference to published slot INDEX. get_mut(): a
@@ -364,6 +391,12 @@ public:
 	// private copy (copy-on-write).
 	Result<BufferGuard> get(uint32_t index);
 	Result<BufferGuard> get_mut(uint32_t index);
+	// Consumer: the frame TICKET names, read-only, with a reference of this process's
+	// own (crash-safe: released when this process dies). One of the ticket's
+	// redemptions. Errc::bad_ticket when the ticket is expired, used up, forged or of
+	// another pool; Errc::closed when the owner is gone. A frame of a device pool is
+	// ready for any stream (the CPU waited for its GPU writes).
+	Result<BufferGuard> get(const Ticket &ticket);
 	// References held without RAII, on a slot this process already holds.
 	Result<void> add_ref(uint32_t index);
 	Result<void> release(uint32_t index);

@@ -1,0 +1,142 @@
+// ticket.cpp - frame tickets: a published frame named by plain data that any process
+// attached to the pool redeems for a reference of its own (docs/design.md, "Frame
+// tickets"). The owner's side (publish_ticket, expiry) is in publisher.cpp.
+#include "pool_impl.hpp"
+#include "publisher.hpp"
+
+#include <charconv>
+#include <cinttypes>
+#include <cstdio>
+
+namespace xmem {
+
+using namespace layout;
+
+namespace {
+
+constexpr std::string_view kTicketPrefix = "xmem-ticket:";
+
+// A frame redeemed by ticket is ready for any stream: the CPU waits for the producer's
+// GPU writes, as get() does (bounded; they were queued before publish).
+constexpr int64_t kRedeemReadyTimeoutNs = 5'000'000'000;
+
+// The unsigned number at the front of TEXT, in BASE, up to SEPARATOR (or the end when
+// it is '\0'); TEXT moves past both. False for anything else.
+template<typename T>
+bool take_number(std::string_view &text, T *out, int base, char separator)
+{
+	size_t end = separator == '\0' ? std::string_view::npos : text.find(separator);
+	if (separator != '\0' && end == std::string_view::npos)
+		return false;
+	std::string_view digits = text.substr(0, end);
+	if (digits.empty() || digits.size() > 20)
+		return false;
+	auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *out, base);
+	if (ec != std::errc() || p != digits.data() + digits.size())
+		return false;
+	text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+	return true;
+}
+
+} // namespace
+
+std::string Ticket::to_string() const
+{
+	char text[XMEM_TICKET_TEXT_MAX];
+	(void)std::snprintf(text, sizeof(text), "xmem-ticket:%" PRIu32 ":%" PRIu64 ":%016" PRIx64, slot, seq, check);
+	return text;
+}
+
+Result<Ticket> Ticket::parse(std::string_view text)
+{
+	std::string_view rest = text;
+	Ticket t;
+	bool ok = rest.substr(0, kTicketPrefix.size()) == kTicketPrefix;
+	if (ok) {
+		rest.remove_prefix(kTicketPrefix.size());
+		ok = take_number(rest, &t.slot, 10, ':') && take_number(rest, &t.seq, 10, ':') &&
+		     rest.size() == 16 && take_number(rest, &t.check, 16, '\0') && t.check != 0;
+	}
+	if (!ok) {
+		std::string shown(text.substr(0, 80));
+		return make_error(Errc::bad_ticket, "not a frame ticket: '" + shown + "' (expected xmem-ticket:SLOT:SEQ:CHECK, "
+								     "CHECK as 16 hex digits)");
+	}
+	return t;
+}
+
+Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
+{
+	if (role != Role::consumer)
+		return make_error(Errc::wrong_role, where() + ": tickets are redeemed by consumers");
+	auto refused = [&](const char *why) {
+		return make_error(Errc::bad_ticket, where() + ": ticket " + t.to_string() + " " + why);
+	};
+	if (t.check == 0 || t.slot >= seg.slot_count)
+		return refused("names no slot of this pool");
+	if (seg.header->state.load(std::memory_order_acquire) == kPoolClosed)
+		return make_error(Errc::closed, where() + ": the owner closed the pool (its tickets ended with it)");
+	SlotRecord &slot = seg.slots[t.slot];
+	constexpr const char *kNotLive = "is not live: expired, used up, forged or of another pool";
+	// A stale ticket is refused before this process touches the slot's holder bits.
+	if (slot.ticket_check.load(std::memory_order_seq_cst) != t.check)
+		return refused(kNotLive);
+	// Hold the slot, then check that it still is the ticket's frame: while redemptions
+	// are left the owner's hold keeps it so; once the ticket ended, the check word is
+	// gone (or the frame is another) and the hold goes back.
+	if (auto held = hold_published(t.slot); !held)
+		return held.code() == Errc::not_held ? refused(kNotLive) : held.error();
+	auto undo = [&] { (void)release(t.slot, nullptr, false); };
+	uint64_t seq = *static_cast<const volatile uint64_t *>(&slot.meta.seq);
+	if (seq != t.seq || slot.ticket_check.load(std::memory_order_seq_cst) != t.check) {
+		undo();
+		return refused(kNotLive);
+	}
+	// One redemption, by CAS: the owner's expiry sets ticket_left to 0 first.
+	uint32_t left = slot.ticket_left.load(std::memory_order_seq_cst);
+	do {
+		if (left == 0) {
+			undo();
+			return refused("has no redemption left (used up or expired)");
+		}
+	} while (!slot.ticket_left.compare_exchange_weak(left, left - 1, std::memory_order_seq_cst));
+	seg.header->tickets_redeemed.fetch_add(1, std::memory_order_relaxed);
+	if (left == 1)
+		notify_owner(); // the last one: the owner's hold can go
+	if (sync) {
+		auto ready = sync->wait_ready(t.slot, seq, nullptr, deadline_after(kRedeemReadyTimeoutNs));
+		if (!ready) {
+			undo();
+			return make_error(ready.code(), where() + ": ticket " + t.to_string() + ": " + ready.error().message);
+		}
+	}
+	return checked_guard(t.slot, false);
+}
+
+Result<Ticket> BufferPool::publish_ticket(BufferGuard &&frame, uint32_t redemptions, std::chrono::nanoseconds ttl,
+					  CudaStream stream)
+{
+	if (!impl_->publisher) {
+		BufferGuard dropped = std::move(frame);
+		return make_error(Errc::wrong_role, impl_->where() + ": only the owner publishes tickets");
+	}
+	return impl_->publisher->publish_ticket(std::move(frame), redemptions, ttl.count(), stream);
+}
+
+Result<BufferGuard> BufferPool::get(const Ticket &ticket)
+{
+	return impl_->redeem(ticket);
+}
+
+TicketStats BufferPool::ticket_stats() const
+{
+	TicketStats s{};
+	const ControlHeader *h = impl_->seg.header;
+	s.issued = h->tickets_issued.load(std::memory_order_relaxed);
+	s.redeemed = h->tickets_redeemed.load(std::memory_order_relaxed);
+	s.expired = h->tickets_expired.load(std::memory_order_relaxed);
+	s.live = h->tickets_live.load(std::memory_order_relaxed);
+	return s;
+}
+
+} // namespace xmem
