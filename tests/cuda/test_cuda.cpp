@@ -1202,6 +1202,64 @@ TEST(CudaOrdering, AConsumersStreamWaitsForTheProducersHeldWrites)
 	d->cuStreamDestroy(read);
 }
 
+// A frame ticket of a device pool (issue 19): the ticketed frame's writes are held on
+// the producer's stream; a redemption returns only once they landed (the CPU waits, as
+// get() does: a redeemed frame is ready for any stream). Another redemption than the
+// ticket's count is refused, and the slot comes back once the redeemer let go.
+TEST(CudaPool, ATicketsRedemptionWaitsForTheProducersHeldWrites)
+{
+	RuntimeDir dir;
+	if (!on_cuda_simulator() && !xmem::cuda::check_device(0, "").value().stream_mem_ops)
+		GTEST_SKIP() << "this GPU has no 64-bit stream memory operations";
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("ticket-writes", cuda_config(kSize, 1));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("ticket-writes");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream produce;
+	ASSERT_EQ(d->cuStreamCreate(&produce, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	GatedHost host(kSize);
+	ASSERT_TRUE(host.ok);
+	std::memset(host.data(), 0, kSize);
+
+	auto f = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(d->cuStreamWaitValue64(produce, host.gate_dev, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0xcdcdcdcd, kSize / 4, produce), CUDA_SUCCESS);
+	f->meta_mut().value()->size = kSize;
+	auto ticket = (*owner)->publish_ticket(std::move(f.value()), 1, 30s, produce);
+	ASSERT_TRUE(ticket.ok()) << xmem::test::why(ticket);
+
+	std::atomic<bool> returned{ false };
+	xmem::Result<xmem::BufferGuard> redeemed = xmem::Error{};
+	std::thread redeemer([&] {
+		redeemed = (*consumer)->get(*ticket);
+		returned = true;
+	});
+	std::this_thread::sleep_for(200ms);
+	EXPECT_FALSE(returned.load()) << "the redemption returned before the producer's held writes";
+	host.open();
+	redeemer.join();
+	ASSERT_TRUE(redeemed.ok()) << xmem::test::why(redeemed);
+	EXPECT_EQ(redeemed->meta().seq, ticket->seq);
+	ASSERT_EQ(d->cuMemcpyDtoHAsync(host.data(), redeemed->device_ptr(), kSize, produce), CUDA_SUCCESS);
+	ASSERT_EQ(d->cuStreamSynchronize(produce), CUDA_SUCCESS);
+	for (size_t i = 0; i < kSize / 4; i++)
+		ASSERT_EQ(host.data()[i], 0xcdcdcdcdu) << "word " << i;
+	EXPECT_EQ((*consumer)->get(*ticket).code(), Errc::bad_ticket) << "issued for one redemption";
+	redeemed = xmem::Error{};
+	auto next = (*owner)->acquire(5s, produce);
+	ASSERT_TRUE(next.ok()) << "the ticket's slot came back: " << xmem::test::why(next);
+	next = xmem::Error{};
+	ASSERT_EQ(d->cuStreamSynchronize(produce), CUDA_SUCCESS);
+	consumer->reset();
+	owner->reset();
+	d->cuStreamDestroy(produce);
+}
+
 // The other way: a consumer's reads of a frame are held on its stream, and it released
 // the frame on that stream. The owner takes the slot back for the next frame (one
 // slot) and rewrites it on its stream, which must wait for the held reads.
