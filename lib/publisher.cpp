@@ -32,7 +32,7 @@ constexpr uint64_t kHelloTimeoutNs = 2'000'000'000;
 constexpr uint64_t kMaxSlotSize = uint64_t{ 1 } << 40;
 constexpr uint32_t kDefaultQueueSize = 4;
 
-enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4, quarantine = 5 };
+enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4, quarantine = 5, tickets = 6 };
 
 // How long the spill tier keeps the pages of freed buffers after its last spill: a
 // consumer that stalls again soon finds them mapped (a first touch costs more than
@@ -838,8 +838,9 @@ Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptio
 	g.pool_.reset();
 	uint64_t deadline = deadline_after(ttl_ns);
 	tickets.push_back({ index, deadline });
-	next_ticket_ns.store(std::min(next_ticket_ns.load(std::memory_order_relaxed), deadline),
-			     std::memory_order_relaxed);
+	uint64_t next = std::min(next_ticket_ns.load(std::memory_order_relaxed), deadline);
+	next_ticket_ns.store(next, std::memory_order_relaxed);
+	arm_ticket_timer(next);
 	live_tickets.fetch_add(1, std::memory_order_relaxed);
 	seg.header->tickets_issued.fetch_add(1, std::memory_order_relaxed);
 	seg.header->tickets_live.fetch_add(1, std::memory_order_relaxed);
@@ -867,6 +868,20 @@ void Publisher::end_tickets(bool all)
 		it = tickets.erase(it);
 	}
 	next_ticket_ns.store(next, std::memory_order_relaxed);
+	arm_ticket_timer(next);
+}
+
+void Publisher::arm_ticket_timer(uint64_t at_ns)
+{
+	if (at_ns == ticket_timer_ns || !ticket_timer.valid())
+		return;
+	itimerspec t{};
+	if (at_ns != UINT64_MAX) {
+		t.it_value.tv_sec = time_t(at_ns / 1'000'000'000);
+		t.it_value.tv_nsec = long(at_ns % 1'000'000'000);
+	}
+	if (::timerfd_settime(ticket_timer.get(), TFD_TIMER_ABSTIME, &t, nullptr) == 0)
+		ticket_timer_ns = at_ns;
 }
 
 void Publisher::spill_loop()
@@ -1002,6 +1017,14 @@ void Publisher::io_loop()
 				else
 					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
 				break;
+			case IoTag::tickets: {
+				// An owner that acquires nothing still ends its tickets on time.
+				uint64_t expirations;
+				[[maybe_unused]] ssize_t r = ::read(ticket_timer.get(), &expirations, sizeof(expirations));
+				std::lock_guard lock(publish_lock);
+				end_tickets(false);
+				break;
+			}
 			case IoTag::quarantine:
 				if (index < seg.max_consumers &&
 				    (consumer_pidfd[index].get() == fd || consumer_grace[index].get() == fd))
@@ -1530,8 +1553,9 @@ Result<void> Publisher::start(const PoolConfig &config)
 
 	io_epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 	io_stop = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-	if (!io_epoll.valid() || !io_stop.valid())
-		return errno_error(pool_.where() + ": epoll/eventfd");
+	ticket_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+	if (!io_epoll.valid() || !io_stop.valid() || !ticket_timer.valid())
+		return errno_error(pool_.where() + ": epoll/eventfd/timerfd");
 	epoll_event ev{};
 	ev.events = EPOLLIN;
 	ev.data.u64 = io_data(IoTag::listener, 0, owner_socket.listener.get());
@@ -1539,6 +1563,9 @@ Result<void> Publisher::start(const PoolConfig &config)
 		return errno_error(pool_.where() + ": epoll_ctl");
 	ev.data.u64 = io_data(IoTag::stop, 0, io_stop.get());
 	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, io_stop.get(), &ev) < 0)
+		return errno_error(pool_.where() + ": epoll_ctl");
+	ev.data.u64 = io_data(IoTag::tickets, 0, ticket_timer.get());
+	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, ticket_timer.get(), &ev) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
 	// The threads touch only this Publisher, which shutdown() outlives by joining them.
 	try {

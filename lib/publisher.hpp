@@ -90,6 +90,9 @@ private:
 	// close) end: their redemptions left are refused and the owner's hold on their slots
 	// goes. publish_lock held.
 	void end_tickets(bool all);
+	// The I/O thread's timer for the next ticket's expiry, set to AT_NS (UINT64_MAX:
+	// disarmed) unless it is already. publish_lock held.
+	void arm_ticket_timer(uint64_t at_ns);
 	// Which consumers get frame SEQ now, applying the policy to full queues.
 	uint32_t choose_targets(uint32_t *targets, uint64_t *masks);
 
@@ -184,6 +187,8 @@ private:
 	std::vector<LiveTicket> tickets;
 	std::atomic<uint32_t> live_tickets{ 0 };
 	std::atomic<uint64_t> next_ticket_ns{ UINT64_MAX };
+	UniqueFd ticket_timer; // polled by the I/O thread
+	uint64_t ticket_timer_ns = UINT64_MAX; // what it is armed for, under publish_lock
 	// Check words: a key drawn at create, mixed with a count (under publish_lock).
 	uint64_t ticket_key = 0;
 	uint64_t ticket_count = 0;

@@ -133,6 +133,24 @@ TEST(Tickets, AnUnredeemedTicketExpiresAndGivesItsSlotBack)
 	EXPECT_TRUE(xmem::test::check(queued->data(), 99));
 }
 
+// An owner that acquires nothing after the ticket still ends it at its TTL (its I/O
+// thread's timer): the redemption after it is refused and the slot is free.
+TEST(Tickets, AnIdleOwnerStillEndsItsTicketsOnTime)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("tickets-idle", 2);
+	ASSERT_TRUE(owner);
+	auto consumer = attach("tickets-idle");
+	ASSERT_TRUE(consumer);
+	auto t = ticket_frame(*owner, 1, 100ms);
+	ASSERT_TRUE(t.ok()) << t.error().message;
+	EXPECT_EQ(owner->stats().slots_free, 1u);
+	EXPECT_TRUE(eventually([&] { return owner->ticket_stats().live == 0; }, 5000ms));
+	EXPECT_EQ(owner->ticket_stats().expired, 1u);
+	EXPECT_EQ(owner->stats().slots_free, 2u);
+	EXPECT_EQ(consumer->get(*t).code(), Errc::bad_ticket);
+}
+
 // What is not a live ticket of this pool is refused with Errc::bad_ticket, and the slot
 // it names is not held afterwards.
 TEST(Tickets, StaleForgedGarbledAndForeignTicketsAreRefused)
