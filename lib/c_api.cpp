@@ -3,6 +3,9 @@
 #include <xmem/xmem.h>
 #include <xmem/xmem.hpp>
 
+#include "frame_check.hpp"
+
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -74,6 +77,64 @@ int guarded(F f)
 std::chrono::nanoseconds ns(int64_t v)
 {
 	return std::chrono::nanoseconds(v);
+}
+
+// The tensor layout xmem_buffer_set_tensor() writes into META, all checked before any
+// of it is: a layout the consumers' check (check_frame_layout) would refuse never
+// leaves here, and neither does a stride DLPack cannot count in elements.
+xmem::Result<void> set_tensor(xmem_frame_meta &meta, uint64_t capacity, uint32_t dtype, uint32_t ndim,
+			      const uint64_t *shape, const uint64_t *strides)
+{
+	auto error = [](xmem::Errc code, const std::string &what) {
+		return xmem::Error{ code, "xmem_buffer_set_tensor: " + what };
+	};
+	uint64_t item = xmem::dtype_size(dtype);
+	if (item == 0)
+		return error(xmem::Errc::invalid_argument, "dtype " + std::to_string(dtype) + " is not an xmem_dtype");
+	if (ndim > XMEM_MAX_DIMS)
+		return error(xmem::Errc::invalid_argument,
+			     "ndim " + std::to_string(ndim) + " > " + std::to_string(XMEM_MAX_DIMS));
+	xmem_frame_meta m = meta;
+	m.dtype = uint8_t(dtype);
+	m.ndim = uint8_t(ndim);
+	std::fill(std::begin(m.shape), std::end(m.shape), 0);
+	std::fill(std::begin(m.strides), std::end(m.strides), 0);
+	uint64_t contiguous = item; // the next dimension out's stride, C order
+	bool overflow = false;
+	for (uint32_t d = ndim; d-- > 0;) {
+		m.shape[d] = shape[d];
+		if (strides && strides[d] % item != 0)
+			return error(xmem::Errc::invalid_argument, "stride " + std::to_string(strides[d]) +
+									   " of dimension " + std::to_string(d) +
+									   " is not a multiple of the element size (" +
+									   std::to_string(item) + " bytes)");
+		m.strides[d] = strides ? strides[d] : contiguous;
+		overflow |= __builtin_mul_overflow(contiguous, shape[d], &contiguous);
+	}
+	if (ndim == 0) {
+		meta = m;
+		return {};
+	}
+	// Where the last element ends; 0 for a tensor without elements.
+	uint64_t end = item;
+	for (uint32_t d = 0; d < ndim && end != 0; d++) {
+		uint64_t step = 0;
+		if (m.shape[d] == 0)
+			end = 0;
+		else
+			overflow |= __builtin_mul_overflow(m.shape[d] - 1, m.strides[d], &step) ||
+				    __builtin_add_overflow(end, step, &end);
+	}
+	if (overflow || end > uint64_t(INT64_MAX))
+		return error(xmem::Errc::out_of_range, "the tensor spans more bytes than int64 counts");
+	if (end > capacity)
+		return error(xmem::Errc::out_of_range, "the tensor spans " + std::to_string(end) +
+							       " bytes; the buffer holds " + std::to_string(capacity));
+	m.size = end;
+	if (auto fits = xmem::check_frame_layout(m, capacity); !fits)
+		return error(xmem::Errc::invalid_argument, fits.error().message);
+	meta = m;
+	return {};
 }
 
 } // namespace
@@ -449,6 +510,19 @@ void *xmem_buffer_data_mut(xmem_buffer *b)
 	return r ? r.value().data() : nullptr;
 }
 
+int xmem_buffer_set_tensor(xmem_buffer *b, uint32_t dtype, uint32_t ndim, const uint64_t *shape,
+			   const uint64_t *strides)
+{
+	if (!b || (ndim > 0 && !shape))
+		return fail(XMEM_EINVAL, "xmem_buffer_set_tensor: NULL buffer, or NULL shape with dimensions");
+	return guarded([&] {
+		auto meta = b->guard.meta_mut();
+		if (!meta)
+			return fail(meta.error());
+		return status(set_tensor(**meta, b->guard.capacity(), dtype, ndim, shape, strides));
+	});
+}
+
 uint64_t xmem_buffer_capacity(const xmem_buffer *b)
 {
 	return b ? b->guard.capacity() : 0;
@@ -477,6 +551,13 @@ const void *xmem_buffer_side_data(const xmem_buffer *b, size_t *size)
 int xmem_buffer_is_writable(const xmem_buffer *b)
 {
 	return b && b->guard.writable();
+}
+int xmem_buffer_try_make_writable(xmem_buffer *b)
+{
+	if (!b)
+		return 0;
+	// A lock that fails to take (never, in practice) leaves the buffer read-only.
+	return guarded([&] { return int(b->guard.try_make_writable()); }) == 1 ? 1 : 0;
 }
 int xmem_buffer_is_copy(const xmem_buffer *b)
 {

@@ -414,6 +414,97 @@ static int run(const char *runtime)
 	return failures ? 1 : 0;
 }
 
+/* xmem_buffer_set_tensor, and xmem_buffer_try_make_writable for a frame's holders, on
+ * a pool of their own. */
+static int tensors_and_sole_holders(void)
+{
+	xmem_pool_config config;
+	xmem_pool_config_init(&config);
+	config.slot_size = 256;
+	config.slot_count = 2;
+	xmem_pool *owner = NULL, *a = NULL, *b = NULL;
+	CHECK_STATUS(xmem_pool_create("c-tensor", &config, &owner), XMEM_OK);
+	REQUIRE(owner != NULL);
+	xmem_open_options options;
+	xmem_open_options_init(&options);
+	options.timeout_ns = 5000000000;
+	CHECK_STATUS(xmem_pool_open("c-tensor", &options, &a), XMEM_OK);
+	CHECK_STATUS(xmem_pool_open("c-tensor", &options, &b), XMEM_OK);
+	REQUIRE(a != NULL && b != NULL);
+
+	xmem_buffer *w = NULL;
+	CHECK_STATUS(xmem_pool_acquire(owner, 1000000000, &w), XMEM_OK);
+	REQUIRE(w != NULL);
+	const xmem_frame_meta *m = xmem_buffer_meta(w);
+	const uint64_t shape[2] = { 2, 3 };
+	/* C-contiguous without strides; the size becomes what the tensor spans. */
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F32, 2, shape, NULL), XMEM_OK);
+	CHECK(m->dtype == XMEM_DTYPE_F32 && m->ndim == 2 && m->shape[0] == 2 && m->shape[1] == 3);
+	CHECK(m->strides[0] == 12 && m->strides[1] == 4 && m->size == 24);
+	/* NDIM 0: plain bytes, the size left alone. */
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_U8, 0, NULL, NULL), XMEM_OK);
+	CHECK(m->ndim == 0 && m->shape[0] == 0 && m->strides[0] == 0 && m->size == 24);
+	/* Rows padded to 16 bytes: the last element ends at byte 4 + 16 + 2 * 4. */
+	const uint64_t padded[2] = { 16, 4 };
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F32, 2, shape, padded), XMEM_OK);
+	CHECK(m->strides[0] == 16 && m->strides[1] == 4 && m->size == 28);
+
+	/* Refused, each leaving the layout as it was. */
+	const uint64_t odd[2] = { 13, 4 };
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F32, 2, shape, odd), XMEM_EINVAL);
+	CHECK(strstr(xmem_last_error(), "multiple of the element size") != NULL);
+	const uint64_t overlapping[2] = { 4, 4 };
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F32, 2, shape, overlapping), XMEM_EINVAL);
+	CHECK(strstr(xmem_last_error(), "overlap") != NULL);
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F64 + 1, 2, shape, NULL), XMEM_EINVAL);
+	CHECK(strstr(xmem_last_error(), "not an xmem_dtype") != NULL);
+	uint64_t nine[XMEM_MAX_DIMS + 1];
+	for (size_t i = 0; i < XMEM_MAX_DIMS + 1; i++)
+		nine[i] = 1;
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_U8, XMEM_MAX_DIMS + 1, nine, NULL), XMEM_EINVAL);
+	const uint64_t larger[2] = { 10, 10 }; /* 400 bytes in a 256-byte slot */
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F32, 2, larger, NULL), XMEM_ERANGE);
+	CHECK(strstr(xmem_last_error(), "spans 400 bytes") != NULL);
+	const uint64_t huge[2] = { UINT64_MAX / 2, 3 };
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F32, 2, huge, NULL), XMEM_ERANGE);
+	CHECK_STATUS(xmem_buffer_set_tensor(w, XMEM_DTYPE_F32, 2, NULL, NULL), XMEM_EINVAL);
+	CHECK_STATUS(xmem_buffer_set_tensor(NULL, XMEM_DTYPE_F32, 2, shape, NULL), XMEM_EINVAL);
+	CHECK(m->dtype == XMEM_DTYPE_F32 && m->ndim == 2 && m->shape[0] == 2 && m->shape[1] == 3);
+	CHECK(m->strides[0] == 16 && m->strides[1] == 4 && m->size == 28);
+	uint32_t index = m->index;
+	CHECK_STATUS(xmem_pool_publish(owner, w), XMEM_OK);
+
+	/* Both consumers hold the frame: neither may write it in place. */
+	xmem_buffer *ra = NULL, *rb = NULL;
+	CHECK_STATUS(xmem_pool_receive(a, 5000000000, &ra), XMEM_OK);
+	CHECK_STATUS(xmem_pool_receive(b, 5000000000, &rb), XMEM_OK);
+	REQUIRE(ra != NULL && rb != NULL);
+	CHECK(xmem_buffer_meta(ra)->size == 28 && xmem_buffer_meta(ra)->strides[0] == 16);
+	CHECK_STATUS(xmem_buffer_set_tensor(ra, XMEM_DTYPE_F32, 2, shape, NULL), XMEM_EREADONLY);
+	CHECK(xmem_buffer_try_make_writable(ra) == 0);
+	CHECK(xmem_buffer_is_writable(ra) == 0);
+	xmem_buffer_release(rb);
+	/* The only holder now: writable in place once asked, and other processes' get()
+	 * refused until it lets go. */
+	CHECK(xmem_buffer_is_writable(ra) == 0);
+	CHECK(xmem_buffer_try_make_writable(ra) == 1);
+	CHECK(xmem_buffer_is_writable(ra) == 1);
+	CHECK(xmem_buffer_try_make_writable(ra) == 1); /* already */
+	CHECK(xmem_buffer_data_mut(ra) != NULL && xmem_buffer_data_mut(ra) == xmem_buffer_data(ra));
+	CHECK(xmem_buffer_is_copy(ra) == 0);
+	xmem_buffer *g = NULL;
+	CHECK_STATUS(xmem_pool_get(b, index, &g), XMEM_ENOTHELD);
+	xmem_buffer_release(ra);
+	CHECK_STATUS(xmem_pool_get(b, index, &g), XMEM_OK);
+	xmem_buffer_release(g);
+	CHECK(xmem_buffer_try_make_writable(NULL) == 0);
+
+	xmem_pool_close(a);
+	xmem_pool_close(b);
+	xmem_pool_close(owner);
+	return failures ? 1 : 0;
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/xmem-c-api-XXXXXX";
@@ -424,6 +515,8 @@ int main(void)
 	}
 	setenv("XDG_RUNTIME_DIR", dir, 1);
 	int rc = run(dir);
+	if (tensors_and_sole_holders() != 0)
+		rc = 1;
 	char pool_dir[512];
 	snprintf(pool_dir, sizeof(pool_dir), "%s/xmem", dir);
 	rmdir(pool_dir); /* empty if every pool cleaned up */

@@ -4,7 +4,11 @@
     with xmem.open("cam0") as consumer:
         for frame in consumer:                 # until end of stream
             pixels = numpy.asarray(frame)      # the shared slot itself, read-only
-            print(frame.meta.seq, pixels.shape)
+            print(frame.meta.seq, pixels.shape, pixels.dtype)
+
+numpy, DLPack (torch.from_dlpack) and __cuda_array_interface__ see a frame's tensor
+as its producer published it: dtype, shape in elements, strides in bytes
+(Producer.publish(..., dtype=, shape=, strides=)); a frame without a shape is its bytes.
 
 A Frame holds one reference to a slot. The slot goes back to the pool when the frame
 and every array made from it are gone (frame.release() or ``with frame:`` drops the
@@ -15,7 +19,9 @@ same files work with every CPython from 3.9 on.
 import asyncio
 import ctypes
 import grp
+import operator
 import re
+import sys
 
 from . import _capi, _dlpack
 from ._capi import lib
@@ -30,6 +36,7 @@ __all__ = [
     "Frame",
     "FrameMeta",
     "FrameRefused",
+    "LayoutError",
     "open",
     "create",
 ]
@@ -61,6 +68,14 @@ class FrameRefused(Error):
     (Consumer.frames_refused()); the next receive() goes on."""
 
 
+class LayoutError(ValueError, BufferError):
+    """A frame's tensor cannot be handed out as asked: its metadata names no dtype or
+    spans more than its payload (another process wrote it), or the interface cannot
+    express it (bfloat16 in numpy's interfaces; a byte stride DLPack, which counts
+    strides in elements, cannot count). A ValueError, and the BufferError DLPack asks
+    of an export that cannot be made. Nothing was read."""
+
+
 def _raise(status, what):
     message = _capi.last_error() or what
     name = lib.xmem_status_name(status).decode()
@@ -89,13 +104,57 @@ def _name(name):
     return name.encode()
 
 
+def _dtype_code(dtype):
+    """The xmem_dtype of DTYPE: a name ("float32", "bfloat16"), a numpy dtype or scalar
+    type, or a torch dtype."""
+    name = dtype if isinstance(dtype, str) else None
+    if name is None and str(dtype).startswith("torch."):
+        name = str(dtype)[len("torch."):]
+    if name not in _capi.DTYPE_CODES:
+        try:
+            import numpy
+
+            described = numpy.dtype(dtype)
+            if described.isnative:
+                name = described.name
+        except (ImportError, TypeError):
+            pass
+    if name not in _capi.DTYPE_CODES:
+        raise ValueError("dtype %r is none of xmem's (%s, in this machine's byte order)"
+                         % (dtype, ", ".join(_capi.DTYPE_CODES)))
+    return _capi.DTYPE_CODES[name]
+
+
+def _dims(values, what):
+    """SHAPE or STRIDES as a tuple of ints that a frame's metadata holds."""
+    try:
+        dims = tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise TypeError("%s must be a sequence of ints, not %r" % (what, values)) from None
+    if len(dims) > _capi.MAX_DIMS:
+        raise ValueError("%s %s has %d dimensions; a frame has at most %d (XMEM_MAX_DIMS)"
+                         % (what, dims, len(dims), _capi.MAX_DIMS))
+    if not all(0 <= v < 1 << 63 for v in dims):
+        raise ValueError("%s %s: each must be 0 to 2**63 - 1" % (what, dims))
+    return dims
+
+
+def _nanoseconds(value, what):
+    value = int(value)
+    if not 0 <= value < _capi.NONE:
+        raise ValueError("%s must be None or 0 to 2**64 - 2 nanoseconds, not %d" % (what, value))
+    return value
+
+
 class FrameMeta:
-    """A frame's metadata, copied when it was received (times in nanoseconds)."""
+    """A frame's metadata, copied when it was received (times in nanoseconds). A tensor's
+    shape counts elements of its dtype ("uint8", "float32", "bfloat16"; None for a value
+    that names no xmem_dtype), its strides bytes; a frame without a shape is bytes."""
 
     __slots__ = (
         "seq", "pts", "dts", "duration", "timestamp", "flags", "size", "index", "storage", "device",
         "content_type", "producer", "producer_pid", "format", "n_planes", "plane_offsets", "plane_strides",
-        "shape", "strides", "width", "height",
+        "dtype", "shape", "strides", "width", "height", "_dtype_code",
     )
 
     def __init__(self, m, fmt):
@@ -117,14 +176,16 @@ class FrameMeta:
         self.n_planes = m.n_planes
         self.plane_offsets = tuple(m.plane_offset[i] for i in range(min(m.n_planes, _capi.MAX_PLANES)))
         self.plane_strides = tuple(m.plane_stride[i] for i in range(min(m.n_planes, _capi.MAX_PLANES)))
+        self._dtype_code = m.dtype
+        self.dtype = _capi.DTYPES[m.dtype][0] if m.dtype < len(_capi.DTYPES) else None
         ndim = min(m.ndim, _capi.MAX_DIMS)
         self.shape = tuple(m.shape[i] for i in range(ndim))
         self.strides = tuple(m.strides[i] for i in range(ndim))
         self.height, self.width = (self.shape[0], self.shape[1]) if ndim >= 2 else (None, None)
 
     def __repr__(self):
-        return "FrameMeta(seq=%d, pts=%s, size=%d, storage=%s, format=%r)" % (
-            self.seq, self.pts, self.size, self.storage, self.format)
+        return "FrameMeta(seq=%d, pts=%s, size=%d, storage=%s, dtype=%s, shape=%s, format=%r)" % (
+            self.seq, self.pts, self.size, self.storage, self.dtype, self.shape, self.format)
 
 
 class _Hold:
@@ -178,7 +239,82 @@ def _exported(frame, address):
     return address
 
 
-class Frame:
+# numpy's typestr byte order for elements of more than one byte: this machine's, which
+# every process sharing a pool has.
+_BYTE_ORDER = "<" if sys.byteorder == "little" else ">"
+
+
+def _typestr(seq, dtype):
+    """numpy's typestr of DTYPE (a _capi.DTYPES entry) in frame SEQ."""
+    name, size, kind = dtype
+    if kind == "bf":
+        raise LayoutError("frame %d is %s, which numpy has no type for: take it through DLPack "
+                          "(torch.from_dlpack(frame)), or its bytes through frame.data" % (seq, name))
+    return ("|" if size == 1 else _BYTE_ORDER) + kind + str(size)
+
+
+def _element_strides(seq, dtype, strides):
+    """DLPack's strides, in elements, of byte STRIDES (None: C-contiguous) of DTYPE."""
+    if strides is None:
+        return None
+    name, size, _ = dtype
+    for d, stride in enumerate(strides):
+        if stride % size:
+            raise LayoutError("frame %d: stride %d of dimension %d is not a multiple of its %s elements' %d "
+                              "bytes: DLPack counts strides in elements (numpy.asarray(frame) takes byte strides)"
+                              % (seq, stride, d, name, size))
+    return tuple(stride // size for stride in strides)
+
+
+class _Pointers:
+    """The seed's raw addresses of a frame's bytes, for code that takes a pointer (ONNX
+    Runtime's bind_input(buffer_ptr=...), a decoder writing a device slot). Reading one
+    does not keep the slot as arrays and capsules do: the address is valid while the
+    frame is (until release(), the end of its ``with`` block, publish() for an acquired
+    frame, or its garbage collection), so keep the frame while anything uses it."""
+
+    def _live_buffer(self):
+        raise NotImplementedError
+
+    @property
+    def ptr(self):
+        """The address of the frame's bytes: host memory (cpu_ptr) for a system frame, a
+        CUdeviceptr (cuda_ptr) for a device one. Read it, do not write through it unless
+        the frame is writable (an acquired frame, or writable() said so)."""
+        buffer = self._live_buffer()
+        if lib.xmem_buffer_storage(buffer) == _capi.STORAGE_CUDA:
+            return lib.xmem_buffer_device_ptr(buffer)
+        return lib.xmem_buffer_data(buffer) or 0
+
+    @property
+    def cpu_ptr(self):
+        """The host address of a system-memory frame's bytes (TypeError for a device frame)."""
+        if lib.xmem_buffer_storage(self._live_buffer()) == _capi.STORAGE_CUDA:
+            raise TypeError("cpu_ptr: the frame is in CUDA device memory: use cuda_ptr")
+        return self.ptr
+
+    @property
+    def cuda_ptr(self):
+        """The CUdeviceptr of a device frame's bytes (TypeError for system memory). A
+        received frame's is ready on the stream it was received on (any stream without
+        one); read it, do not write through it (cuda_ptr_mut)."""
+        if lib.xmem_buffer_storage(self._live_buffer()) != _capi.STORAGE_CUDA:
+            raise TypeError("cuda_ptr: the frame is in system memory: use cpu_ptr")
+        return self.ptr
+
+    @property
+    def cuda_ptr_mut(self):
+        """cuda_ptr, to write through: an acquired frame's, or a received one's when this
+        process is its only holder (it then keeps the frame to itself, as writable()
+        does). Error (XMEM_EREADONLY) while others hold it: write a copy."""
+        address = self.cuda_ptr
+        if not lib.xmem_buffer_try_make_writable(self._live_buffer()):
+            raise Error("cuda_ptr_mut: other holders read this frame: it cannot be written in place (copy it)",
+                        _capi.EREADONLY)
+        return address
+
+
+class Frame(_Pointers):
     """One frame of a pool: its metadata, and its bytes without a copy."""
 
     def __init__(self, buffer, pool, stream=None):
@@ -201,9 +337,19 @@ class Frame:
             raise ValueError("frame %d was released" % self.meta.seq)
         return self._hold.buffer
 
+    _live_buffer = _buffer
+
     def writable(self):
-        """Whether this process is the frame's only holder (copy-on-write applies)."""
-        return bool(lib.xmem_buffer_is_writable(self._buffer()))
+        """Whether the frame may be written in place: True when this process is its only
+        holder and holds it once (this Frame is its one reference here). The frame is
+        then this process's alone until it is released (other processes' get() refuse
+        it), and arrays and capsules made from it after this call are writable. False
+        while others hold it (copy-on-write: write a copy). Never copies; no syscall."""
+        return bool(lib.xmem_buffer_try_make_writable(self._buffer()))
+
+    def _read_only(self):
+        """Whether arrays of the frame must be read-only: as writable() last left it."""
+        return not lib.xmem_buffer_is_writable(self._buffer())
 
     @property
     def spilled(self):
@@ -213,7 +359,7 @@ class Frame:
 
     @property
     def data(self):
-        """The payload as a read-only memoryview of the shared slot (system memory)."""
+        """The payload's bytes as a read-only memoryview of the shared slot (system memory)."""
         buffer = self._buffer()
         if self.meta.storage != "system":
             raise TypeError("frame %d is in CUDA device memory: use __cuda_array_interface__ or DLPack"
@@ -224,21 +370,44 @@ class Frame:
         view = memoryview(_bytes_at(lib.xmem_buffer_data(buffer), size, self._hold)).cast("B")
         return view.toreadonly()
 
+    def _tensor(self):
+        """The frame as arrays see it: its dtype (a _capi.DTYPES entry), shape and byte
+        strides (None: C-contiguous). Its tensor when it has a shape and is not planar
+        video, checked against its payload (another process wrote the metadata); its
+        bytes as one dimension otherwise. A dtype that is none refuses both, as the
+        library does."""
+        m = self.meta
+        if m._dtype_code >= len(_capi.DTYPES):
+            raise LayoutError("frame %d: dtype %d is not an xmem_dtype: its metadata is garbage, refused rather "
+                              "than read as bytes" % (m.seq, m._dtype_code))
+        if not m.shape or m.n_planes > 1:
+            return _capi.DTYPES[0], (m.size,), None
+        dtype = _capi.DTYPES[m._dtype_code]
+        end = elements = dtype[1]
+        for n, stride in zip(m.shape, m.strides):
+            end += (n - 1) * stride
+            elements *= n
+        if 0 not in m.shape and max(end, elements) > m.size:
+            raise LayoutError("frame %d: its %s tensor of shape %s and byte strides %s spans %d bytes, %d of them "
+                              "elements, in a %d-byte payload" % (m.seq, dtype[0], m.shape, m.strides, end,
+                                                                  elements, m.size))
+        return dtype, m.shape, m.strides
+
     @property
     def __array_interface__(self):
-        """numpy's view of the slot: the frame's shape and strides when it has them (a
-        packed image), its bytes otherwise; read-only."""
+        """numpy's view of the slot: the frame's tensor (dtype, shape, strides) when it
+        has one, its bytes otherwise; read-only unless writable() said otherwise. The
+        frame then holds its slot until it is garbage (numpy keeps the frame as the
+        array's base): for an address alone, ptr does not."""
         buffer = self._buffer()
         if self.meta.storage != "system":
             raise AttributeError("__array_interface__: frame %d is in CUDA device memory" % self.meta.seq)
-        shape, strides = self.meta.shape, self.meta.strides
-        if not shape or self.meta.n_planes > 1:
-            shape, strides = (self.meta.size,), None
+        dtype, shape, strides = self._tensor()
         return {
             "version": 3,
             "shape": shape,
-            "typestr": "|u1",
-            "data": (_exported(self, lib.xmem_buffer_data(buffer) or 0), True),
+            "typestr": _typestr(self.meta.seq, dtype),
+            "data": (_exported(self, lib.xmem_buffer_data(buffer) or 0), self._read_only()),
             "strides": strides,
         }
 
@@ -248,25 +417,19 @@ class Frame:
             return lib.xmem_buffer_device_ptr(buffer)
         return lib.xmem_buffer_data(buffer) or 0
 
-    def _layout(self):
-        """Shape and byte strides: the frame's own when it has them (a packed image),
-        its bytes as one dimension otherwise."""
-        if self.meta.shape and self.meta.n_planes <= 1:
-            return self.meta.shape, self.meta.strides
-        return (self.meta.size,), None
-
     @property
     def __cuda_array_interface__(self):
-        """The device slot for CuPy, Numba or torch (version 3). Ready on any stream:
-        receive() waited for the producer's writes."""
+        """The device slot for CuPy, Numba or torch (version 3), its tensor as for
+        __array_interface__. Ready on any stream: receive() waited for the producer's
+        writes."""
         if self.meta.storage != "cuda":
             raise AttributeError("__cuda_array_interface__: frame %d is in system memory" % self.meta.seq)
-        shape, strides = self._layout()
+        dtype, shape, strides = self._tensor()
         return {
             "version": 3,
             "shape": shape,
-            "typestr": "|u1",
-            "data": (_exported(self, self._address()), True),
+            "typestr": _typestr(self.meta.seq, dtype),
+            "data": (_exported(self, self._address()), self._read_only()),
             "strides": strides,
             "stream": self._stream,
         }
@@ -277,38 +440,40 @@ class Frame:
         return (_dlpack.CPU, 0)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        """A DLPack capsule of the slot: versioned (DLPack 1.0, read-only flag set for a
-        shared frame) when MAX_VERSION allows it, legacy otherwise. The capsule keeps
-        the slot until its consumer's deleter runs. Without COPY, or with copy=False, it
-        is the slot itself (numpy.from_dlpack(frame) is read-only and shares it); with
-        copy=True (numpy.from_dlpack(frame, copy=True)) it is a copy of a system-memory
-        frame that its consumer owns (IS_COPIED, not read-only), which keeps no slot;
-        a device frame is not copied here (take it, then copy with the framework).
-        Another DL_DEVICE is refused. STREAM is where the consumer will use it: a frame
-        received on another stream is waited for on the CPU first (one received without
-        a stream is ready for any)."""
+        """A DLPack capsule of the slot, its tensor as for __array_interface__ (any dtype,
+        bfloat16 too; strides in elements): versioned (DLPack 1.0, read-only flag set
+        unless writable() said otherwise) when MAX_VERSION allows it, legacy otherwise.
+        The capsule keeps the slot until its consumer's deleter runs. Without COPY, or
+        with copy=False, it is the slot itself (numpy.from_dlpack(frame) is read-only and
+        shares it); with copy=True (numpy.from_dlpack(frame, copy=True)) it is a copy of a
+        system-memory frame that its consumer owns (IS_COPIED, not read-only), which
+        keeps no slot; a device frame is not copied here (take it, then copy with the
+        framework). Another DL_DEVICE is refused. STREAM is where the consumer will use
+        it: a frame received on another stream is waited for on the CPU first (one
+        received without a stream is ready for any)."""
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("frame %d is on %s, not %s" % (self.meta.seq, self.__dlpack_device__(), dl_device))
         versioned = max_version is not None and tuple(max_version)[0] >= 1
+        dtype, shape, strides = self._tensor()
+        elements = _element_strides(self.meta.seq, dtype, strides)
+        kind = (dtype[2], dtype[1])
         if copy:
             if self.meta.storage != "system":
                 raise BufferError("frame %d is in CUDA device memory: copy=True is not made here (export it "
                                   "without a copy, then copy it with the framework)" % self.meta.seq)
-            shape, strides = self._layout()
             size = self.meta.size
             owned = (ctypes.c_uint8 * max(size, 1))()
             if size:
                 ctypes.memmove(owned, self._address(), size)
-            return _dlpack.capsule(ctypes.addressof(owned), size, shape, strides, (_dlpack.CPU, 0), owned,
+            return _dlpack.capsule(ctypes.addressof(owned), shape, elements, kind, (_dlpack.CPU, 0), owned,
                                    versioned, read_only=False, copied=True)
         address = self._address()
         wanted = _stream_handle(stream) if isinstance(stream, int) and stream > 2 else None
         if self._stream is not None and wanted != self._stream:
             _check(_capi.lib.xmem_cuda_synchronize(self.meta.device, self._stream), "synchronize")
             self._stream = None
-        shape, strides = self._layout()
-        return _dlpack.capsule(address, self.meta.size, shape, strides, self.__dlpack_device__(), self._hold,
-                               versioned, read_only=not self.writable())
+        return _dlpack.capsule(address, shape, elements, kind, self.__dlpack_device__(), self._hold, versioned,
+                               read_only=self._read_only())
 
     def planes(self):
         """The video planes as read-only numpy arrays with their real strides: NV12 Y
@@ -586,19 +751,87 @@ class Producer(_Handle):
                "acquire")
         return WritableFrame(buffer, self._pool)
 
-    def publish(self, frame, size=None, pts=None, stream=None):
-        """Publishes an acquired frame (SIZE bytes of it; all by default). For a device
-        pool the frame is ready once the work queued on STREAM so far is done: consumers'
-        streams wait for it on the GPU, and nobody waits on the CPU (without a stream,
-        the CPU waits for this process's work on the device first)."""
+    def publish(self, frame, size=None, pts=None, stream=None, *, dts=None, duration=None, flags=None,
+                content_type=None, dtype=None, shape=None, strides=None):
+        """Publishes an acquired frame: SIZE bytes of it, by default all of it, or the
+        bytes its tensor spans. For a device pool the frame is ready once the work
+        queued on STREAM so far is done: consumers' streams wait for it on the GPU, and
+        nobody waits on the CPU (without a stream, the CPU waits for this process's work
+        on the device first).
+
+        Metadata, each left as acquire() made it (or as written through the C metadata)
+        when not given: PTS, DTS and DURATION in nanoseconds; FLAGS, 32 bits of the
+        application's; CONTENT_TYPE, a str of at most 31 bytes in UTF-8 ("tensor").
+
+        A tensor, as consumers' numpy.asarray(frame) and torch.from_dlpack(frame) will
+        see it: DTYPE, a name ("float32", "bfloat16"), a numpy dtype or a torch dtype;
+        SHAPE in elements, at most 8 dimensions; STRIDES in bytes, each a multiple of the
+        element's size, C-contiguous by default. SIZE may not be less than the bytes the
+        tensor spans. DTYPE without SHAPE: one dimension, as many elements as SIZE (or
+        the slot) holds.
+
+        A bad argument raises ValueError or TypeError (or Error, from the library) and
+        leaves the frame acquired, to publish again."""
         if not isinstance(frame, WritableFrame):
             raise TypeError("publish() takes a frame from acquire()")
+        pool = self._get()
+        buffer = frame._live_buffer()
         handle = _stream_handle(stream)
-        buffer = frame._take()
+        times = {key: _nanoseconds(value, key) for key, value in (("pts", pts), ("dts", dts), ("duration", duration))
+                 if value is not None}
+        if flags is not None and not 0 <= operator.index(flags) < 1 << 32:
+            raise ValueError("flags must be 0 to 2**32 - 1, not %d" % flags)
+        if content_type is not None:
+            if not isinstance(content_type, str):
+                raise TypeError("content_type must be a str")
+            encoded = content_type.encode()
+            if len(encoded) >= _capi.CONTENT_TYPE_MAX or b"\0" in encoded:
+                raise ValueError("content_type %r is %d bytes in UTF-8: at most %d fit, without a NUL "
+                                 "(XMEM_CONTENT_TYPE_MAX)" % (content_type, len(encoded), _capi.CONTENT_TYPE_MAX - 1))
+        if size is not None:
+            size = int(size)
+            if not 0 <= size <= frame.capacity:
+                raise ValueError("size %d: the slot holds %d bytes" % (size, frame.capacity))
+        if strides is not None and shape is None:
+            raise ValueError("strides without a shape")
         meta = lib.xmem_buffer_meta_mut(buffer).contents
-        meta.size = lib.xmem_buffer_capacity(buffer) if size is None else int(size)
-        meta.pts = _capi.NONE if pts is None else int(pts)
-        _check(lib.xmem_pool_publish_on_stream(self._get(), buffer, handle), "publish")
+        if dtype is not None or shape is not None:
+            size = self._set_tensor(frame, size, dtype, shape, strides)
+        meta.size = frame.capacity if size is None else size
+        for key, value in times.items():
+            setattr(meta, key, value)
+        if flags is not None:
+            meta.flags = flags
+        if content_type is not None:
+            meta.content_type = encoded
+        _check(lib.xmem_pool_publish_on_stream(pool, frame._take(), handle), "publish")
+
+    @staticmethod
+    def _set_tensor(frame, size, dtype, shape, strides):
+        """Writes publish()'s tensor into FRAME's metadata; the size to publish."""
+        code = _capi.DTYPE_CODES["uint8"] if dtype is None else _dtype_code(dtype)
+        name, item, _ = _capi.DTYPES[code]
+        if shape is None:
+            if size is not None and size % item:
+                raise ValueError("size %d is not a whole number of %s elements (%d bytes each)" % (size, name, item))
+            shape = ((frame.capacity if size is None else size) // item,)
+        shape = _dims(shape, "shape")
+        if not shape:
+            raise ValueError("shape (): a frame without a shape is bytes; give a tensor one dimension at least")
+        c_strides = None
+        if strides is not None:
+            strides = _dims(strides, "strides")
+            if len(strides) != len(shape):
+                raise ValueError("strides %s for shape %s: one stride a dimension" % (strides, shape))
+            c_strides = (ctypes.c_uint64 * len(strides))(*strides)
+        buffer = frame._live_buffer()
+        _check(lib.xmem_buffer_set_tensor(buffer, code, len(shape), (ctypes.c_uint64 * len(shape))(*shape), c_strides),
+               "publish: a %s tensor of shape %s" % (name, shape))
+        spans = lib.xmem_buffer_meta(buffer).contents.size
+        if size is not None and size < spans:
+            raise ValueError("size %d is less than the %d bytes the %s tensor of shape %s spans"
+                             % (size, spans, name, shape))
+        return spans if size is None else size
 
     def set_format(self, caps):
         _check(lib.xmem_pool_set_format(self._get(), caps.encode()), "set_format")
@@ -607,7 +840,7 @@ class Producer(_Handle):
         _check(lib.xmem_pool_end_of_stream(self._get()), "end_of_stream")
 
 
-class WritableFrame:
+class WritableFrame(_Pointers):
     """A slot acquired for writing: ``buffer`` is a writable memoryview of it."""
 
     def __init__(self, buffer, pool):
@@ -617,9 +850,13 @@ class WritableFrame:
         self.storage = "cuda" if lib.xmem_buffer_storage(buffer) == _capi.STORAGE_CUDA else "system"
         self._views = []
 
-    def _take(self):
+    def _live_buffer(self):
         if self._raw is None:
             raise ValueError("this frame was already published or released")
+        return self._raw
+
+    def _take(self):
+        self._live_buffer()
         # Views handed out stop working: the slot is the consumers' now. One that
         # something else still exports from (a numpy array) cannot be revoked.
         for view in self._views:
@@ -633,22 +870,20 @@ class WritableFrame:
 
     @property
     def buffer(self):
-        if self._raw is None:
-            raise ValueError("this frame was already published or released")
+        raw = self._live_buffer()
         if self.storage != "system":
             raise TypeError("a device slot has no CPU buffer")
-        view = memoryview(_bytes_at(lib.xmem_buffer_data_mut(self._raw), self.capacity, self)).cast("B")
+        view = memoryview(_bytes_at(lib.xmem_buffer_data_mut(raw), self.capacity, self)).cast("B")
         self._views.append(view)
         return view
 
     @property
     def __cuda_array_interface__(self):
         """The device slot, writable, for CuPy, Numba or torch (version 3)."""
-        if self._raw is None:
-            raise ValueError("this frame was already published or released")
+        raw = self._live_buffer()
         if self.storage != "cuda":
             raise AttributeError("__cuda_array_interface__: this slot is in system memory")
-        address = lib.xmem_buffer_device_ptr(self._raw)
+        address = lib.xmem_buffer_device_ptr(raw)
         return {"version": 3, "shape": (self.capacity,), "typestr": "|u1", "data": (address, False),
                 "strides": None, "stream": None}
 
@@ -661,21 +896,20 @@ class WritableFrame:
         """The slot, writable, as a DLPack capsule: for writing a frame with a framework
         (a tensor's copy_() on a stream). Publish only once that work is queued, and
         pass its stream to publish()."""
-        if self._raw is None:
-            raise ValueError("this frame was already published or released")
+        raw = self._live_buffer()
         if copy:
             raise BufferError("xmem slots are exported without copying (copy=True refused)")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("this slot is on %s, not %s" % (self.__dlpack_device__(), dl_device))
         if self.storage == "cuda":
-            address = lib.xmem_buffer_device_ptr(self._raw)
+            address = lib.xmem_buffer_device_ptr(raw)
         else:
-            address = lib.xmem_buffer_data_mut(self._raw) or 0
+            address = lib.xmem_buffer_data_mut(raw) or 0
         versioned = max_version is not None and tuple(max_version)[0] >= 1
         # The capsule keeps this object; publishing it while a tensor still writes
         # is the caller's ordering to get right (the stream passed to publish()).
-        return _dlpack.capsule(address, self.capacity, (self.capacity,), None, self.__dlpack_device__(), self,
-                               versioned, read_only=False)
+        return _dlpack.capsule(address, (self.capacity,), None, ("u", 1), self.__dlpack_device__(), self, versioned,
+                               read_only=False)
 
     def release(self):
         """Gives the slot back unpublished."""

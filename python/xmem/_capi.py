@@ -19,6 +19,16 @@ ERANGE, ETIMEDOUT, ECLOSED, EEOS, EFULL, ENOTHELD, EREADONLY, EROLE = -9, -10, -
 ESYSTEM, ENOMEM, EBADFRAME = -17, -18, -19
 
 STORAGE_SYSTEM, STORAGE_CUDA = 0, 1
+CONTENT_TYPE_MAX = 32  # bytes, the terminating NUL included
+
+# xmem_dtype, by value: (name, bytes an element, kind). The kind is numpy's typestr
+# letter ("u", "i", "f"), or "bf" for bfloat16, which numpy has no type for.
+DTYPES = (
+    ("uint8", 1, "u"), ("int8", 1, "i"), ("uint16", 2, "u"), ("int16", 2, "i"),
+    ("uint32", 4, "u"), ("int32", 4, "i"), ("uint64", 8, "u"), ("int64", 8, "i"),
+    ("float16", 2, "f"), ("bfloat16", 2, "bf"), ("float32", 4, "f"), ("float64", 8, "f"),
+)
+DTYPE_CODES = {name: code for code, (name, _, _) in enumerate(DTYPES)}
 POLICIES = {"block": 0, "fifo": 0, "drop-oldest": 1, "drop-new": 2, "latest": 3, "fifo-spill": 4}
 POLICY_NAMES = {0: "fifo", 1: "drop-oldest", 2: "drop-new", 3: "latest", 4: "fifo-spill"}
 STORAGES = {"system": STORAGE_SYSTEM, "cuda": STORAGE_CUDA}
@@ -192,6 +202,11 @@ _SIGNATURES = {
     "xmem_buffer_capacity": (ctypes.c_uint64, [_P]),
     "xmem_buffer_format": (ctypes.c_char_p, [_P]),
     "xmem_buffer_is_writable": (ctypes.c_int, [_P]),
+    "xmem_buffer_try_make_writable": (ctypes.c_int, [_P]),
+    "xmem_buffer_set_tensor": (
+        ctypes.c_int,
+        [_P, ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)],
+    ),
     "xmem_buffer_spilled": (ctypes.c_int, [_P]),
     "xmem_buffer_release": (None, [_P]),
     "xmem_buffer_release_on_stream": (ctypes.c_int, [_P, _P]),

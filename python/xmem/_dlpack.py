@@ -1,4 +1,4 @@
-"""_dlpack.py - DLPack capsules over a frame's bytes, legacy ("dltensor") and versioned
+"""_dlpack.py - DLPack capsules over a frame's tensor, legacy ("dltensor") and versioned
 ("dltensor_versioned", DLPack 1.0), with the spec's ownership rules: the consumer that
 takes a capsule renames it "used_..." and calls the tensor's deleter when done; a
 capsule nobody took calls it when it is collected. The deleter drops the frame's hold,
@@ -8,7 +8,8 @@ import ctypes
 import threading
 
 CPU, CUDA = 1, 2  # kDLCPU, kDLCUDA
-UINT = 1  # kDLUInt
+# DLDataTypeCode of each xmem dtype kind (_capi.DTYPES): kDLInt, kDLUInt, kDLFloat, kDLBfloat.
+TYPE_CODES = {"i": 0, "u": 1, "f": 2, "bf": 4}
 FLAG_READ_ONLY = 1 << 0
 FLAG_IS_COPIED = 1 << 1
 
@@ -84,10 +85,11 @@ def _capsule_destructor(capsule):
             _delete(_api.PyCapsule_GetPointer(capsule, name))
 
 
-def capsule(address, nbytes, shape, strides, device, hold, versioned, read_only, copied=False):
-    """A capsule of a uint8 tensor at ADDRESS (SHAPE, byte STRIDES or None) on DEVICE
-    ((type, id)), keeping HOLD until its deleter runs; COPIED: the bytes are a copy the
-    capsule's consumer owns (DLPack 1.0's IS_COPIED flag)."""
+def capsule(address, shape, strides, dtype, device, hold, versioned, read_only, copied=False):
+    """A capsule of a tensor at ADDRESS: SHAPE, STRIDES in elements (None: C-contiguous),
+    DTYPE (kind, bytes an element) as in _capi.DTYPES, on DEVICE ((type, id)), keeping
+    HOLD until its deleter runs; COPIED: the bytes are a copy the capsule's consumer
+    owns (DLPack 1.0's IS_COPIED flag)."""
     ndim = len(shape)
     shape_array = (ctypes.c_int64 * ndim)(*shape)
     strides_array = (ctypes.c_int64 * ndim)(*strides) if strides else None
@@ -96,7 +98,8 @@ def capsule(address, nbytes, shape, strides, device, hold, versioned, read_only,
     t.data = address
     t.device = Device(*device)
     t.ndim = ndim
-    t.dtype = DataType(UINT, 8, 1)
+    kind, itemsize = dtype
+    t.dtype = DataType(TYPE_CODES[kind], itemsize * 8, 1)
     t.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
     t.strides = ctypes.cast(strides_array, ctypes.POINTER(ctypes.c_int64)) if strides_array else None
     t.byte_offset = 0

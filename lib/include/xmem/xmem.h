@@ -96,6 +96,8 @@ typedef enum xmem_storage {
 	XMEM_STORAGE_CUDA = 1, /* CUDA device memory, shared as VMM allocations */
 } xmem_storage;
 
+/* The element type of a frame's tensor (xmem_frame_meta.dtype): shape counts these.
+ * BF16 is bfloat16. */
 typedef enum xmem_dtype {
 	XMEM_DTYPE_U8 = 0,
 	XMEM_DTYPE_I8,
@@ -120,7 +122,7 @@ typedef struct xmem_frame_meta {
 	uint8_t device_id; /* CUDA device, 0 for system memory (set by the pool) */
 	uint8_t dtype; /* xmem_dtype */
 	uint8_t ndim; /* dimensions used in shape/strides, <= XMEM_MAX_DIMS */
-	uint64_t shape[XMEM_MAX_DIMS];
+	uint64_t shape[XMEM_MAX_DIMS]; /* in elements of dtype */
 	uint64_t strides[XMEM_MAX_DIMS]; /* in bytes */
 	uint64_t size; /* payload bytes, <= slot size */
 	uint64_t timestamp; /* CLOCK_MONOTONIC ns (set by publish when 0) */
@@ -371,6 +373,18 @@ xmem_frame_meta *xmem_buffer_meta_mut(xmem_buffer *buffer);
 const void *xmem_buffer_data(const xmem_buffer *buffer);
 /* NULL for a read-only buffer. */
 void *xmem_buffer_data_mut(xmem_buffer *buffer);
+/* Fills the tensor layout of a writable BUFFER's metadata: DTYPE (an xmem_dtype), NDIM
+ * dimensions (0..XMEM_MAX_DIMS) of SHAPE[i] elements, STRIDES[i] bytes apart, each a
+ * multiple of the element's size (DLPack counts strides in elements); NULL STRIDES:
+ * C-contiguous, the last dimension fastest. Sets meta->size to the bytes the tensor
+ * spans (raise it, up to the capacity, for a larger payload). NDIM 0 clears the shape:
+ * the payload is plain bytes, and the size is left alone. Nothing changes on error.
+ * No syscall. Errors: XMEM_EINVAL (NULL buffer, NULL shape with NDIM > 0, a DTYPE that
+ * is none, NDIM over XMEM_MAX_DIMS, a stride not a multiple of the element size, a
+ * broadcast or overlapping layout), XMEM_EREADONLY (a read-only buffer), XMEM_ERANGE
+ * (the tensor spans more than the capacity, or more bytes than int64 counts). */
+int xmem_buffer_set_tensor(xmem_buffer *buffer, uint32_t dtype, uint32_t ndim, const uint64_t *shape,
+			   const uint64_t *strides);
 /* Capacity: the slot size. */
 uint64_t xmem_buffer_capacity(const xmem_buffer *buffer);
 /* Format string of this frame. */
@@ -388,7 +402,18 @@ int xmem_buffer_set_side_data(xmem_buffer *buffer, const void *data, size_t size
  * in the slot record is over XMEM_SIDE_DATA_MAX (a hostile peer wrote it): the frame
  * then comes with none, and xmem_pool_side_data_refused counts it. SIZE may be NULL. */
 const void *xmem_buffer_side_data(const xmem_buffer *buffer, size_t *size);
+/* 1 when BUFFER may be written now (xmem_buffer_data_mut, xmem_buffer_meta_mut): a
+ * buffer from acquire or get_mut, or one xmem_buffer_try_make_writable made writable.
+ * A received frame is 0 until then, also when this process is its only holder. */
 int xmem_buffer_is_writable(const xmem_buffer *buffer);
+/* Makes a read-only BUFFER writable in place when this process is the frame's only
+ * holder and holds it once (this buffer is its one reference here): the slot is then
+ * this process's alone, and other processes' xmem_pool_get refuses it, until BUFFER is
+ * released. Never copies (xmem_pool_get_mut copies a shared frame). Returns 1 when
+ * BUFFER is writable (it was, or is now), 0 when it is not: other processes or other
+ * references hold the frame, it came from the spill tier, it is a private read-only
+ * copy, or BUFFER is NULL. No syscall. */
+int xmem_buffer_try_make_writable(xmem_buffer *buffer);
 /* 1 when copy-on-write gave this buffer a private copy. */
 int xmem_buffer_is_copy(const xmem_buffer *buffer);
 /* 1 when the frame came out of the pool's spill tier (XMEM_POLICY_FIFO_SPILL): host
