@@ -189,6 +189,8 @@ const char *xmem_status_name(int s)
 		return "XMEM_ENOMEM";
 	case XMEM_EBADFRAME:
 		return "XMEM_EBADFRAME";
+	case XMEM_EBADTICKET:
+		return "XMEM_EBADTICKET";
 	}
 	return "XMEM_UNKNOWN";
 }
@@ -456,6 +458,84 @@ int xmem_pool_get_mut(xmem_pool *pool, uint32_t index, xmem_buffer **out)
 	if (!pool || !out)
 		return fail(XMEM_EINVAL, "xmem_pool_get_mut: null argument");
 	return guarded([&] { return put_buffer(pool->pool->get_mut(index), out); });
+}
+
+namespace {
+
+xmem_ticket c_ticket(const xmem::Ticket &t)
+{
+	xmem_ticket c{};
+	c.slot = t.slot;
+	c.seq = t.seq;
+	c.check = t.check;
+	return c;
+}
+
+} // namespace
+
+int xmem_pool_publish_ticket(xmem_pool *pool, xmem_buffer *buffer, uint32_t redemptions, uint64_t ttl_ns,
+			     void *cuda_stream, xmem_ticket *ticket)
+{
+	if (!pool || !buffer || !ticket) {
+		delete buffer;
+		return fail(XMEM_EINVAL, "xmem_pool_publish_ticket: null argument");
+	}
+	if (ttl_ns > uint64_t(INT64_MAX)) {
+		delete buffer;
+		return fail(XMEM_EINVAL, "xmem_pool_publish_ticket: a TTL over INT64_MAX ns");
+	}
+	return guarded([&] {
+		auto t = pool->pool->publish_ticket(std::move(buffer->guard), redemptions, ns(int64_t(ttl_ns)),
+						    cuda_stream);
+		delete buffer;
+		if (t)
+			*ticket = c_ticket(*t);
+		return status(t);
+	});
+}
+
+int xmem_pool_get_ticket(xmem_pool *pool, const xmem_ticket *ticket, xmem_buffer **out)
+{
+	if (!pool || !ticket || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_get_ticket: null argument");
+	return guarded([&] {
+		return put_buffer(pool->pool->get(xmem::Ticket{ ticket->slot, ticket->seq, ticket->check }), out);
+	});
+}
+
+int xmem_ticket_format(const xmem_ticket *ticket, char *text, size_t size)
+{
+	if (!ticket || !text)
+		return fail(XMEM_EINVAL, "xmem_ticket_format: null argument");
+	return guarded([&] {
+		std::string s = xmem::Ticket{ ticket->slot, ticket->seq, ticket->check }.to_string();
+		if (s.size() >= size)
+			return fail(xmem::Error{ xmem::Errc::out_of_range,
+						 "xmem_ticket_format: " + std::to_string(s.size() + 1) +
+							 " bytes needed, " + std::to_string(size) + " given" });
+		std::memcpy(text, s.c_str(), s.size() + 1);
+		return int(XMEM_OK);
+	});
+}
+
+int xmem_ticket_parse(const char *text, xmem_ticket *ticket)
+{
+	if (!text || !ticket)
+		return fail(XMEM_EINVAL, "xmem_ticket_parse: null argument");
+	return guarded([&] {
+		auto t = xmem::Ticket::parse(text);
+		if (t)
+			*ticket = c_ticket(*t);
+		return status(t);
+	});
+}
+
+int xmem_pool_ticket_stats(const xmem_pool *pool, xmem_ticket_stats *stats)
+{
+	if (!pool || !stats)
+		return fail(XMEM_EINVAL, "xmem_pool_ticket_stats: null argument");
+	*stats = pool->pool->ticket_stats();
+	return int(XMEM_OK);
 }
 
 int xmem_pool_add_ref(xmem_pool *pool, uint32_t index)

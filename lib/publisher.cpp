@@ -827,7 +827,7 @@ Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptio
 	// slot does not match by chance.
 	uint64_t check = 0;
 	while (check == 0)
-		check = mix64(ticket_key + ++ticket_count);
+		check = mix64(ticket_key + ticket_count.fetch_add(1, std::memory_order_relaxed) + 1);
 	std::unique_lock lock(publish_lock, std::defer_lock);
 	auto seq = put_out(g, stream, lock, check, redemptions);
 	if (!seq)
@@ -1020,7 +1020,8 @@ void Publisher::io_loop()
 			case IoTag::tickets: {
 				// An owner that acquires nothing still ends its tickets on time.
 				uint64_t expirations;
-				[[maybe_unused]] ssize_t r = ::read(ticket_timer.get(), &expirations, sizeof(expirations));
+				[[maybe_unused]] ssize_t r =
+					::read(ticket_timer.get(), &expirations, sizeof(expirations));
 				std::lock_guard lock(publish_lock);
 				end_tickets(false);
 				break;

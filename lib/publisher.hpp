@@ -189,9 +189,9 @@ private:
 	std::atomic<uint64_t> next_ticket_ns{ UINT64_MAX };
 	UniqueFd ticket_timer; // polled by the I/O thread
 	uint64_t ticket_timer_ns = UINT64_MAX; // what it is armed for, under publish_lock
-	// Check words: a key drawn at create, mixed with a count (under publish_lock).
+	// Check words: a key drawn at create, mixed with a count (any publishing thread).
 	uint64_t ticket_key = 0;
-	uint64_t ticket_count = 0;
+	std::atomic<uint64_t> ticket_count{ 0 };
 	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
 };
 

@@ -172,8 +172,9 @@ SlotSnapshot read_slot(const layout::SlotRecord &slot, uint32_t index, std::opti
 	}
 	s.seq = slot.meta.seq;
 	s.side_data_size = *static_cast<const volatile uint32_t *>(&slot.side_data_size);
-	s.ticket_left = slot.ticket_check.load(std::memory_order_relaxed) ? slot.ticket_left.load(std::memory_order_relaxed)
-									    : 0;
+	s.ticket_left = slot.ticket_check.load(std::memory_order_relaxed)
+				? slot.ticket_left.load(std::memory_order_relaxed)
+				: 0;
 	s.free = layout::slot_is_free(state, any);
 	return s;
 }

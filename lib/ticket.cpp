@@ -54,13 +54,14 @@ Result<Ticket> Ticket::parse(std::string_view text)
 	bool ok = rest.substr(0, kTicketPrefix.size()) == kTicketPrefix;
 	if (ok) {
 		rest.remove_prefix(kTicketPrefix.size());
-		ok = take_number(rest, &t.slot, 10, ':') && take_number(rest, &t.seq, 10, ':') &&
-		     rest.size() == 16 && take_number(rest, &t.check, 16, '\0') && t.check != 0;
+		ok = take_number(rest, &t.slot, 10, ':') && take_number(rest, &t.seq, 10, ':') && rest.size() == 16 &&
+		     take_number(rest, &t.check, 16, '\0') && t.check != 0;
 	}
 	if (!ok) {
 		std::string shown(text.substr(0, 80));
-		return make_error(Errc::bad_ticket, "not a frame ticket: '" + shown + "' (expected xmem-ticket:SLOT:SEQ:CHECK, "
-								     "CHECK as 16 hex digits)");
+		return make_error(Errc::bad_ticket, "not a frame ticket: '" + shown +
+							    "' (expected xmem-ticket:SLOT:SEQ:CHECK, "
+							    "CHECK as 16 hex digits)");
 	}
 	return t;
 }
@@ -86,7 +87,9 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 	// gone (or the frame is another) and the hold goes back.
 	if (auto held = hold_published(t.slot); !held)
 		return held.code() == Errc::not_held ? refused(kNotLive) : held.error();
-	auto undo = [&] { (void)release(t.slot, nullptr, false); };
+	auto undo = [&] {
+		(void)release(t.slot, nullptr, false);
+	};
 	uint64_t seq = *static_cast<const volatile uint64_t *>(&slot.meta.seq);
 	if (seq != t.seq || slot.ticket_check.load(std::memory_order_seq_cst) != t.check) {
 		undo();
@@ -107,7 +110,8 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 		auto ready = sync->wait_ready(t.slot, seq, nullptr, deadline_after(kRedeemReadyTimeoutNs));
 		if (!ready) {
 			undo();
-			return make_error(ready.code(), where() + ": ticket " + t.to_string() + ": " + ready.error().message);
+			return make_error(ready.code(),
+					  where() + ": ticket " + t.to_string() + ": " + ready.error().message);
 		}
 	}
 	return checked_guard(t.slot, false);

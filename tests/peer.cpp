@@ -347,7 +347,8 @@ int redeem(const std::string &name, const xmem::test::Options &o)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		std::fprintf(stderr, "usage: xmem-test-peer produce|consume|open-as|connect-as|serve|redeem NAME [options]\n");
+		std::fprintf(stderr,
+			     "usage: xmem-test-peer produce|consume|open-as|connect-as|serve|redeem NAME [options]\n");
 		return 2;
 	}
 	std::string mode = argv[1], name = argv[2];

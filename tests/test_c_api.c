@@ -414,23 +414,30 @@ static int run(const char *runtime)
 	return failures ? 1 : 0;
 }
 
-/* xmem_buffer_set_tensor, and xmem_buffer_try_make_writable for a frame's holders, on
- * a pool of their own. */
-static int tensors_and_sole_holders(void)
+/* Pool NAME of SLOTS 256-byte slots, and two consumers of it: 0, or 1 when one failed. */
+static int owner_and_two_consumers(const char *name, uint32_t slots, xmem_pool **owner, xmem_pool **a, xmem_pool **b)
 {
 	xmem_pool_config config;
 	xmem_pool_config_init(&config);
 	config.slot_size = 256;
-	config.slot_count = 2;
-	xmem_pool *owner = NULL, *a = NULL, *b = NULL;
-	CHECK_STATUS(xmem_pool_create("c-tensor", &config, &owner), XMEM_OK);
-	REQUIRE(owner != NULL);
+	config.slot_count = slots;
+	CHECK_STATUS(xmem_pool_create(name, &config, owner), XMEM_OK);
+	REQUIRE(*owner != NULL);
 	xmem_open_options options;
 	xmem_open_options_init(&options);
 	options.timeout_ns = 5000000000;
-	CHECK_STATUS(xmem_pool_open("c-tensor", &options, &a), XMEM_OK);
-	CHECK_STATUS(xmem_pool_open("c-tensor", &options, &b), XMEM_OK);
-	REQUIRE(a != NULL && b != NULL);
+	CHECK_STATUS(xmem_pool_open(name, &options, a), XMEM_OK);
+	CHECK_STATUS(xmem_pool_open(name, &options, b), XMEM_OK);
+	REQUIRE(*a != NULL && *b != NULL);
+	return 0;
+}
+
+/* xmem_buffer_set_tensor, and xmem_buffer_try_make_writable for a frame's holders, on
+ * a pool of their own. */
+static int tensors_and_sole_holders(void)
+{
+	xmem_pool *owner = NULL, *a = NULL, *b = NULL;
+	REQUIRE(owner_and_two_consumers("c-tensor", 2, &owner, &a, &b) == 0);
 
 	xmem_buffer *w = NULL;
 	CHECK_STATUS(xmem_pool_acquire(owner, 1000000000, &w), XMEM_OK);
@@ -505,6 +512,54 @@ static int tensors_and_sole_holders(void)
 	return failures ? 1 : 0;
 }
 
+/* Frame tickets: published to no queue, redeemed from text by two consumers, a third
+ * get refused with XMEM_EBADTICKET, garbage and a forged check word refused, the slot
+ * back once both let go. */
+static int tickets(void)
+{
+	xmem_pool *owner = NULL, *a = NULL, *b = NULL;
+	REQUIRE(owner_and_two_consumers("c-ticket", 1, &owner, &a, &b) == 0);
+
+	xmem_buffer *w = NULL;
+	CHECK_STATUS(xmem_pool_acquire(owner, 1000000000, &w), XMEM_OK);
+	REQUIRE(w != NULL);
+	fill(xmem_buffer_data_mut(w), 256, 7);
+	xmem_buffer_meta_mut(w)->size = 256;
+	xmem_ticket t;
+	CHECK_STATUS(xmem_pool_publish_ticket(owner, NULL, 1, 1000, NULL, &t), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_publish_ticket(owner, w, 2, 10000000000ull, NULL, &t), XMEM_OK);
+	char text[XMEM_TICKET_TEXT_MAX];
+	CHECK_STATUS(xmem_ticket_format(&t, text, 8), XMEM_ERANGE);
+	CHECK_STATUS(xmem_ticket_format(&t, text, sizeof(text)), XMEM_OK);
+	xmem_ticket parsed;
+	CHECK_STATUS(xmem_ticket_parse(text, &parsed), XMEM_OK);
+	CHECK(parsed.slot == t.slot && parsed.seq == t.seq && parsed.check == t.check);
+	CHECK_STATUS(xmem_ticket_parse("xmem-ticket:0:1:zz", &parsed), XMEM_EBADTICKET);
+	CHECK(strcmp(xmem_status_name(XMEM_EBADTICKET), "XMEM_EBADTICKET") == 0);
+
+	xmem_buffer *fa = NULL, *fb = NULL, *fc = NULL;
+	xmem_ticket forged = t;
+	forged.check ^= 0x100;
+	CHECK_STATUS(xmem_pool_get_ticket(a, &forged, &fc), XMEM_EBADTICKET);
+	CHECK_STATUS(xmem_pool_get_ticket(a, &parsed, &fa), XMEM_OK);
+	CHECK_STATUS(xmem_pool_get_ticket(b, &parsed, &fb), XMEM_OK);
+	CHECK_STATUS(xmem_pool_get_ticket(b, &parsed, &fc), XMEM_EBADTICKET);
+	REQUIRE(fa != NULL && fb != NULL);
+	CHECK(intact(xmem_buffer_data(fa), 256, 7));
+	CHECK(xmem_buffer_meta(fb)->seq == t.seq);
+	xmem_ticket_stats ts;
+	CHECK_STATUS(xmem_pool_ticket_stats(owner, &ts), XMEM_OK);
+	CHECK(ts.issued == 1 && ts.redeemed == 2 && ts.expired == 0);
+	xmem_buffer_release(fa);
+	xmem_buffer_release(fb);
+	CHECK_STATUS(xmem_pool_acquire(owner, 5000000000, &w), XMEM_OK); /* the only slot, back */
+	xmem_buffer_release(w);
+	xmem_pool_close(a);
+	xmem_pool_close(b);
+	xmem_pool_close(owner);
+	return failures ? 1 : 0;
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/xmem-c-api-XXXXXX";
@@ -516,6 +571,8 @@ int main(void)
 	setenv("XDG_RUNTIME_DIR", dir, 1);
 	int rc = run(dir);
 	if (tensors_and_sole_holders() != 0)
+		rc = 1;
+	if (tickets() != 0)
 		rc = 1;
 	char pool_dir[512];
 	snprintf(pool_dir, sizeof(pool_dir), "%s/xmem", dir);

@@ -598,7 +598,8 @@ TEST(Inspect, ShowsLiveTicketsAndTheirRedemptionsLeft)
 		if (s["index"].num() == slot) {
 			found = true;
 			EXPECT_EQ(s["ticket_left"].num(), 2u);
-			EXPECT_EQ(s["holder_bits"].items.size(), 2u) << "the owner's hold for the ticket, and the redeemer's";
+			EXPECT_EQ(s["holder_bits"].items.size(), 2u)
+				<< "the owner's hold for the ticket, and the redeemer's";
 		}
 	}
 	EXPECT_TRUE(found);

@@ -253,8 +253,7 @@ TEST(Tickets, ARedeemerInAnotherProcessKilledBeforeOrAfterRedeemingLeaksNothing)
 	ASSERT_TRUE(t1.ok() && t2.ok());
 	ASSERT_TRUE(redeemer.write_stdin(t1->to_string() + "\n"));
 	ASSERT_TRUE(redeemer.write_stdin(t1->to_string() + "\n")); // a second time: refused
-	ASSERT_TRUE(redeemer.wait_output("refused code=" + std::to_string(-XMEM_EBADTICKET)))
-		<< redeemer.output();
+	ASSERT_TRUE(redeemer.wait_output("refused code=" + std::to_string(-XMEM_EBADTICKET))) << redeemer.output();
 	EXPECT_NE(redeemer.output().find("redeemed seq=" + std::to_string(t1->seq) + " ok=1"), std::string::npos)
 		<< redeemer.output();
 	redeemer.signal(SIGKILL);

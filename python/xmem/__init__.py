@@ -37,6 +37,8 @@ __all__ = [
     "FrameMeta",
     "FrameRefused",
     "LayoutError",
+    "BadTicket",
+    "Ticket",
     "open",
     "create",
 ]
@@ -68,6 +70,11 @@ class FrameRefused(Error):
     (Consumer.frames_refused()); the next receive() goes on."""
 
 
+class BadTicket(Error):
+    """A frame ticket that names no live ticket of the pool: expired, used up, forged,
+    garbled or of another pool. No frame was taken."""
+
+
 class LayoutError(ValueError, BufferError):
     """A frame's tensor cannot be handed out as asked: its metadata names no dtype or
     spans more than its payload (another process wrote it), or the interface cannot
@@ -80,7 +87,7 @@ def _raise(status, what):
     message = _capi.last_error() or what
     name = lib.xmem_status_name(status).decode()
     kind = {_capi.ETIMEDOUT: Timeout, _capi.EEOS: EndOfStream, _capi.ECLOSED: Closed,
-            _capi.EBADFRAME: FrameRefused}.get(status, Error)
+            _capi.EBADFRAME: FrameRefused, _capi.EBADTICKET: BadTicket}.get(status, Error)
     raise kind("%s (%s)" % (message, name), status)
 
 
@@ -556,6 +563,59 @@ def _video_format(caps):
     return fields["format"], int(fields["width"]), int(fields["height"])
 
 
+class Ticket:
+    """A frame ticket (Producer.publish_ticket): one published frame of one pool, for a
+    number of redemptions (Consumer.get) until it expires. Plain data for any channel:
+    str(ticket) is "xmem-ticket:SLOT:SEQ:CHECK", bytes(ticket) its 24 bytes (the C
+    struct); Ticket.parse() takes either back."""
+
+    __slots__ = ("slot", "seq", "check")
+
+    def __init__(self, slot, seq, check):
+        self.slot, self.seq, self.check = int(slot), int(seq), int(check)
+
+    @classmethod
+    def parse(cls, value):
+        """The ticket VALUE names: a Ticket, its str, or its bytes. BadTicket otherwise."""
+        if isinstance(value, Ticket):
+            return value
+        t = _capi.Ticket()
+        if isinstance(value, (bytes, bytearray, memoryview)) and len(value) == ctypes.sizeof(_capi.Ticket):
+            ctypes.memmove(ctypes.addressof(t), bytes(value), ctypes.sizeof(t))
+            if t.check == 0 or t.reserved != 0:
+                raise BadTicket("not a frame ticket: %d bytes with a zero check word or reserved bits set"
+                                % len(value), _capi.EBADTICKET)
+            return cls(t.slot, t.seq, t.check)
+        if isinstance(value, (bytes, bytearray)):
+            value = bytes(value).decode(errors="replace")
+        if not isinstance(value, str):
+            raise TypeError("a ticket is a Ticket, its str or its bytes, not %s" % type(value).__name__)
+        _check(lib.xmem_ticket_parse(value.encode(), ctypes.byref(t)), "ticket")
+        return cls(t.slot, t.seq, t.check)
+
+    def _c(self):
+        t = _capi.Ticket()
+        t.slot, t.seq, t.check = self.slot, self.seq, self.check
+        return t
+
+    def __str__(self):
+        text = ctypes.create_string_buffer(_capi.TICKET_TEXT_MAX)
+        _check(lib.xmem_ticket_format(ctypes.byref(self._c()), text, len(text)), "ticket")
+        return text.value.decode()
+
+    def __bytes__(self):
+        return bytes(self._c())
+
+    def __eq__(self, other):
+        return isinstance(other, Ticket) and (self.slot, self.seq, self.check) == (other.slot, other.seq, other.check)
+
+    def __hash__(self):
+        return hash((self.slot, self.seq, self.check))
+
+    def __repr__(self):
+        return "Ticket(%r)" % str(self)
+
+
 class _Pool:
     """An xmem_pool handle, closed once its Consumer or Producer and frames are gone."""
 
@@ -594,6 +654,13 @@ class _Handle:
         s = _capi.SpillStats()
         _check(lib.xmem_pool_spill_stats(self._get(), ctypes.byref(s)), "spill_stats")
         return {name: getattr(s, name) for name, _ in _capi.SpillStats._fields_ if name != "reserved"}
+
+    def ticket_stats(self):
+        """The pool's frame tickets: issued, redeemed, expired (with redemptions unused),
+        live (their slots still held for them)."""
+        s = _capi.TicketStats()
+        _check(lib.xmem_pool_ticket_stats(self._get(), ctypes.byref(s)), "ticket_stats")
+        return {name: getattr(s, name) for name, _ in _capi.TicketStats._fields_ if not name.startswith("reserved")}
 
     @property
     def storage(self):
@@ -658,6 +725,16 @@ class Consumer(_Handle):
         _check(lib.xmem_pool_receive_on_stream(self._get(), _timeout_ns(timeout), handle, ctypes.byref(buffer)),
                "receive")
         return Frame(buffer, self._pool, handle)
+
+    def get(self, ticket):
+        """The frame TICKET names (a Ticket, its str or its bytes), with a reference of
+        this process's own: one of the ticket's redemptions. Raises BadTicket when it is
+        expired, used up, forged or of another pool, Closed once the owner closed the
+        pool. A device frame is ready for any stream (the CPU waited for its writes)."""
+        t = Ticket.parse(ticket)._c()
+        buffer = ctypes.c_void_p()
+        _check(lib.xmem_pool_get_ticket(self._get(), ctypes.byref(t), ctypes.byref(buffer)), "get")
+        return Frame(buffer, self._pool)
 
     def fileno(self):
         """Polls readable when receive() may return without waiting."""
@@ -772,9 +849,35 @@ class Producer(_Handle):
 
         A bad argument raises ValueError or TypeError (or Error, from the library) and
         leaves the frame acquired, to publish again."""
+        handle = self._prepare(frame, size, pts, stream, dts=dts, duration=duration, flags=flags,
+                               content_type=content_type, dtype=dtype, shape=shape, strides=strides)
+        _check(lib.xmem_pool_publish_on_stream(self._get(), frame._take(), handle), "publish")
+
+    def publish_ticket(self, frame, redemptions=1, ttl=1.0, size=None, pts=None, stream=None, **metadata):
+        """Publishes an acquired frame to no queue and returns a Ticket for it, which
+        REDEMPTIONS Consumer.get() calls (any processes attached to the pool) may redeem
+        within TTL seconds: send str(ticket) or bytes(ticket) over any channel. The slot
+        stays held until every redemption is made or the TTL runs out; then its
+        references left go back, so a consumer that dies before redeeming leaks nothing.
+        SIZE, PTS, STREAM and the keyword METADATA as for publish()."""
+        if isinstance(redemptions, bool) or operator.index(redemptions) < 1 or redemptions >= 1 << 32:
+            raise ValueError("redemptions must be 1 to 2**32 - 1, not %r" % (redemptions,))
+        if not ttl > 0:
+            raise ValueError("ttl must be a positive number of seconds, not %r" % (ttl,))
+        handle = self._prepare(frame, size, pts, stream, **metadata)
+        t = _capi.Ticket()
+        _check(lib.xmem_pool_publish_ticket(self._get(), frame._take(), int(redemptions),
+                                            min(int(ttl * 1e9), _capi.FOREVER), handle, ctypes.byref(t)),
+               "publish_ticket")
+        return Ticket(t.slot, t.seq, t.check)
+
+    def _prepare(self, frame, size, pts, stream, *, dts=None, duration=None, flags=None, content_type=None,
+                 dtype=None, shape=None, strides=None):
+        """Checks publish()'s arguments and writes them into FRAME's metadata; the
+        stream's handle. Nothing is written when an argument is bad."""
         if not isinstance(frame, WritableFrame):
             raise TypeError("publish() takes a frame from acquire()")
-        pool = self._get()
+        self._get()
         buffer = frame._live_buffer()
         handle = _stream_handle(stream)
         times = {key: _nanoseconds(value, key) for key, value in (("pts", pts), ("dts", dts), ("duration", duration))
@@ -804,7 +907,7 @@ class Producer(_Handle):
             meta.flags = flags
         if content_type is not None:
             meta.content_type = encoded
-        _check(lib.xmem_pool_publish_on_stream(pool, frame._take(), handle), "publish")
+        return handle
 
     @staticmethod
     def _set_tensor(frame, size, dtype, shape, strides):

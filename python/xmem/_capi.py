@@ -16,7 +16,7 @@ NONE = (1 << 64) - 1
 OK = 0
 EINVAL, ENAME, ENOENT, EACCES, EBUSY, ENOTPOOL, EVERSION, EBADSEG = -1, -2, -3, -4, -5, -6, -7, -8
 ERANGE, ETIMEDOUT, ECLOSED, EEOS, EFULL, ENOTHELD, EREADONLY, EROLE = -9, -10, -11, -12, -13, -14, -15, -16
-ESYSTEM, ENOMEM, EBADFRAME = -17, -18, -19
+ESYSTEM, ENOMEM, EBADFRAME, EBADTICKET = -17, -18, -19, -20
 
 STORAGE_SYSTEM, STORAGE_CUDA = 0, 1
 CONTENT_TYPE_MAX = 32  # bytes, the terminating NUL included
@@ -141,6 +141,29 @@ class SpillStats(ctypes.Structure):
     ]
 
 
+class Ticket(ctypes.Structure):
+    _fields_ = [
+        ("slot", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("seq", ctypes.c_uint64),
+        ("check", ctypes.c_uint64),
+    ]
+
+
+class TicketStats(ctypes.Structure):
+    _fields_ = [
+        ("issued", ctypes.c_uint64),
+        ("redeemed", ctypes.c_uint64),
+        ("expired", ctypes.c_uint64),
+        ("live", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 2),
+    ]
+
+
+TICKET_TEXT_MAX = 64
+
+
 def _candidates():
     path = os.environ.get("XMEM_LIBRARY")
     if path:
@@ -186,6 +209,13 @@ _SIGNATURES = {
     "xmem_pool_frames_refused": (ctypes.c_uint64, [_P]),
     "xmem_pool_consumer_stats": (ctypes.c_int, [_P, ctypes.POINTER(ConsumerStats)]),
     "xmem_pool_spill_stats": (ctypes.c_int, [_P, ctypes.POINTER(SpillStats)]),
+    "xmem_pool_publish_ticket": (
+        ctypes.c_int, [_P, _P, ctypes.c_uint32, ctypes.c_uint64, _P, ctypes.POINTER(Ticket)],
+    ),
+    "xmem_pool_get_ticket": (ctypes.c_int, [_P, ctypes.POINTER(Ticket), ctypes.POINTER(_P)]),
+    "xmem_ticket_format": (ctypes.c_int, [ctypes.POINTER(Ticket), ctypes.c_char_p, ctypes.c_size_t]),
+    "xmem_ticket_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(Ticket)]),
+    "xmem_pool_ticket_stats": (ctypes.c_int, [_P, ctypes.POINTER(TicketStats)]),
     "xmem_pool_slot_size": (ctypes.c_uint64, [_P]),
     "xmem_pool_slot_count": (ctypes.c_uint32, [_P]),
     "xmem_pool_storage": (ctypes.c_uint32, [_P]),

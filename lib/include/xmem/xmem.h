@@ -358,6 +358,27 @@ int xmem_set_video_layout(xmem_frame_meta *meta, const char *format, uint32_t wi
 /* Seed API: reference a published slot by index (read-only / writable, copy-on-write). */
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out);
 int xmem_pool_get_mut(xmem_pool *pool, uint32_t index, xmem_buffer **out);
+
+/* Frame tickets (owner): publishes BUFFER (consumed, as xmem_pool_publish_on_stream) to
+ * no queue and fills *TICKET, which REDEMPTIONS xmem_pool_get_ticket calls, in any
+ * processes attached to the pool, may redeem within TTL_NS. The slot stays held until
+ * every redemption is made or the TTL runs out; then its references left go back.
+ * Errors: XMEM_EINVAL (NULL argument, 0 redemptions, TTL 0), XMEM_EROLE (a consumer),
+ * and publish's. */
+int xmem_pool_publish_ticket(xmem_pool *pool, xmem_buffer *buffer, uint32_t redemptions, uint64_t ttl_ns,
+			     void *cuda_stream, xmem_ticket *ticket);
+/* Frame tickets (consumer): the frame TICKET names, read-only, with a reference of this
+ * process's own; one of its redemptions. A device frame is ready for any stream (the CPU
+ * waited for its writes). XMEM_EBADTICKET when the ticket is expired, used up, forged or
+ * of another pool (never another frame); XMEM_ECLOSED once the owner closed the pool. */
+int xmem_pool_get_ticket(xmem_pool *pool, const xmem_ticket *ticket, xmem_buffer **out);
+/* TICKET as text, "xmem-ticket:SLOT:SEQ:CHECK", NUL-terminated in TEXT (SIZE bytes,
+ * XMEM_TICKET_TEXT_MAX is enough). XMEM_ERANGE when SIZE is too small. */
+int xmem_ticket_format(const xmem_ticket *ticket, char *text, size_t size);
+/* The ticket TEXT names (what xmem_ticket_format wrote); XMEM_EBADTICKET otherwise. */
+int xmem_ticket_parse(const char *text, xmem_ticket *ticket);
+/* The pool's tickets: issued, redeemed, expired, live. */
+int xmem_pool_ticket_stats(const xmem_pool *pool, xmem_ticket_stats *stats);
 /* Non-RAII references of this process on a slot it holds. */
 int xmem_pool_add_ref(xmem_pool *pool, uint32_t index);
 int xmem_pool_release(xmem_pool *pool, uint32_t index);
