@@ -312,7 +312,11 @@ TEST(Tickets, RedemptionsRacingExpiryGetTheirFrameOrNothing)
 	};
 	std::thread ta(redeem, std::ref(*a)), tb(redeem, std::ref(*b));
 	for (int i = 0; i < kTickets; i++) {
-		auto t = ticket_frame(*owner, 1 + i % 2, std::chrono::microseconds(200 + (i % 5) * 200), 10s);
+		// Most expire within a millisecond, racing the redemptions; every fourth lives 5 s,
+		// so that a loaded machine still has redemptions made.
+		auto ttl = i % 4 == 0 ? std::chrono::microseconds(5'000'000)
+				      : std::chrono::microseconds(200 + (i % 5) * 200);
+		auto t = ticket_frame(*owner, 1 + i % 2, ttl, 10s);
 		ASSERT_TRUE(t.ok()) << i << ": " << t.error().message;
 		issued[size_t(i)] = *t;
 		ready.store(i + 1, std::memory_order_release);

@@ -579,6 +579,12 @@ def py_consumer(pool):
                 note("rejected", f"frame {frame.meta.seq} {what}: {e}")
                 continue
             except Exception as e:
+                if what == "dlpack" and frame.meta.dtype == "bfloat16":
+                    # A valid capsule numpy cannot take: it has no bfloat16 (numpy 1.24
+                    # fails with a SystemError, later ones with a BufferError or TypeError).
+                    counts["rejected"] += 1
+                    note("rejected", f"frame {frame.meta.seq} {what}: numpy has no bfloat16: {type(e).__name__}")
+                    continue
                 counts["unexpected"] += 1
                 m = frame.meta
                 note("unexpected", f"frame {m.seq} {what}: {type(e).__name__}: {e} (size {m.size}, shape "
