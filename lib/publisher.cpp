@@ -200,7 +200,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	// Where each fifo-spill consumer's queue holds each slot, and how far from its head.
 	using Queued = SpillQueued;
 	uint32_t best = UINT32_MAX;
-	uint64_t best_next_use = 0;
+	uint64_t best_next_use = 0, best_seq = 0;
 	std::vector<Queued> best_queued;
 	std::vector<Queued> queued;
 	for (uint32_t i = 0; i < seg.slot_count; i++) {
@@ -251,6 +251,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 			best = i;
 			best_next_use = next_use;
 			best_queued = queued;
+			best_seq = *static_cast<const volatile uint64_t *>(&slot.meta.seq);
 		}
 	}
 	if (best == UINT32_MAX)
@@ -268,7 +269,30 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	// The owner holds the slot while it copies it: nobody reclaims it, takes it for
 	// writing in place or spills it again meanwhile (a candidate has no owner bit).
 	spills_in_flight.fetch_add(1, std::memory_order_seq_cst);
-	slot.holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
+	uint64_t had = slot.holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
+	// Since the look its consumers may have let go of the slot and the producer's
+	// lock-free try_reclaim() taken it (tests/model, Finding 10): the state after the
+	// bit, as get() looks against a reclaim (RECLAIMING: it goes on or backs off). Still
+	// the frame looked at, the bit ours: spill it. WRITING: the producer's now, and the
+	// bit its write reference (one bit stands for one): left set. Another frame since
+	// (published, maybe held for a ticket, whose hold the bit may be): ours goes.
+	uint32_t now_state;
+	for (int spin = 0;; spin++) {
+		now_state = slot.state.load(std::memory_order_seq_cst);
+		if (now_state != kSlotReclaiming || spin > 1000)
+			break;
+		std::this_thread::yield();
+	}
+	bool ours = !(had & holder_mask(kOwnerBit));
+	if (!ours || (now_state != kSlotPublished && now_state != kSlotExclusive) ||
+	    *static_cast<const volatile uint64_t *>(&slot.meta.seq) != best_seq) {
+		if (ours && (now_state == kSlotPublished || now_state == kSlotExclusive))
+			slot.holders[0].fetch_and(~holder_mask(kOwnerBit), std::memory_order_seq_cst);
+		spills_in_flight.fetch_sub(1, std::memory_order_seq_cst);
+		pool_.spill->free(*r);
+		pool_.notify_owner(); // an acquire() may wait on the spill in flight
+		return false;
+	}
 	std::vector<uint64_t> generations;
 	generations.reserve(best_queued.size());
 	for (const Queued &q : best_queued)
@@ -428,9 +452,23 @@ bool Publisher::spill_refused(uint32_t best, const std::vector<SpillQueued> &bes
 	// tier's pages could not be had): the frame's consumers lose it, each by its fallback.
 	for (const SpillQueued &q : best_queued)
 		moved |= served[q.consumer].fallback == Policy::drop_oldest
-				 ? drop_oldest(q.consumer)
+				 ? drop_oldest_frame(q.consumer)
 				 : drop_in_place(q.consumer, q.position, best);
 	return moved;
+}
+
+bool Publisher::drop_oldest_frame(uint32_t c)
+{
+	ConsumerRecord *rec = seg.consumer(c);
+	uint64_t h = rec->head.load(std::memory_order_acquire);
+	uint64_t t = rec->tail.load(std::memory_order_relaxed);
+	for (uint64_t k = h; t - h <= seg.ring_capacity && k != t; k++) {
+		uint64_t e = ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire);
+		if (uint32_t(e >> 32) == uint32_t(k) && pool_.entry_index(uint32_t(e)) &&
+		    drop_in_place(c, k, uint32_t(e)))
+			return true;
+	}
+	return false;
 }
 
 Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
@@ -489,13 +527,15 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 			std::unique_lock lock(publish_lock);
 			moved = spill_one(lock, deadline) || drop_globally_oldest();
 		}
+		// A spill in flight (the spill thread copying a slot's frame) frees a slot soon:
+		// it is waited for whatever the timeout, as the copy would have been had acquire
+		// made it itself, so acquire(0) still finds the slot a spill makes free. Loaded
+		// before the look for a free slot: a spill that ends between the two has freed
+		// its slot by then (tests/model, Finding 8).
+		bool in_flight = spills_in_flight.load(std::memory_order_seq_cst) != 0;
 		bool free = moved || shut.load(std::memory_order_acquire);
 		for (uint32_t i = 0; i < seg.slot_count && !free; i++)
 			free = slot_is_free(seg.slots[i]);
-		// A spill in flight (the spill thread copying a slot's frame) frees a slot soon:
-		// it is waited for whatever the timeout, as the copy would have been had acquire
-		// made it itself, so acquire(0) still finds the slot a spill makes free.
-		bool in_flight = spills_in_flight.load(std::memory_order_seq_cst) != 0;
 		uint64_t now = monotonic_ns();
 		bool expired = !free && !in_flight && now >= deadline;
 		if (!free && !expired) {

@@ -73,6 +73,10 @@ private:
 	// Consumer C's entry at POSITION, naming WHAT, becomes `skipped` (CAS: false when C
 	// claimed it first); its bit goes, counted as dropped.
 	bool drop_in_place(uint32_t c, uint64_t position, uint32_t what);
+	// Consumer C's oldest queued frame (never a marker: an end of stream stays) is
+	// dropped in place; false when it has none queued (spill_refused's drop-oldest
+	// fallback, tests/model Finding 9).
+	bool drop_oldest_frame(uint32_t c);
 	// Spill buffers no consumer holds any more go back to the tier.
 	void collect_spill();
 	// The tier's free pages go back to the kernel (it has been idle kSpillTrimNs), in
