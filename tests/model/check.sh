@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# tests/model/check.sh - checks xmem.pml with spin: every configuration below must
+# tests/model/check.sh - checks xmem.pml (and tickets.pml) with spin: every configuration below must
 # verify with no error and a complete search; with --mutants, every seeded bug (and
 # the code before each finding's fix, see README.md) must produce a counterexample.
 #   check.sh [--mutants] [WORK_PARENT]   pan is built in a private directory under
 #                                        WORK_PARENT (default: $TMPDIR or /tmp)
+#   XMEM_MODEL_ONLY=REGEX                only the runs (or mutants) whose name matches
 # Exits 77 (skipped) when spin or a C compiler is missing.
 set -euo pipefail
 
@@ -46,6 +47,12 @@ fi
 run() {
 	local name=$1
 	shift
+	# --model=FILE first among the defines: another model of this folder (tickets.pml).
+	local source=$model
+	if [[ "${1:-}" == --model=* ]]; then
+		source=$here/${1#--model=}
+		shift
+	fi
 	local cflags=() f
 	for f in "${PAN_CFLAGS[@]}"; do
 		if [ "$f" != -DBFS ] || [[ " $* " != *" -DDEPTH_FIRST "* ]]; then
@@ -55,7 +62,7 @@ run() {
 	mkdir -p "$work/$name"
 	(
 		cd "$work/$name"
-		cp "$model" xmem.pml
+		cp "$source" xmem.pml
 		spin "$@" -a xmem.pml >spin.out 2>&1 || {
 			cat spin.out
 			exit 1
@@ -85,6 +92,12 @@ SPILL="-DNS=2 -DNO_WAKEUP -DACQUIRE_RETRIES_ON_PROGRESS"
 # consumers fifo-spill (fallbacks: 0 drop-oldest, 1 drop-new), consumer 0 active,
 # consumer 1 passive (killed and reaped at the end, its spilled frame still queued).
 GSPILL="-DGPU -DSYNC_AT_CLOSE $SPILL -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DPASSIVE1 -DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+# The spill thread (system memory): the spill bounds, 1 buffer, both consumers fifo-spill
+# (fallbacks: 0 drop-oldest, 1 drop-new), consumer 0 active, consumer 1 passive (killed
+# at the end, maybe while a spill copies its frame); SAFIX: the proposed fixes of
+# Findings 8, 9 and 10 (README.md).
+SAHEAD="$SPILL -DSPILL_AHEAD -DNSP=1 -DPOLICY=3 -DFB0=0 -DFB1=1 -DPASSIVE1 -DPROBES=0 -DEXCL=0 -DEARLY=0"
+SAFIX="-DACQUIRE_LOADS_IN_FLIGHT_FIRST -DFALLBACK_DROPS_FRAMES -DSPILL_RECHECKS_STATE"
 configs=(
 	"drop-oldest|-DKILL=0 -DPROBES=0 -DEXCL=0 -DEARLY=0"
 	"exclusive|-DNF=0 -DKILL=0 -DPROBES=2 -DEXCL=1 -DEARLY=0"
@@ -115,6 +128,16 @@ configs=(
 	"gpu-spill|$GSPILL -DNF=1"
 	"gpu-spill-2|$GSPILL -DNF=2 -DGPU_SETTLED"
 	"gpu-spill-close|$GSPILL -DNF=1 -DGPU_SETTLED -DOWNER_CLOSES -DCLOSE_DRAINS_STREAMS -DGONE_RECHECKS_SPILL"
+	# The spill thread spilling ahead: its copy without publish_lock against acquire,
+	# publish, claims and reaps; spill_refused's drops; spill-ahead-kill: consumer 0
+	# killed at any step.
+	"spill-ahead|$SAHEAD $SAFIX -DNF=2 -DKILL=0"
+	"spill-ahead-kill|$SAHEAD $SAFIX -DNF=1 -DKILL=1"
+	# Frame tickets (tickets.pml): one slot reused for 2 ticketed frames, 2 redeemers
+	# of live, stale and forged tickets, one of them killed at any step; tickets for
+	# one redemption, and for two.
+	"tickets|--model=tickets.pml"
+	"tickets-2|--model=tickets.pml -DREDEMPTIONS=2"
 )
 
 # Seeded bugs (and the code before a finding's fix): each must yield a counterexample.
@@ -146,12 +169,29 @@ mutants=(
 	"spill-skips-done|-DMUTATION_SPILL_SKIPS_DONE $GSPILL -DNF=1"
 	"no-spill-wait|-DMUTATION_NO_SPILL_WAIT $GSPILL -DNF=1"
 	"close-loses-frames|$GSPILL -DNF=1 -DGPU_SETTLED -DOWNER_CLOSES"
+	# The spill thread, seeded bugs (acquire-ignores-spill: the code before 2c34312);
+	# and Findings 8, 9 and 10, the code as it is (the other two fixes on).
+	"spill-skips-generation|-DMUTATION_SPILL_SKIPS_GENERATION $SAHEAD $SAFIX -DNF=1 -DKILL=0"
+	"spill-no-owner-bit|-DMUTATION_SPILL_NO_OWNER_BIT $SAHEAD $SAFIX -DNF=1 -DKILL=0"
+	"spill-no-notify|-DMUTATION_SPILL_NO_NOTIFY $SAHEAD $SAFIX -DNF=1 -DKILL=0"
+	"acquire-ignores-spill|-DMUTATION_ACQUIRE_IGNORES_SPILL $SAHEAD $SAFIX -DNF=1 -DKILL=0"
+	"drop-by-store|-DMUTATION_DROP_BY_STORE $SAHEAD $SAFIX -DNF=1 -DKILL=0"
+	"acquire-misses-spill|$SAHEAD -DFALLBACK_DROPS_FRAMES -DSPILL_RECHECKS_STATE -DNF=1 -DKILL=0"
+	"fallback-takes-eos|$SAHEAD -DACQUIRE_LOADS_IN_FLIGHT_FIRST -DSPILL_RECHECKS_STATE -DNF=1 -DKILL=0"
+	"spill-holds-reclaimed-slot|$SAHEAD -DACQUIRE_LOADS_IN_FLIGHT_FIRST -DFALLBACK_DROPS_FRAMES -DNF=2 -DKILL=0"
+	# Frame tickets, seeded bugs (tickets.pml names each).
+	"ticket-no-seq-check|--model=tickets.pml -DM_NO_SEQ_CHECK"
+	"ticket-cas-first|--model=tickets.pml -DM_CAS_FIRST"
+	"ticket-no-owner-hold|--model=tickets.pml -DM_NO_OWNER_HOLD"
+	"ticket-no-zero|--model=tickets.pml -DM_NO_ZERO"
+	"ticket-no-release|--model=tickets.pml -DM_NO_RELEASE"
 )
 
 status=0
 if [ "$mode" = verify ]; then
 	for entry in "${configs[@]}"; do
 		name=${entry%%|*}
+		[[ -z "${XMEM_MODEL_ONLY:-}" || "$name" =~ $XMEM_MODEL_ONLY ]] || continue
 		read -r -a defs <<<"${entry#*|}"
 		run "$name" "${defs[@]}"
 		out=$work/$name/out
@@ -161,7 +201,11 @@ if [ "$mode" = verify ]; then
 			echo "$name: $(summary "$out") FAIL (${defs[*]})"
 			grep -E "^pan|assert|error|Warning|MEMLIM|too small" "$out" | head -20 || true
 			if [ -f "$work/$name/xmem.pml.trail" ]; then
-				(cd "$work/$name" && spin "${defs[@]}" -t -p xmem.pml | tail -60) || true
+				spin_defs=()
+				for f in "${defs[@]}"; do
+					[[ "$f" == --model=* ]] || spin_defs+=("$f")
+				done
+				(cd "$work/$name" && spin "${spin_defs[@]}" -t -p xmem.pml | tail -60) || true
 			fi
 			status=1
 		fi
@@ -169,6 +213,7 @@ if [ "$mode" = verify ]; then
 else
 	for entry in "${mutants[@]}"; do
 		name=${entry%%|*}
+		[[ -z "${XMEM_MODEL_ONLY:-}" || "$name" =~ $XMEM_MODEL_ONLY ]] || continue
 		read -r -a defs <<<"${entry#*|}"
 		run "$name" "${defs[@]}"
 		out=$work/$name/out

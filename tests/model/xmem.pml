@@ -55,9 +55,28 @@
  * fix of Finding 7: shutdown() lets its streams' ready and spill_ready writes land
  * before it hangs up on the consumers, and wait_spilled loads spill_ready once more
  * when it finds the owner gone.
- * ACQUIRE_RETRIES_ON_PROGRESS and SPILL_TAKES_EXCLUSIVE model proposed fixes of
- * Findings 3 and 4 (README.md): acquire() announces its wait before spill_one() and
- * looks again after any progress; spill_one() takes an EXCLUSIVE slot too.
+ * ACQUIRE_RETRIES_ON_PROGRESS and SPILL_TAKES_EXCLUSIVE model the fixes of Findings 3
+ * and 4 (README.md; lib/ has them since 162b2f2): acquire() announces its wait before
+ * spill_one() and looks again after any progress; spill_one() takes an EXCLUSIVE slot
+ * too.
+ * The spill tier as of 958ac71 and 316b65c: spill_one() holds the slot by the owner's
+ * bit and, for system memory, copies without publish_lock (the consumers' generations
+ * tell who was reaped meanwhile); a full tier calls spill_refused() (the hog's frame it
+ * alone holds, by drop_in_place, else each consumer's fallback). SPILL_AHEAD (system
+ * memory, NSP 1): the spill thread (Publisher::spill_loop) as a process of its own,
+ * woken by a publish that left no slot free; acquire's look at spills_in_flight, with
+ * an assertion of what acquire(0) would do there. Proposed fixes of what the model
+ * found there (README.md, Findings 8 to 10): ACQUIRE_LOADS_IN_FLIGHT_FIRST (acquire
+ * loads spills_in_flight before it looks for a free slot), FALLBACK_DROPS_FRAMES
+ * (spill_refused's drop-oldest fallback drops the oldest queued frame in place, never
+ * the end of stream), SPILL_RECHECKS_STATE (spill_one looks at the slot's state after
+ * setting the owner's bit). Seeded bugs: MUTATION_SPILL_SKIPS_GENERATION (the moves
+ * after the unlocked copy ignore the generations), MUTATION_SPILL_NO_OWNER_BIT (the
+ * slot is not held during the copy), MUTATION_SPILL_NO_NOTIFY (let_go_spilled_slot
+ * wakes no acquire), MUTATION_ACQUIRE_IGNORES_SPILL (acquire(0) gives up with a spill
+ * in flight, as before 2c34312), MUTATION_DROP_BY_STORE (drop_in_place stores its SKIP
+ * without the CAS), MUTATION_REFUSED_DROPS_SHARED (spill_refused drops a frame of the
+ * hog's that another consumer holds too: no property fails, README.md says why).
  */
 
 #define NC 2 /* consumers (the model unrolls loops over them) */
@@ -119,6 +138,10 @@
 #endif
 #if defined(GPU) && !((NS == 3 && NSP == 0) || (NS == 2 && NSP > 0))
 #error GPU runs have 3 slots and no spill tier, or 2 slots and a spill tier (the start states)
+#endif
+#if defined(SPILL_AHEAD) && \
+	(defined(GPU) || NSP != 1 || NS != 2 || defined(OWNER_CLOSES) || defined(OWNER_DIES))
+#error SPILL_AHEAD: system memory, 2 slots, 1 spill buffer, no close or death of the owner
 #endif
 
 /* xmem::Policy (latest is drop-oldest with a queue of one: QS 1 here) */
@@ -188,6 +211,12 @@ byte owner_waiting; /* ControlHeader::owner_waiting */
 /* progress.fetch_add(1) and FUTEX_WAKE. The producer thread is the only thread that
  * waits on the futex, so "changed since its load" is all a value could tell. */
 #define BUMP bumped = 1
+/* PoolImpl::notify_owner: owner_waiting.load; if set, progress.fetch_add + wake */
+#define NOTIFY_OWNER \
+	if \
+	:: owner_waiting != 0 -> BUMP \
+	:: else -> skip \
+	fi
 
 /* ---- kernel objects ---- */
 byte evfd[NC]; /* consumer c's eventfd counter: each write adds one, a read takes them all */
@@ -195,13 +224,19 @@ bit chup[NC]; /* consumer c's socket hung up (exit, crash) */
 bit ohup; /* the owner's sockets hung up (close or crash) */
 
 /* ---- owner-private ---- */
-byte plock; /* publish_lock: 0 free, else 1 (producer) or 2 (I/O thread) */
+byte plock; /* publish_lock: 0 free, else 1 (producer), 2 (I/O thread) or 3 (spill thread) */
 bit cactive[NC]; /* Publisher::active */
 byte pcount; /* Publisher::published_count */
 bit shut; /* Publisher::shut */
 bit io_stop; /* the io_stop eventfd */
 #if NSP > 0
-byte sp_used; /* bit r: buffer r is allocated (Publisher::spilled_buffers, SpillTier::taken_) */
+byte sp_used; /* bit r: buffer r is allocated (SpillTier::taken_) */
+byte sp_list; /* bit r: buffer r is in Publisher::spilled_buffers (what collect_spill frees) */
+byte cgen; /* bit c: Publisher::consumer_generation[c], bumped at reap (one reap each) */
+#endif
+#ifdef SPILL_AHEAD
+bit spill_wanted; /* Publisher::spill_wanted (under publish_lock) */
+byte sif; /* Publisher::spills_in_flight */
 #endif
 
 /* ---- ghosts: what the properties talk about; the protocol never reads them ---- */
@@ -218,6 +253,9 @@ bit reaped[NC];
 bit odead; /* the owner process died */
 bit pdone; /* the producer thread finished */
 bit rdone; /* the I/O thread finished */
+#ifdef SPILL_AHEAD
+bit sidle; /* the spill thread waits on spill_cv */
+#endif
 #if NSP > 0
 byte cpy; /* 1 + the slot whose payload the owner is copying into the tier */
 bit wip; /* an in-place write of that slot began while the copy ran */
@@ -543,7 +581,8 @@ inline eos_target(c)
 /* The spill tier (Publisher::spill_one, collect_spill), publish_lock held.  */
 /* ------------------------------------------------------------------------ */
 
-/* collect_spill, buffer r: holders_of(rec) == 0 -> state.store(FREE), tier.free(r).
+/* collect_spill, buffer r (in spilled_buffers: not one whose copy runs without the
+ * lock): holders_of(rec) == 0 -> state.store(FREE), tier.free(r).
  * One step: only the owner sets a bit on a buffer, and nobody else reads its state.
  * A device pool's buffer also needs its copy landed: spill_ready.load() has reached
  * spill_seqs[r] (both words only move one way, so loading them in one step with the
@@ -557,23 +596,22 @@ inline collect_one(r)
 {
 	d_step {
 		if
-		:: (sp_used & (1 << r)) && holders[NS + r] == 0 && COPY_LANDED(r) ->
+		:: (sp_list & (1 << r)) && holders[NS + r] == 0 && COPY_LANDED(r) ->
 #if defined(GPU)
 			/* never freed (its pages may go to another buffer) under a queued copy */
 			assert(!(scopy & (1 << r)));
 #endif
 			state[NS + r] = S_FREE;
-			sp_used = sp_used & ~(1 << r)
+			sp_used = sp_used & ~(1 << r);
+			sp_list = sp_list & ~(1 << r)
 		:: else -> skip
 		fi
 	}
 }
 #if NSP > 1
 #define COLLECT_SPILL collect_one(0); collect_one(1)
-#define TIER_FULL (sp_used == 3)
 #else
 #define COLLECT_SPILL collect_one(0)
-#define TIER_FULL (sp_used == 1)
 #endif
 
 /* spill_one, slot i, holder c: a fifo-spill consumer, active, with slot i queued at
@@ -630,34 +668,154 @@ inline spill_scan(i)
 	fi
 }
 
-/* spill_one, the tier full: consumer c's fallback for frame `best` queued at q */
+/* Publisher::drop_in_place(c, q, what): consumer c's entry at position q, naming WH,
+ * becomes SKIP by a CAS (the consumer may claim it first), then its bit goes; counted
+ * dropped. Sets dr: dropped. */
+inline drop_in_place(c, q, wh)
+{
+#ifdef MUTATION_DROP_BY_STORE
+	d_step { /* the mutant stores SKIP whatever the cell holds by then */
+		if
+		:: ring[CELL(c, q)] == ENTRY(q, wh) ->
+			qcount[(c) * NI + W_INDEX(wh)]--;
+			fate[c] = fate[c] | (1 << gq[CELL(c, q)])
+		:: else -> skip
+		fi;
+		ring[CELL(c, q)] = ENTRY(q, W_SKIP);
+		dr = 1
+	}
+#else
+	d_step { /* drop_in_place: cell CAS (q, what) -> (q, SKIP) */
+		if
+		:: ring[CELL(c, q)] == ENTRY(q, wh) ->
+			ring[CELL(c, q)] = ENTRY(q, W_SKIP);
+			qcount[(c) * NI + W_INDEX(wh)]--;
+			fate[c] = fate[c] | (1 << gq[CELL(c, q)]);
+			dr = 1
+		:: else -> dr = 0 /* the consumer took it meanwhile */
+		fi
+	}
+#endif
+	if
+	:: dr -> x = W_INDEX(wh); let_go(c, x); x = 0 /* drop_in_place: let_go(c, what) */
+	:: else -> skip
+	fi
+}
+
+/* spill_refused: consumer C loses a queued frame by drop_in_place, oldest first or, for
+ * the hog whose fallback is drop-new, newest first; with SOLE, only a frame it alone
+ * holds (the hog's rule). The first drop ends it; sets dr. head.load and tail.load in
+ * one step (publish_lock is held: the tail stays). Per position, the cell load and
+ * sole_holder(record(index), 1 + c) in one step: a cell the consumer claims between the
+ * two fails drop_in_place's CAS in the code and shows TAKEN here, and the loop goes on
+ * either way. */
+inline refused_drop(c, sole)
+{
+	d_step { h = head[c]; tl = tail[c]; n = 0 }
+	do
+	:: dr || n == tl - h -> break
+	:: else ->
+		d_step {
+			if
+			:: sole && FB(c) == DROP_NEW -> k = tl - 1 - n
+			:: else -> k = h + n
+			fi;
+			e = ring[CELL(c, k)];
+			if
+#ifdef MUTATION_REFUSED_DROPS_SHARED
+			:: E_POS(e) == k && IS_FRAME(E_WHAT(e)) -> ok = 1 /* the mutant: held by others too */
+#else
+			:: E_POS(e) == k && IS_FRAME(E_WHAT(e)) && (!sole || holders[W_INDEX(E_WHAT(e))] == CBIT(c)) -> ok = 1
+#endif
+			:: else -> ok = 0
+			fi
+		}
+		if
+		:: ok -> ok = 0; drop_in_place(c, k, E_WHAT(e))
+		:: else -> skip
+		fi;
+		d_step { n++; k = 0; e = 0 }
+	od;
+	atomic { h = 0; tl = 0; n = 0 } /* (atomic: a break may not jump into a d_step) */
+}
+
+/* spill_refused, when the hog's rule moved nothing: consumer c's fallback for frame
+ * `best` queued at q: drop-oldest: drop_oldest(c), which takes whatever entry is at
+ * its head, an end of stream too (README.md, "Finding 9"; FALLBACK_DROPS_FRAMES, the
+ * proposed fix: its oldest queued frame by drop_in_place, never a marker); drop-new:
+ * drop_in_place, this frame. */
 inline spill_fallback(c, q)
 {
 	if
 	:: qm & CBIT(c) ->
 		if
-		:: FB(c) == DROP_OLDEST -> /* spill_one: drop_oldest(c) */
-			drop_oldest(c);
-			mv = mv | dr;
-			dr = 0
-		:: else -> /* drop-new: this frame is dropped in place */
-			d_step { /* spill_one: cell CAS (q, best) -> (q, SKIP) */
-				if
-				:: ring[CELL(c, q)] == ENTRY(q, best) ->
-					ring[CELL(c, q)] = ENTRY(q, W_SKIP);
-					qcount[c * NI + best]--;
-					fate[c] = fate[c] | (1 << gq[CELL(c, q)]);
-					ok = 1
-				:: else -> ok = 0 /* the consumer took it meanwhile */
-				fi
-			}
-			if
-			:: ok -> ok = 0; let_go(c, best); mv = 1
-			:: else -> skip
-			fi
-		fi
+		:: FB(c) == DROP_OLDEST ->
+#ifdef FALLBACK_DROPS_FRAMES
+			refused_drop(c, 0)
+#else
+			drop_oldest(c)
+#endif
+		:: else -> drop_in_place(c, q, best)
+		fi;
+		mv = mv | dr;
+		dr = 0
 	:: else -> skip
 	fi
+}
+
+/* spill_refused's look at consumer c's queue for last_reader: whether it holds a
+ * spill entry, unclaimed, in [head, tail) (head.load, tail.load, the cell loads). */
+inline refused_look(c)
+{
+	if
+	:: cactive[c] && POL(c) == FIFO_SPILL ->
+		k = head[c];
+		do
+		:: k == tail[c] -> k = 0; break
+		:: k != tail[c] && E_POS(ring[CELL(c, k)]) == k && E_WHAT(ring[CELL(c, k)]) >= W_SPILL &&
+		   E_WHAT(ring[CELL(c, k)]) < W_SKIP -> hs = hs | (1 << (c)); k = 0; break
+		:: else -> k++
+		od
+	:: else -> skip
+	fi
+}
+
+/* Publisher::spill_refused(best, best_queued), the tier full. The code counts each
+ * buffer for its last reader (the fifo-spill consumer that has it queued furthest from
+ * its head) and picks the consumer counted the most bytes (the hog); the model's hog is
+ * any consumer whose look found a spill entry queued, a superset (the code's has the
+ * entries it counted). The hog loses a frame it alone holds (collect_spill then frees
+ * its buffer); if it loses none, frame `best`'s consumers lose it, each by its fallback.
+ * Sets res: something moved. */
+inline spill_refused()
+{
+	/* The looks at both queues in one step: publish_lock is held, so no spill entry
+	 * appears meanwhile (only spill_one's moves, under the lock, make them), and one
+	 * seen by a later look was there at the first; a snapshot at the first look sees
+	 * every entry the code's looks see, one at the last sees none that they missed. */
+	d_step {
+		refused_look(0);
+		refused_look(1)
+	}
+	if
+	:: hs & 1 -> hog = 0
+	:: hs & 2 -> hog = 1
+	:: hs == 0 -> hog = NONE
+	fi;
+	if
+	:: hog != NONE ->
+		refused_drop(hog, 1);
+		d_step { mv = dr; dr = 0 }
+		COLLECT_SPILL /* spill_refused: collect_spill */
+	:: else -> skip
+	fi;
+	if
+	:: !mv ->
+		spill_fallback(0, q0);
+		spill_fallback(1, q1)
+	:: else -> skip
+	fi;
+	d_step { res = mv; mv = 0; hs = 0; hog = 0 }
 }
 
 /* spill_one: consumer c's entry at q moves from slot `best` to buffer r by a CAS;
@@ -692,8 +850,118 @@ inline spill_move(c, q)
 	fi
 }
 
-/* Publisher::spill_one(). Sets res: true when a spill or a fallback was done. */
-inline spill_one()
+#ifdef SPILL_AHEAD
+#define SIF_INC sif = sif + 1 /* spills_in_flight.fetch_add */
+#define SIF_DEC sif = sif - 1 /* spills_in_flight.fetch_sub */
+#else
+#define SIF_INC skip /* read by acquire's wait only with a spill thread */
+#define SIF_DEC skip
+#endif
+
+/* The spill's copy of slot `best` reads the frame whose meta it copied under the lock:
+ * the slot is not freed, reclaimed or rewritten meanwhile (RECLAIMING: a reclaim that
+ * sees the owner's bit and backs off). */
+#define COPY_OK \
+	assert((state[best] == S_PUBLISHED || state[best] == S_EXCLUSIVE || state[best] == S_RECLAIMING) && \
+	       mseq[best] == mseq[NS + r])
+
+/* spill_one, after the buffer's record is written: each consumer still the same (its
+ * generation unchanged) holds the buffer; its entry moves by a CAS (spill_move); the
+ * owner lets go of the slot (let_go_spilled_slot); collect_spill. */
+inline spill_moves()
+{
+	d_step { /* spill_one: to.state.store(PUBLISHED), spilled_buffers.push_back */
+		state[NS + r] = S_PUBLISHED;
+		sp_list = sp_list | (1 << r)
+	}
+	spill_move(0, q0);
+	spill_move(1, q1);
+#ifdef GPU
+	/* let_go_spilled_slot: holders[0].fetch_and(~owner bit), notify_owner, folded into
+	 * collect_spill: in the GPU runs only publish_lock's holders read this slot's holder
+	 * word, and the only waiter is the thread that called */
+	d_step {
+		assert(holders[best] & OWNER_BIT);
+		holders[best] = holders[best] & ~OWNER_BIT;
+		if
+		:: owner_waiting != 0 -> BUMP
+		:: else -> skip
+		fi;
+		COLLECT_SPILL /* spill_one: collect_spill */
+	}
+#else
+	d_step { /* let_go_spilled_slot: holders[0].fetch_and(~owner bit), spills_in_flight.fetch_sub */
+#ifndef MUTATION_SPILL_NO_OWNER_BIT
+		assert(holders[best] & OWNER_BIT);
+		holders[best] = holders[best] & ~OWNER_BIT;
+#endif
+		SIF_DEC
+#ifndef SPILL_AHEAD
+		;
+		/* notify_owner: the only waiter is the thread that called (folded) */
+		if
+		:: owner_waiting != 0 -> BUMP
+		:: else -> skip
+		fi
+#endif
+	}
+#if defined(SPILL_AHEAD) && !defined(MUTATION_SPILL_NO_NOTIFY)
+	NOTIFY_OWNER; /* let_go_spilled_slot: notify_owner (an acquire may wait for the slot) */
+#endif
+	COLLECT_SPILL /* spill_one: collect_spill */
+#endif
+}
+
+#ifndef GPU
+/* spill_one, system memory, from the owner's bit on (set by the caller): generations
+ * and the record under the lock, the payload memcpy without it, then the moves. */
+inline spill_copy(me)
+{
+	d_step { /* spill_one: generations = consumer_generation (owner-private), to.meta = slot.meta */
+		gs = cgen;
+		mseq[NS + r] = mseq[best]
+	}
+	plock = 0; /* spill_one: lock.unlock(): the payload memcpy without publish_lock */
+#if EXCL
+	d_step { /* the memcpy begins */
+		COPY_OK;
+		cpy = 1 + best;
+		wip = (inplace[best] != 0)
+	}
+	d_step { /* the memcpy ends */
+		COPY_OK;
+		if
+		:: wip || inplace[best] != 0 -> torn = torn | (1 << r)
+		:: else -> torn = torn & ~(1 << r)
+		fi;
+		cpy = 0;
+		wip = 0
+	}
+#else
+	d_step { /* the memcpy (no in-place writer in these runs: one step) */
+		COPY_OK;
+		torn = torn & ~(1 << r)
+	}
+#endif
+	/* spill_one: lock.lock(); spill_ready.store (read by device-pool consumers only) */
+	lock(me);
+	d_step { /* spill_one: the mask of the consumers whose generation is unchanged (not
+		  * reaped while the lock was let go); to.holders.store(mask) */
+#ifndef MUTATION_SPILL_SKIPS_GENERATION
+		qm = qm & ~((gs ^ cgen) << 1);
+#endif
+		holders[NS + r] = qm;
+		gs = 0
+	}
+	spill_moves();
+	res = 1
+}
+#endif
+
+/* Publisher::spill_one(lock, deadline), publish_lock held by ME (1: the producer's
+ * acquire, 3: the spill thread). Sets res: true when a frame was spilled or
+ * spill_refused moved one. */
+inline spill_one(me)
 {
 	COLLECT_SPILL;
 	best = NONE;
@@ -715,16 +983,19 @@ inline spill_one()
 		:: r = NONE
 		fi;
 		if
-		:: r == NONE -> /* spill_one: the tier is full, each consumer's fallback */
-			spill_fallback(0, q0);
-			spill_fallback(1, q1);
-			d_step { res = mv; mv = 0 }
+		:: r == NONE -> /* spill_one: the tier is full: spill_refused(best, best_queued) */
+			spill_refused()
 		:: else ->
 #ifdef GPU
-			d_step { /* spill_one: to.meta = slot.meta, to.spill_seq = spill_seqs[r] = ++spill_count */
+			d_step { /* spill_one: spills_in_flight.fetch_add, slot.holders[0].fetch_or(owner
+				  * bit) (in these runs only publish_lock's holders read this slot's
+				  * holder word: folded), to.meta = slot.meta, to.spill_seq =
+				  * spill_seqs[r] = ++spill_count */
 				assert(holders[NS + r] == 0 && state[NS + r] == S_FREE); /* nobody holds it */
 				/* never re-allocated while a copy into it is queued or a holder reads it */
 				assert(!(scopy & (1 << r)) && srd[r] == 0);
+				sp_used = sp_used | (1 << r);
+				holders[best] = holders[best] | OWNER_BIT;
 				mseq[NS + r] = mseq[best];
 				scount++;
 				sseq[r] = scount
@@ -752,35 +1023,39 @@ inline spill_one()
 				spq ! OP_DONE, best, 0, mseq[best]
 			}
 #endif
-#else
-			d_step { /* spill_one: to.meta = slot.meta, the payload memcpy (begins) */
-				assert(holders[NS + r] == 0 && state[NS + r] == S_FREE); /* nobody holds it */
-				mseq[NS + r] = mseq[best];
-				cpy = 1 + best;
-				wip = (inplace[best] != 0)
-			}
-#if EXCL
-			d_step { /* the memcpy ends */
-				if
-				:: wip || inplace[best] != 0 -> torn = torn | (1 << r)
-				:: else -> torn = torn & ~(1 << r)
-				fi;
-				cpy = 0;
-				wip = 0
-			}
-#else
-			d_step { torn = torn & ~(1 << r); cpy = 0; wip = 0 }
-#endif
-#endif
 			holders[NS + r] = qm; /* spill_one: to.holders.store(mask) */
-			d_step { /* spill_one: to.state.store(PUBLISHED), spilled_buffers.push_back */
-				state[NS + r] = S_PUBLISHED;
-				sp_used = sp_used | (1 << r)
-			}
-			spill_move(0, q0);
-			spill_move(1, q1);
-			COLLECT_SPILL; /* spill_one: collect_spill */
+			spill_moves();
 			res = 1
+#else
+			d_step { /* spill_one: allocate (owner-private), spills_in_flight.fetch_add,
+				  * slot.holders[0].fetch_or(owner bit) */
+				assert(holders[NS + r] == 0 && state[NS + r] == S_FREE); /* nobody holds it */
+				sp_used = sp_used | (1 << r);
+				SIF_INC;
+#ifndef MUTATION_SPILL_NO_OWNER_BIT
+				holders[best] = holders[best] | OWNER_BIT
+#else
+				skip
+#endif
+			}
+#ifdef SPILL_RECHECKS_STATE
+			/* proposed fix (README.md, "Finding 10"): state.load after the owner's bit,
+			 * get()'s handshake with try_reclaim (RECLAIMING: look again until the
+			 * reclaim went on or backed off). WRITING (or FREE): the producer took the
+			 * slot since the look; the bit is its reference now (one bit cannot stand
+			 * for two): left set; spills_in_flight.fetch_sub, tier.free(r),
+			 * notify_owner, and no spill */
+			if
+			:: state[best] == S_PUBLISHED || state[best] == S_EXCLUSIVE -> spill_copy(me)
+			:: state[best] == S_WRITING || state[best] == S_FREE ->
+				d_step { SIF_DEC; sp_used = sp_used & ~(1 << r) }
+				NOTIFY_OWNER;
+				res = 0
+			fi
+#else
+			spill_copy(me)
+#endif
+#endif
 		fi;
 		d_step { best = 0; qm = 0; q0 = 0; q1 = 0; r = 0 }
 	fi
@@ -808,10 +1083,13 @@ proctype Producer()
 {
 	byte f, i, s0, h, e, w, x, seen, masks, taken, a, seq;
 	byte cursor = 2; /* acquire_cursor: the last frame of init went to slot 1 */
-	bit ok, take, res, dr;
+	bit ok, take, res, dr, fr;
 #if NSP > 0
-	byte best, qm, q0, q1, tq0, tq1, hw, r;
+	byte best, qm, q0, q1, tq0, tq1, hw, r, gs, hs, hog, tl, n, k;
 	bit cand, mv;
+#endif
+#ifdef SPILL_AHEAD
+	bit inf, gif;
 #endif
 	{
 		do
@@ -837,16 +1115,16 @@ retry: /* Publisher::acquire */
 			:: !ok ->
 				/* acquire: no free slot: spill_one() || drop_globally_oldest(), under
 				 * publish_lock */
-				lock(1);
 #ifdef ACQUIRE_RETRIES_ON_PROGRESS
-				/* proposed fix (README.md, "Finding 3"): owner_waiting.fetch_add and
-				 * seen = progress.load before spill_one(), so that a release or reap
-				 * after the look wakes the wait below */
+				/* Finding 3's fix (README.md): owner_waiting.fetch_add and seen =
+				 * progress.load before spill_one(), so that a release or reap after
+				 * the look wakes the wait below */
 				owner_waiting++;
 				bumped = 0;
 #endif
+				lock(1);
 #if NSP > 0
-				spill_one();
+				spill_one(1);
 				if
 				:: res -> res = 0; UNWAIT; plock = 0; goto retry
 				:: else -> skip
@@ -858,9 +1136,37 @@ retry: /* Publisher::acquire */
 				:: else -> plock = 0
 				fi;
 #ifdef ACQUIRE_RETRIES_ON_PROGRESS
-				/* futex_wait(progress, seen) until progress moved (or done(): a free slot),
-				 * then owner_waiting.fetch_sub and spill_one() again */
-				ANY_FREE || bumped;
+#ifdef SPILL_AHEAD
+				/* acquire: free = slot_is_free of each slot (one step), in_flight =
+				 * spills_in_flight.load(); ghost gif: a spill in flight as it looks.
+				 * acquire(0) gives up here (its deadline has passed) when neither:
+				 * never while a spill that was in flight as it looked frees a slot
+				 * (2c34312: "acquire(0) still finds the slot a spill makes free") */
+#ifdef ACQUIRE_LOADS_IN_FLIGHT_FIRST
+				d_step { inf = (sif != 0); gif = inf } /* proposed fix: in_flight first */
+				d_step {
+					fr = ANY_FREE;
+#else
+				d_step { fr = ANY_FREE; gif = (sif != 0) }
+				d_step {
+					inf = (sif != 0);
+#endif
+#ifdef MUTATION_ACQUIRE_IGNORES_SPILL
+					inf = 0; /* the mutant: the code before 2c34312 */
+#endif
+					assert(fr || inf || !gif);
+					inf = 0;
+					gif = 0
+				}
+#else
+				fr = ANY_FREE; /* acquire: free = slot_is_free of each slot (one step) */
+#endif
+				/* futex_wait(progress, seen) unless a slot was free: until progress
+				 * moved; then owner_waiting.fetch_sub and spill_one() again */
+				if
+				:: fr -> fr = 0
+				:: else -> bumped
+				fi;
 				owner_waiting--;
 #else
 				wait_progress(ANY_FREE, false, res, seen);
@@ -953,7 +1259,21 @@ retry: /* Publisher::acquire */
 			push_target(0);
 			push_target(1);
 			skip;
+#ifdef SPILL_AHEAD
+			d_step { /* publish: fewer than kSpillReserve slots free (slot_is_free of each)
+				  * with a fifo-spill consumer active: spill_wanted, spill_cv.notify_one;
+				  * then unlock */
+				if
+				:: !spill_wanted && !ANY_FREE &&
+				   ((cactive[0] && POL(0) == FIFO_SPILL) || (cactive[1] && POL(1) == FIFO_SPILL)) ->
+					spill_wanted = 1
+				:: else -> skip
+				fi;
+				plock = 0; f++; masks = 0; taken = 0; seq = 0
+			}
+#else
 			d_step { plock = 0; f++; masks = 0; taken = 0; seq = 0 } /* publish: unlock */
+#endif
 		:: else -> break
 		od;
 		/* Publisher::end_of_stream() */
@@ -1055,7 +1375,11 @@ reap: /* Publisher::reap(c) */
 		skip;
 		d_step { cstate[c] = C_DEAD; BUMP } /* reap: state.store(DEAD), progress.fetch_add, wake */
 		lock(2);
+#if NSP > 0
+		d_step { cactive[c] = 0; cgen = cgen ^ (1 << c) } /* reap: consumer_generation[c]++ */
+#else
 		cactive[c] = 0;
+#endif
 #ifdef GPU
 		/* reap: sync->release_dead_holder(1 + c, published_count) */
 		DONE(0, 1 + c) = pcount;
@@ -1100,16 +1424,40 @@ out:
 	} unless { odead }
 }
 
+#ifdef SPILL_AHEAD
+/* ------------------------------------------------------------------------ */
+/* The owner's spill thread (Publisher::spill_loop): while fewer than        */
+/* kSpillReserve (1) slots are free, spill_one(); woken by publish.          */
+/* ------------------------------------------------------------------------ */
+
+proctype SpillThread()
+{
+	byte h, e, w, x, best, qm, q0, q1, tq0, tq1, hw, r, gs, hs, hog, tl, n, k;
+	bit ok, res, dr, cand, mv;
+	{
+end_wait:
+		do
+		:: atomic { /* spill_cv.wait(lock, spill_wanted || shut) returns: publish_lock held */
+			plock == 0 && spill_wanted -> plock = 3; spill_wanted = 0; sidle = 0
+		}
+			do
+			:: ANY_FREE -> break /* spill_loop: free >= kSpillReserve (slot_is_free of each: one step) */
+			:: else ->
+				spill_one(3);
+				if
+				:: res -> res = 0
+				:: else -> break
+				fi
+			od;
+			atomic { plock = 0; sidle = 1 } /* spill_cv.wait: publish_lock let go */
+		od
+	} unless { odead }
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* A consumer process (one thread; a second, the owner watch, for GPU).      */
 /* ------------------------------------------------------------------------ */
-
-/* PoolImpl::notify_owner: owner_waiting.load; if set, progress.fetch_add + wake */
-#define NOTIFY_OWNER \
-	if \
-	:: owner_waiting != 0 -> BUMP \
-	:: else -> skip \
-	fi
 
 #if NSP > 0
 #define NOT_TORN(s) ((s) < NS || !(torn & (1 << ((s) - NS))))
@@ -1911,6 +2259,12 @@ end_watch:
 #define STREAMS_IDLE true
 #endif
 
+#ifdef SPILL_AHEAD
+#define SPILLER_IDLE (sidle && !spill_wanted)
+#else
+#define SPILLER_IDLE true
+#endif
+
 /* When everything has stopped, the slots and spill buffers are free again. A run
  * that cannot get here ends in an invalid end state (a deadlock, or a stream
  * waiting forever). */
@@ -1918,7 +2272,7 @@ active proctype Final()
 {
 	byte k, any;
 	(pdone || odead) && (rdone || odead) && (exited[0] || killed[0]) && (exited[1] || killed[1]) &&
-		(odead || shut || (reaped[0] && reaped[1])) && (odead || STREAMS_IDLE);
+		(odead || shut || (reaped[0] && reaped[1])) && (odead || STREAMS_IDLE) && SPILLER_IDLE;
 	skip;
 	d_step {
 		if
@@ -2060,6 +2414,11 @@ init
 		cq[1] ! OP_READ, 0, 0, 1;
 #endif
 #endif
+#endif
+#ifdef SPILL_AHEAD
+		spill_wanted = 1; /* the publish of frame 2 left no slot free: the spill thread is woken */
+		sidle = 1;
+		run SpillThread();
 #endif
 		run Producer();
 		run Reaper();
