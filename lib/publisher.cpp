@@ -200,7 +200,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	// Where each fifo-spill consumer's queue holds each slot, and how far from its head.
 	using Queued = SpillQueued;
 	uint32_t best = UINT32_MAX;
-	uint64_t best_next_use = 0, best_seq = 0;
+	uint64_t best_next_use = 0;
 	std::vector<Queued> best_queued;
 	std::vector<Queued> queued;
 	for (uint32_t i = 0; i < seg.slot_count; i++) {
@@ -251,31 +251,25 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 			best = i;
 			best_next_use = next_use;
 			best_queued = queued;
-			best_seq = *static_cast<const volatile uint64_t *>(&slot.meta.seq);
 		}
 	}
 	if (best == UINT32_MAX)
 		return false;
 
 	SlotRecord &slot = seg.slots[best];
-	// The owner's own copies of what the slot says: consumers can write the record.
-	uint64_t size = std::min<uint64_t>(slot.meta.size, seg.slot_size);
-	auto r = pool_.spill->allocate(size);
-	if (!r) {
-		// The tier is full.
-		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
-		return spill_refused(best, best_queued);
-	}
 	// The owner holds the slot while it copies it: nobody reclaims it, takes it for
 	// writing in place or spills it again meanwhile (a candidate has no owner bit).
 	spills_in_flight.fetch_add(1, std::memory_order_seq_cst);
 	uint64_t had = slot.holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
 	// Since the look its consumers may have let go of the slot and the producer's
-	// lock-free try_reclaim() taken it (tests/model, Finding 10): the state after the
-	// bit, as get() looks against a reclaim (RECLAIMING: it goes on or backs off). Still
-	// the frame looked at, the bit ours: spill it. WRITING: the producer's now, and the
-	// bit its write reference (one bit stands for one): left set. Another frame since
-	// (published, maybe held for a ticket, whose hold the bit may be): ours goes.
+	// lock-free try_reclaim() taken it (tests/model, Finding 10). The state after the
+	// bit, as get() looks against a reclaim (RECLAIMING: it goes on or backs off), and
+	// an entry looked at still queued (publish_lock held since the look: only its
+	// consumer's claim moves it, and until then its bit keeps the slot from a reclaim):
+	// then it is the frame looked at and the bit ours, and the slot's record stays as
+	// it is until the bit goes. Otherwise no spill: WRITING, the producer's now and the
+	// bit its write reference (one bit stands for one), left set; another frame
+	// published since (maybe held for a ticket, whose hold the bit may be): ours goes.
 	uint32_t now_state;
 	for (int spin = 0;; spin++) {
 		now_state = slot.state.load(std::memory_order_seq_cst);
@@ -284,14 +278,26 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 		std::this_thread::yield();
 	}
 	bool ours = !(had & holder_mask(kOwnerBit));
-	if (!ours || (now_state != kSlotPublished && now_state != kSlotExclusive) ||
-	    *static_cast<const volatile uint64_t *>(&slot.meta.seq) != best_seq) {
-		if (ours && (now_state == kSlotPublished || now_state == kSlotExclusive))
+	bool published = now_state == kSlotPublished || now_state == kSlotExclusive;
+	bool still_queued = std::any_of(best_queued.begin(), best_queued.end(), [&](const Queued &q) {
+		return ring_of(seg.consumer(q.consumer))[q.position % seg.ring_capacity].load(
+			       std::memory_order_seq_cst) == ring_entry(q.position, best);
+	});
+	if (!ours || !published || !still_queued) {
+		if (ours && published)
 			slot.holders[0].fetch_and(~holder_mask(kOwnerBit), std::memory_order_seq_cst);
 		spills_in_flight.fetch_sub(1, std::memory_order_seq_cst);
-		pool_.spill->free(*r);
 		pool_.notify_owner(); // an acquire() may wait on the spill in flight
 		return false;
+	}
+	// The owner's own copies of what the slot says: consumers can write the record.
+	uint64_t size = std::min<uint64_t>(slot.meta.size, seg.slot_size);
+	auto r = pool_.spill->allocate(size);
+	if (!r) {
+		// The tier is full.
+		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
+		let_go_spilled_slot(best);
+		return spill_refused(best, best_queued);
 	}
 	std::vector<uint64_t> generations;
 	generations.reserve(best_queued.size());
