@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 #include <type_traits>
 
 namespace xmem::layout {
@@ -345,6 +346,22 @@ inline bool slot_is_free(uint32_t state, uint64_t holders)
 inline bool slot_is_free(const SlotRecord &slot)
 {
 	return slot_is_free(slot.state.load(std::memory_order_acquire), holders_of(slot));
+}
+
+// SLOT's state as a process that just set its holder bit sees it once the owner's
+// reclaim is settled: RECLAIMING only while try_reclaim looks at the holders, after
+// which it takes the slot (it missed the bit) or backs off (it saw it). The other half
+// of the Dekker-style handshake with try_reclaim (get(), the spill's hold); a bounded
+// spin, as a dead owner never settles it.
+inline uint32_t settled_state(const SlotRecord &slot)
+{
+	uint32_t s;
+	for (int spin = 0;; spin++) {
+		s = slot.state.load(std::memory_order_seq_cst);
+		if (s != kSlotReclaiming || spin > 1000)
+			return s;
+		std::this_thread::yield();
+	}
 }
 
 // The layout is an ABI between processes built from different versions: pin every

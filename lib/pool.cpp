@@ -194,13 +194,7 @@ Result<void> PoolImpl::hold_published(uint32_t index)
 						  " is queued for this consumer; take it with receive()");
 		// The owner reclaims only after seeing no holder bit (Dekker-style, seq_cst):
 		// either it sees ours, or we see that it moved the slot out of PUBLISHED.
-		uint32_t s;
-		for (int spin = 0;; spin++) {
-			s = slot.state.load(std::memory_order_seq_cst);
-			if (s != kSlotReclaiming || spin > 1000)
-				break;
-			std::this_thread::yield();
-		}
+		uint32_t s = settled_state(slot);
 		if (s != kSlotPublished) {
 			slot.holders[holder_bit / 64].fetch_and(~mask, std::memory_order_seq_cst);
 			notify_owner(); // an acquire() may have seen only our probe

@@ -270,13 +270,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	// it is until the bit goes. Otherwise no spill: WRITING, the producer's now and the
 	// bit its write reference (one bit stands for one), left set; another frame
 	// published since (maybe held for a ticket, whose hold the bit may be): ours goes.
-	uint32_t now_state;
-	for (int spin = 0;; spin++) {
-		now_state = slot.state.load(std::memory_order_seq_cst);
-		if (now_state != kSlotReclaiming || spin > 1000)
-			break;
-		std::this_thread::yield();
-	}
+	uint32_t now_state = settled_state(slot);
 	bool ours = !(had & holder_mask(kOwnerBit));
 	bool published = now_state == kSlotPublished || now_state == kSlotExclusive;
 	bool still_queued = std::any_of(best_queued.begin(), best_queued.end(), [&](const Queued &q) {

@@ -527,6 +527,12 @@ static int tickets(void)
 	xmem_buffer_meta_mut(w)->size = 256;
 	xmem_ticket t;
 	CHECK_STATUS(xmem_pool_publish_ticket(owner, NULL, 1, 1000, NULL, &t), XMEM_EINVAL);
+	/* A TTL past INT64_MAX ns is refused; the buffer is consumed (released) either way. */
+	CHECK_STATUS(xmem_pool_publish_ticket(owner, w, 1, UINT64_MAX, NULL, &t), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_acquire(owner, 1000000000, &w), XMEM_OK);
+	REQUIRE(w != NULL);
+	fill(xmem_buffer_data_mut(w), 256, 7);
+	xmem_buffer_meta_mut(w)->size = 256;
 	CHECK_STATUS(xmem_pool_publish_ticket(owner, w, 2, 10000000000ull, NULL, &t), XMEM_OK);
 	char text[XMEM_TICKET_TEXT_MAX];
 	CHECK_STATUS(xmem_ticket_format(&t, text, 8), XMEM_ERANGE);

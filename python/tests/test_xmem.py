@@ -801,7 +801,9 @@ def test_each_consumer_chooses_its_policy_and_a_stalled_recorder_spills():
                 assert f.meta.seq == i and bytes(numpy.asarray(f)[:4]) == i.to_bytes(4, "little")
                 spilled += f.spilled
                 del f
-            assert spilled == stats["spilled"]
+            # The spill thread may spill more after the look above: compare with the
+            # count once the queue is empty.
+            assert spilled == recorder.consumer_stats()["spilled"] >= stats["spilled"]
             assert recorder.consumer_stats()["dropped"] == 0
         with pytest.raises(ValueError):
             xmem.open(pool, policy="fifo-spill", spill_delivery="gpu")
