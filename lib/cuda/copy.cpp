@@ -1,11 +1,14 @@
 // copy.cpp - private device copies of frames (copy-on-write and the copy_to_* calls),
-// each on the target device's primary context.
+// each on the target device's primary context; another device's memory through host memory.
 #include "../device_sync.hpp"
 #include "contexts.hpp"
 #include "driver.hpp"
 
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 
 namespace xmem {
 
@@ -31,6 +34,113 @@ Result<std::shared_ptr<PrimaryContext>> primary(uint32_t device, const std::stri
 	if (ctx)
 		contexts->emplace(device, ctx.value());
 	return ctx;
+}
+
+// A stream or an event made for one copy, destroyed after it: a stream while the context
+// it was made in is still current (work still queued on it runs to the end), an event once
+// what waits for it has been queued.
+struct StreamDestroyer {
+	void operator()(CUstream stream) const { cuda::driver().value()->cuStreamDestroy(stream); }
+};
+using OwnedStream = std::unique_ptr<CUstream_st, StreamDestroyer>;
+struct EventDestroyer {
+	void operator()(CUevent event) const { cuda::driver().value()->cuEventDestroy(event); }
+};
+using OwnedEvent = std::unique_ptr<CUevent_st, EventDestroyer>;
+
+// Whether cuMemSetAccess let streams on DEVICE read the VMM mapping at ADDRESS: false where
+// it did not, and where cuMemGetAccess fails (memory that is no VMM mapping). A device
+// reaches a VMM mapping only where it was given access (CUDA Programming Guide, "Virtual
+// Memory Management": mapping an allocation does not make it accessible, access is set per
+// device; peer access enabled between contexts does not reach it), and the slots' and the
+// private copies' mappings give it to their own device alone.
+bool granted(const Driver &d, CUdeviceptr address, CUdevice device)
+{
+	CUmemLocation location{};
+	location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	location.id = device;
+	unsigned long long flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+	return d.cuMemGetAccess(&flags, &location, address) == CUDA_SUCCESS && flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
+}
+
+// The device ordinal of the VMM allocation mapped at ADDRESS (any address of a range cuMemMap
+// mapped), or -1 for memory that is no VMM mapping. Three calls, none of which waits.
+int vmm_device(const Driver &d, CUdeviceptr address)
+{
+	CUmemGenericAllocationHandle handle = 0;
+	if (d.cuMemRetainAllocationHandle(&handle, reinterpret_cast<void *>(uintptr_t(address))) != CUDA_SUCCESS)
+		return -1;
+	CUmemAllocationProp prop{};
+	CUresult r = d.cuMemGetAllocationPropertiesFromHandle(&prop, handle);
+	d.cuMemRelease(handle); // the reference cuMemRetainAllocationHandle took
+	if (r != CUDA_SUCCESS || prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return -1;
+	return prop.location.id;
+}
+
+// One half of a copy through host memory, on CTX's device and complete on return: COPY
+// queues it on the stream it is given, the primary context's legacy stream for a
+// stream-less copy, or (NAMED) a new non-blocking one of the primary context that first
+// waits for AFTER (nullptr: nothing), so the copy waits for nobody else's work.
+template<typename Copy>
+Result<void> copy_half(const PrimaryContext &ctx, bool named, CUevent after, const std::string &where, const char *call,
+		       Copy copy)
+{
+	const Driver *d = cuda::driver().value();
+	ContextScope scope(ctx);
+	OwnedStream owned; // destroyed before SCOPE lets the context go
+	CUstream stream = nullptr;
+	if (named) {
+		if (CUresult r = d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuStreamCreate", r);
+		owned.reset(stream);
+	}
+	if (after) {
+		if (CUresult r = d->cuStreamWaitEvent(stream, after, CU_EVENT_WAIT_DEFAULT); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuStreamWaitEvent", r);
+	}
+	if (CUresult r = copy(stream); r != CUDA_SUCCESS)
+		return cuda_error(where, call, r);
+	// With pageable memory on the host side an Async copy "might be synchronous" (the
+	// driver API's "API synchronization behavior"), so nothing says it is done on return:
+	// the staging buffer is read or freed only after this.
+	if (CUresult r = d->cuStreamSynchronize(stream); r != CUDA_SUCCESS)
+		return cuda_error(where, "cuStreamSynchronize", r);
+	return {};
+}
+
+// A copy of BYTES from SRC, device memory of FROM's device that TO's device may not reach,
+// to DST on TO's device. It works whether or not the two devices are peers: each device
+// touches only its own memory, through host memory that the CPU owns. (cuMemcpyPeerAsync is
+// documented for memory "in one context" and another, not for VMM mappings, whose access
+// is per device.) The read follows STREAM's earlier work, through an event of its
+// context (TO's primary context for a default stream, as ContextScope picks), and the copy
+// is complete on return, so STREAM's later work sees it; without a stream, both halves run
+// on the primary contexts' legacy streams, as same-device copies do.
+Result<void> copy_through_host(const PrimaryContext &to, CUdeviceptr dst, const PrimaryContext &from, CUdeviceptr src,
+			       uint64_t bytes, CUstream stream, const std::string &where)
+{
+	const Driver *d = cuda::driver().value();
+	std::unique_ptr<std::byte[]> staging(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
+	if (!staging)
+		return make_error(Errc::no_memory,
+				  where + ": no host memory to stage " + std::to_string(bytes) + " bytes");
+	OwnedEvent before;
+	if (stream) {
+		ContextScope scope(to, stream);
+		CUevent event = nullptr;
+		if (CUresult r = d->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuEventCreate", r);
+		before.reset(event);
+		if (CUresult r = d->cuEventRecord(event, stream); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuEventRecord", r);
+	}
+	auto read = copy_half(from, stream != nullptr, before.get(), where, "cuMemcpyDtoHAsync",
+			      [&](CUstream s) { return d->cuMemcpyDtoHAsync(staging.get(), src, bytes, s); });
+	if (!read)
+		return read;
+	return copy_half(to, stream != nullptr, nullptr, where, "cuMemcpyHtoDAsync",
+			 [&](CUstream s) { return d->cuMemcpyHtoDAsync(dst, staging.get(), bytes, s); });
 }
 
 } // namespace
@@ -110,6 +220,18 @@ Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_
 	ContextScope scope(**ctx, stream);
 	CUresult r;
 	const char *call;
+	if (dst_device && src_device && !granted(*d, src, (*ctx)->device())) {
+		// Another device's memory that this one may not read (copy_to_cuda of a frame on
+		// another GPU): through host memory. Anything else is left to the copy below.
+		if (int owner = vmm_device(*d, src); owner >= 0 && owner != (*ctx)->device()) {
+			std::string across =
+				where + " from CUDA device " + std::to_string(owner) + " through host memory";
+			auto from = primary(uint32_t(owner), across);
+			if (!from)
+				return from.error();
+			return copy_through_host(**ctx, dst, **from, src, bytes, stream, across);
+		}
+	}
 	if (dst_device && src_device) {
 		call = "cuMemcpyDtoDAsync";
 		r = d->cuMemcpyDtoDAsync(dst, src, bytes, stream);

@@ -42,6 +42,9 @@ struct Driver {
 	X(cuMemMap)                                                                                                    \
 	X(cuMemUnmap)                                                                                                  \
 	X(cuMemSetAccess)                                                                                              \
+	X(cuMemGetAccess)                                                                                              \
+	X(cuMemRetainAllocationHandle)                                                                                 \
+	X(cuMemGetAllocationPropertiesFromHandle)                                                                      \
 	X(cuMemAlloc)                                                                                                  \
 	X(cuMemFree)                                                                                                   \
 	X(cuMemHostRegister)                                                                                           \

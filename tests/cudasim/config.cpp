@@ -276,7 +276,27 @@ std::string read_state_dir()
 	return "/tmp/cudasim-" + std::to_string(getuid());
 }
 
+// XMEM_CUDASIM_PEER: none (the default), or all for a machine whose GPUs are each other's
+// peers.
+bool read_peer()
+{
+	const char *name = "XMEM_CUDASIM_PEER";
+	const char *value = std::getenv(name);
+	if (!value || !*value || std::string_view(value) == "none")
+		return false;
+	if (std::string_view(value) != "all")
+		bad_setting(name, value, "none or all");
+	return true;
+}
+
 } // namespace
+
+bool can_access_peer(const Config &config, int dev, int peer)
+{
+	const MachineDevice &a = config.machine[size_t(config.visible[size_t(dev)])];
+	const MachineDevice &b = config.machine[size_t(config.visible[size_t(peer)])];
+	return config.peer && dev != peer && a.mig < 0 && b.mig < 0;
+}
 
 CUuuid physical_uuid(int physical)
 {
@@ -351,6 +371,7 @@ Config read_config()
 			    "must be a power of two, at least XMEM_CUDASIM_GRANULARITY");
 
 	config.pin_limit = read_number("XMEM_CUDASIM_HOST_PIN_LIMIT", config.pin_limit, true);
+	config.peer = read_peer();
 
 	config.delay_us = read_number("XMEM_CUDASIM_DELAY_US", config.delay_us, false);
 	if (config.delay_us > 10000000)

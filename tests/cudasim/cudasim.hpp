@@ -90,6 +90,10 @@ struct Config {
 	// Host memory the process may page-lock (XMEM_CUDASIM_HOST_PIN_LIMIT): registrations
 	// and cuMemAllocHost past it fail with CUDA_ERROR_OUT_OF_MEMORY.
 	uint64_t pin_limit = UINT64_MAX;
+	// Whether every two GPUs of the machine are peers (XMEM_CUDASIM_PEER=all):
+	// cuDeviceCanAccessPeer says 1 for them, and cuMemSetAccess and cuCtxEnablePeerAccess
+	// accept a peer. By default (none) no device reaches another's memory.
+	bool peer = false;
 	bool verbose = false;
 	FailSwitches fail;
 };
@@ -97,6 +101,11 @@ struct Config {
 // Reads the XMEM_CUDASIM_* variables. A malformed value or an unknown XMEM_CUDASIM_FAIL
 // word prints why and aborts: a typo in a test must not silently test nothing.
 Config read_config();
+
+// cuDeviceCanAccessPeer(dev, peer) of ordinals this process sees: only with
+// XMEM_CUDASIM_PEER=all, never for a device and itself, nor for a MIG device (NVIDIA's MIG
+// user guide: GPU-to-GPU P2P is not supported).
+bool can_access_peer(const Config &config, int dev, int peer);
 
 // The UUID of the simulated machine's GPU PHYSICAL: the same in every process, whatever
 // ordinal CUDA_VISIBLE_DEVICES gives it there.
@@ -136,6 +145,14 @@ private:
 	std::atomic<uint64_t> *usage_;
 };
 
+// A VMM allocation handle: cuMemCreate's or cuMemImportFromShareableHandle's, or one
+// cuMemRetainAllocationHandle brought back. Each of those counts one reference, and each
+// cuMemRelease takes one; the handle is gone at zero (its mappings keep the memory).
+struct Handle {
+	std::shared_ptr<Backing> backing;
+	unsigned refs = 1;
+};
+
 struct Stream;
 
 // A device's primary context, or one made by cuCtxCreate. The objects live for the whole
@@ -156,6 +173,9 @@ struct Context {
 	std::vector<std::weak_ptr<Stream>> streams;
 	// cuCtxSetLimit's values, read back by cuCtxGetLimit. Guarded by State::lock.
 	std::map<int, size_t> limits;
+	// The contexts whose cuMemAlloc memory this one's streams reach: cuCtxEnablePeerAccess,
+	// made current here, of each. Guarded by State::lock; dropped with either context.
+	std::set<const Context *> peers;
 
 	// Set by a stream worker on an illegal access and read by every call without a lock;
 	// cleared when the context is destroyed. reported orders the stderr line before it.
@@ -211,11 +231,14 @@ struct Mapping {
 	std::shared_ptr<Backing> backing;
 	std::vector<CUmemAccess_flags> access; // per device, set by cuMemSetAccess
 	bool plain = false;
-	// cuMemAlloc's memory belongs to the context that made it: another context, even
-	// on the same device, reaches it only through peer access, which the simulator
-	// never grants. VMM mappings (no owner) are reachable from every context of a
-	// device that cuMemSetAccess let in.
+	// cuMemAlloc's memory belongs to the context that made it: another context reaches
+	// it only through peer access (cuCtxEnablePeerAccess, which needs two devices that are
+	// peers: never two contexts of one device). VMM mappings (no owner) are reachable from
+	// every context of a device that cuMemSetAccess let in, and from no other, peer access
+	// enabled or not.
 	Context *owner = nullptr;
+	// The handle cuMemMap mapped (VMM only): what cuMemRetainAllocationHandle returns.
+	CUmemGenericAllocationHandle handle = 0;
 };
 
 // The context of the stream whose worker runs on this thread (null on other threads):
@@ -270,7 +293,7 @@ struct State {
 	// operation copies bytes or waits on a value; Stream::lock may be taken inside it.
 	std::mutex lock;
 	CUmemGenericAllocationHandle next_handle = 0xc0da0000;
-	std::map<CUmemGenericAllocationHandle, std::shared_ptr<Backing>> handles;
+	std::map<CUmemGenericAllocationHandle, Handle> handles;
 	std::map<uintptr_t, Reservation> reservations;
 	std::map<uintptr_t, Mapping> mappings;
 	std::map<uintptr_t, HostRegistration> host_registrations; // by host address

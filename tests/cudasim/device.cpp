@@ -229,6 +229,12 @@ void destroy_context(State &s, Context &ctx, std::vector<std::shared_ptr<Backing
 {
 	abandon_streams(s, ctx);
 	release_context_memory(s, ctx, dead);
+	// Peer access ends with either context.
+	ctx.peers.clear();
+	for (const auto &other : s.contexts)
+		other->peers.erase(&ctx);
+	for (const auto &other : s.created)
+		other->peers.erase(&ctx);
 	ctx.sticky.store(false, std::memory_order_release);
 	ctx.reported.store(false, std::memory_order_relaxed);
 	verbose("%s destroyed", describe(ctx).c_str());
@@ -427,9 +433,9 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
 		init_result = CUDA_SUCCESS;
 
 		verbose("%d of %d device(s) visible, %" PRIu64 " bytes each, granularity %" PRIu64
-			" (recommended %" PRIu64 "), delay 0..%" PRIu64 " us, seed %" PRIu64,
+			" (recommended %" PRIu64 "), delay 0..%" PRIu64 " us, seed %" PRIu64 ", peers: %s",
 			config.devices, config.physical, config.memory, config.granularity,
-			config.recommended_granularity, config.delay_us, config.seed);
+			config.recommended_granularity, config.delay_us, config.seed, config.peer ? "all" : "none");
 		return init_result;
 	});
 }
@@ -881,36 +887,57 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
 		return r;
 	if (CUresult r = valid_device("cuDeviceCanAccessPeer", *s, peerDev))
 		return r;
-	// No simulated device reaches another's memory (and, as in the real driver, a device is
-	// not its own peer), so code that needs peer access takes its fallback here.
-	*canAccessPeer = 0;
+	// By default no simulated device reaches another's memory, so code that needs peer
+	// access takes its fallback; XMEM_CUDASIM_PEER=all makes every two GPUs peers. As in the
+	// real driver, a device is never its own peer.
+	*canAccessPeer = can_access_peer(s->config, dev, peerDev) ? 1 : 0;
 	return CUDA_SUCCESS;
 }
 
+// What cuda.h promises: on success, PEERCONTEXT's allocations (cuMemAlloc's, here) are
+// reachable from the current context's streams; the access is one-way. VMM mappings are
+// governed by cuMemSetAccess alone, so this grants nothing there.
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
-	const char *call = "cuCtxEnablePeerAccess";
-	Context *ctx = nullptr;
-	if (CUresult r = current_context(call, &ctx))
-		return r;
-	if (Flags)
-		return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", Flags);
-	Context *peer = peerContext ? find_context(*state(), peerContext, "cuCtxEnablePeerAccess") : nullptr;
-	if (!peer || peer == ctx)
-		return fail(CUDA_ERROR_INVALID_CONTEXT, call, "peer %p is unknown or the current context",
-			    static_cast<void *>(peerContext));
-	return fail(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, call, "cuDeviceCanAccessPeer is 0 for every device pair");
+	return guarded([&] {
+		const char *call = "cuCtxEnablePeerAccess";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		if (Flags)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "flags 0x%x", Flags);
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		Context *peer = peerContext ? find_context_locked(s, peerContext, call) : nullptr;
+		if (!peer || peer == ctx)
+			return fail(CUDA_ERROR_INVALID_CONTEXT, call, "peer %p is unknown or the current context",
+				    static_cast<void *>(peerContext));
+		if (!can_access_peer(s.config, ctx->device, peer->device))
+			return fail(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, call, "cuDeviceCanAccessPeer(%d, %d) is 0%s",
+				    ctx->device, peer->device, s.config.peer ? "" : " (XMEM_CUDASIM_PEER=none)");
+		if (!ctx->peers.insert(peer).second)
+			return fail(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, call, "%s already reaches %s",
+				    describe(*ctx).c_str(), describe(*peer).c_str());
+		return CUDA_SUCCESS;
+	});
 }
 
 CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
 {
-	const char *call = "cuCtxDisablePeerAccess";
-	Context *ctx = nullptr;
-	if (CUresult r = current_context(call, &ctx))
-		return r;
-	Context *peer = peerContext ? find_context(*state(), peerContext, "cuCtxDisablePeerAccess") : nullptr;
-	if (!peer)
-		return fail(CUDA_ERROR_INVALID_CONTEXT, call, "unknown peer %p", static_cast<void *>(peerContext));
-	// cuCtxEnablePeerAccess never succeeds, so no access was ever enabled.
-	return fail(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, call, "peer access was never enabled");
+	return guarded([&] {
+		const char *call = "cuCtxDisablePeerAccess";
+		Context *ctx = nullptr;
+		if (CUresult r = current_context(call, &ctx))
+			return r;
+		State &s = *state();
+		std::lock_guard<std::mutex> guard(s.lock);
+		Context *peer = peerContext ? find_context_locked(s, peerContext, call) : nullptr;
+		if (!peer)
+			return fail(CUDA_ERROR_INVALID_CONTEXT, call, "unknown peer %p",
+				    static_cast<void *>(peerContext));
+		if (!ctx->peers.erase(peer))
+			return fail(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, call, "%s does not reach %s",
+				    describe(*ctx).c_str(), describe(*peer).c_str());
+		return CUDA_SUCCESS;
+	});
 }

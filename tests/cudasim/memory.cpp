@@ -240,10 +240,12 @@ bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access ac
 	while (pos < end) {
 		if (auto m = find_containing(s.mappings, pos); m != s.mappings.end()) {
 			const Mapping &map = m->second;
-			if (map.owner && executing_context && map.owner != executing_context) {
+			if (map.owner && executing_context && map.owner != executing_context &&
+			    !executing_context->peers.count(map.owner)) {
 				fault = { pos, std::string("cuMemAlloc memory of ") + describe(*map.owner) +
 						       ", touched by a stream of " + describe(*executing_context) +
-						       " (another context reaches it only through peer access)" };
+						       " (another context reaches it only through peer access, "
+						       "cuCtxEnablePeerAccess)" };
 				return false;
 			}
 			CUmemAccess_flags granted = map.access[size_t(device)];
@@ -446,7 +448,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
 
 		std::lock_guard<std::mutex> guard(s.lock);
 		CUmemGenericAllocationHandle h = s.next_handle++;
-		s.handles[h] = std::move(backing);
+		s.handles[h] = Handle{ std::move(backing) };
 		*handle = h;
 		return CUDA_SUCCESS;
 	});
@@ -464,8 +466,10 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 		auto it = s.handles.find(handle);
 		if (it == s.handles.end())
 			return fail(CUDA_ERROR_INVALID_VALUE, "cuMemRelease", "unknown handle 0x%llx", handle);
-		dropped = std::move(it->second);
-		s.handles.erase(it);
+		if (--it->second.refs == 0) {
+			dropped = std::move(it->second.backing);
+			s.handles.erase(it);
+		}
 		return CUDA_SUCCESS;
 	});
 }
@@ -490,10 +494,10 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
 		auto it = s.handles.find(handle);
 		if (it == s.handles.end())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "unknown handle 0x%llx", handle);
-		if (!(it->second->handle_types() & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		if (!(it->second.backing->handle_types() & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 			return fail(CUDA_ERROR_INVALID_VALUE, call,
 				    "cuMemCreate did not request CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR");
-		int fd = fcntl(it->second->fd(), F_DUPFD_CLOEXEC, 0);
+		int fd = fcntl(it->second.backing->fd(), F_DUPFD_CLOEXEC, 0);
 		if (fd < 0)
 			return fail(CUDA_ERROR_OPERATING_SYSTEM, call, "dup: %s", std::strerror(errno));
 		*static_cast<int *>(shareableHandle) = fd;
@@ -564,7 +568,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
 
 		std::lock_guard<std::mutex> guard(s.lock);
 		CUmemGenericAllocationHandle h = s.next_handle++;
-		s.handles[h] = std::move(backing);
+		s.handles[h] = Handle{ std::move(backing) };
 		*handle = h;
 		return CUDA_SUCCESS;
 	});
@@ -655,7 +659,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
 		auto h = s.handles.find(handle);
 		if (h == s.handles.end())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "unknown handle 0x%llx", handle);
-		const std::shared_ptr<Backing> &backing = h->second;
+		const std::shared_ptr<Backing> &backing = h->second.backing;
 		if (offset > backing->size() || size > backing->size() - offset)
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "offset %zu + size %zu exceed the allocation's %zu",
 				    offset, size, backing->size());
@@ -671,6 +675,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
 		map.offset = offset;
 		map.backing = backing;
 		map.access.assign(size_t(s.config.devices), CU_MEM_ACCESS_FLAGS_PROT_NONE);
+		map.handle = handle;
 		s.mappings[uintptr_t(ptr)] = std::move(map);
 		return CUDA_SUCCESS;
 	});
@@ -724,23 +729,96 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 		auto run = whole_mappings(s, uintptr_t(ptr), size);
 		if (run.empty())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "[0x%llx, +%zu) is not exactly mapped", ptr, size);
-		// No simulated device reaches another's memory (cuDeviceCanAccessPeer says 0):
-		// access for any device but the memory's own is refused, so mapping an
-		// allocation for the wrong ordinal fails here, not silently.
+		// A device reaches another's memory only where cuDeviceCanAccessPeer says so
+		// (never, unless XMEM_CUDASIM_PEER=all): access for any other device is refused,
+		// so mapping an allocation for the wrong ordinal fails here, not silently.
 		for (auto it : run) {
 			for (size_t i = 0; i < count; i++) {
 				int owner = it->second.backing->device();
-				if (desc[i].location.id != owner && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+				int device = desc[i].location.id;
+				if (device != owner && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+				    !can_access_peer(s.config, device, owner))
 					return fail(CUDA_ERROR_INVALID_DEVICE, call,
-						    "desc[%zu]: device %d cannot access memory of device %d (no peer "
-						    "access)",
-						    i, desc[i].location.id, owner);
+						    "desc[%zu]: device %d cannot access memory of device %d "
+						    "(cuDeviceCanAccessPeer is 0)",
+						    i, device, owner);
 			}
 		}
 		for (auto it : run) {
 			for (size_t i = 0; i < count; i++)
 				it->second.access[size_t(desc[i].location.id)] = desc[i].flags;
 		}
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+	return guarded([&] {
+		const char *call = "cuMemGetAccess";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!flags || !location)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null flags or location");
+		if (location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "location type %d", int(location->type));
+		if (location->id < 0 || location->id >= s.config.devices)
+			return fail(CUDA_ERROR_INVALID_DEVICE, call, "location id %d", location->id);
+		std::lock_guard<std::mutex> guard(s.lock);
+		// VMM mappings only: what cuMemSetAccess set for the device (none until then).
+		auto m = find_containing(s.mappings, uintptr_t(ptr));
+		if (m == s.mappings.end() || m->second.plain)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "0x%llx is not mapped by cuMemMap", ptr);
+		*flags = m->second.access[size_t(location->id)];
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	return guarded([&] {
+		const char *call = "cuMemRetainAllocationHandle";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!handle)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null handle");
+		std::lock_guard<std::mutex> guard(s.lock);
+		// Any address of a range cuMemMap mapped, not only its start; the handle is the one
+		// mapped there, back again if every cuMemRelease let it go, and needs one more.
+		auto m = find_containing(s.mappings, reinterpret_cast<uintptr_t>(addr));
+		if (m == s.mappings.end() || m->second.plain)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is not mapped by cuMemMap", addr);
+		auto it = s.handles.try_emplace(m->second.handle, Handle{ m->second.backing, 0 }).first;
+		it->second.refs++;
+		*handle = m->second.handle;
+		return CUDA_SUCCESS;
+	});
+}
+
+CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+	return guarded([&] {
+		const char *call = "cuMemGetAllocationPropertiesFromHandle";
+		Context *ctx = nullptr;
+		if (CUresult r = vmm_call(call, &ctx))
+			return r;
+		State &s = *state();
+		if (!prop)
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "null prop");
+		std::lock_guard<std::mutex> guard(s.lock);
+		auto it = s.handles.find(handle);
+		if (it == s.handles.end())
+			return fail(CUDA_ERROR_INVALID_VALUE, call, "unknown handle 0x%llx", handle);
+		// The allocation's device as this process numbers it (an imported one's too).
+		*prop = CUmemAllocationProp{};
+		prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop->location.id = it->second.backing->device();
+		prop->requestedHandleTypes = CUmemAllocationHandleType(it->second.backing->handle_types());
 		return CUDA_SUCCESS;
 	});
 }

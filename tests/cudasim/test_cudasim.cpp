@@ -118,7 +118,10 @@ namespace {
 	X(cuMemsetD2D32Async)                                                                                          \
 	X(cuStreamWaitEvent)                                                                                           \
 	X(cuIpcGetMemHandle)                                                                                           \
-	X(cuIpcOpenMemHandle)
+	X(cuIpcOpenMemHandle)                                                                                          \
+	X(cuMemGetAccess)                                                                                              \
+	X(cuMemRetainAllocationHandle)                                                                                 \
+	X(cuMemGetAllocationPropertiesFromHandle)
 
 #define CUDASIM_STRING(name) #name
 #define CUDASIM_ABI_NAME(name) CUDASIM_STRING(name)
@@ -1095,7 +1098,9 @@ TEST_F(Sim, CuMemAllocMemoryBelongsToItsContext)
 	free_vmm(shared);
 }
 
-TEST_F(Sim, PeerAccessIsNeverAvailable)
+// Without XMEM_CUDASIM_PEER (Settings.PeersReachEachOthersMemoryOnlyWhereAccessIsGiven
+// runs the other case).
+TEST_F(Sim, PeerAccessIsUnavailableByDefault)
 {
 	int can = -1;
 	EXPECT_EQ(cu().cuDeviceCanAccessPeer(&can, 0, 1), CUDA_SUCCESS);
@@ -1118,6 +1123,100 @@ TEST_F(Sim, PeerAccessIsNeverAvailable)
 }
 
 // --- virtual memory management ---------------------------------------------------------
+
+// A device reaches a VMM mapping only where cuMemSetAccess gave it access: a stream of
+// another device that reads device 0's memory, mapped for device 0 alone, makes an illegal
+// access (what a copy on the wrong device's stream meets on a GPU). Its own context gets
+// the sticky error; device 0's stays usable.
+TEST_F(Sim, AnotherDevicesStreamCannotReachMemoryMappedForDevice0)
+{
+	VmmBuffer buffer = make_vmm(granularity);
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0x33, 64, stream_), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream_), CUDA_SUCCESS);
+	on_fresh_thread([&] {
+		CUcontext other;
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&other, 1), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuCtxPushCurrent(other), CUDA_SUCCESS);
+		CUstream theirs;
+		ASSERT_EQ(cu().cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+		Pinned pinned(64);
+		testing::internal::CaptureStderr();
+		ASSERT_EQ(cu().cuMemcpyDtoHAsync(pinned.data(), buffer.va, 64, theirs), CUDA_SUCCESS);
+		CUresult synced = cu().cuStreamSynchronize(theirs);
+		std::string err = testing::internal::GetCapturedStderr();
+		EXPECT_EQ(synced, CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_NE(err.find("(device 1)"), std::string::npos) << err;
+		EXPECT_NE(err.find("cuMemSetAccess gave device 1 no access"), std::string::npos) << err;
+		cu().cuStreamDestroy(theirs);
+		CUcontext popped;
+		EXPECT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS); // clears the sticky error
+	});
+	std::vector<unsigned char> bytes(64);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(bytes.data(), buffer.va, 64, stream_), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(bytes.data(), bytes.size(), 0x33));
+	free_vmm(buffer);
+}
+
+// cuMemGetAccess reads what cuMemSetAccess set, per device; cuMemRetainAllocationHandle
+// takes any address of a mapping and gives back the handle mapped there, even once every
+// earlier reference was released, counting one reference more; its properties name the
+// allocation's device.
+TEST_F(Sim, AMappingTellsItsAccessHandleAndDevice)
+{
+	CUmemAllocationProp prop = device_prop(1);
+	CUmemGenericAllocationHandle handle;
+	ASSERT_EQ(cu().cuMemCreate(&handle, 2 * granularity, &prop, 0), CUDA_SUCCESS);
+	CUdeviceptr va = map_fresh(handle, 2 * granularity, false);
+	CUmemAccessDesc read_only = access_for(1, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	ASSERT_EQ(cu().cuMemSetAccess(va, 2 * granularity, &read_only, 1), CUDA_SUCCESS);
+
+	CUmemLocation device0 = access_for(0).location, device1 = access_for(1).location;
+	unsigned long long flags = 99;
+	EXPECT_EQ(cu().cuMemGetAccess(&flags, &device1, va + granularity + 5), CUDA_SUCCESS);
+	EXPECT_EQ(flags, static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_READ));
+	EXPECT_EQ(cu().cuMemGetAccess(&flags, &device0, va), CUDA_SUCCESS);
+	EXPECT_EQ(flags, static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_NONE));
+	CUmemLocation device2 = access_for(2).location, host = device0;
+	host.type = CU_MEM_LOCATION_TYPE_HOST;
+	EXPECT_EQ(cu().cuMemGetAccess(&flags, &device2, va), CUDA_ERROR_INVALID_DEVICE);
+	EXPECT_EQ(cu().cuMemGetAccess(&flags, &host, va), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemGetAccess(nullptr, &device0, va), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemGetAccess(&flags, &device0, va + 2 * granularity), CUDA_ERROR_INVALID_VALUE);
+	CUdeviceptr plain;
+	ASSERT_EQ(cu().cuMemAlloc(&plain, 4096), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemGetAccess(&flags, &device0, plain), CUDA_ERROR_INVALID_VALUE);
+
+	CUmemGenericAllocationHandle retained = 0;
+	auto *inside = reinterpret_cast<void *>(uintptr_t(va + granularity + 100));
+	ASSERT_EQ(cu().cuMemRetainAllocationHandle(&retained, inside), CUDA_SUCCESS);
+	EXPECT_EQ(retained, handle);
+	CUmemAllocationProp got;
+	std::memset(&got, 0xff, sizeof(got));
+	ASSERT_EQ(cu().cuMemGetAllocationPropertiesFromHandle(&got, retained), CUDA_SUCCESS);
+	EXPECT_EQ(got.type, CU_MEM_ALLOCATION_TYPE_PINNED);
+	EXPECT_EQ(got.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+	EXPECT_EQ(got.location.id, 1);
+	EXPECT_EQ(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	// Two references: cuMemCreate's and the retain's.
+	EXPECT_EQ(cu().cuMemRelease(handle), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemGetAllocationPropertiesFromHandle(&got, handle), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemRelease(retained), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemGetAllocationPropertiesFromHandle(&got, handle), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemRelease(handle), CUDA_ERROR_INVALID_VALUE);
+	// The mapping keeps the memory, and the handle comes back.
+	ASSERT_EQ(cu().cuMemRetainAllocationHandle(&retained, reinterpret_cast<void *>(uintptr_t(va))), CUDA_SUCCESS);
+	EXPECT_EQ(retained, handle);
+	EXPECT_EQ(cu().cuMemRelease(retained), CUDA_SUCCESS);
+
+	EXPECT_EQ(cu().cuMemRetainAllocationHandle(&retained, reinterpret_cast<void *>(uintptr_t(plain))),
+		  CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemRetainAllocationHandle(nullptr, inside), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemGetAllocationPropertiesFromHandle(nullptr, handle), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_EQ(cu().cuMemFree(plain), CUDA_SUCCESS);
+	unmap_fresh(va, 2 * granularity);
+	EXPECT_EQ(cu().cuMemRetainAllocationHandle(&retained, inside), CUDA_ERROR_INVALID_VALUE);
+}
 
 TEST_F(Sim, VmmCallsCheckTheirArguments)
 {
@@ -2762,6 +2861,19 @@ TEST(Settings, AMistypedSettingAborts)
 	child = run_child("InitOnly", { "XMEM_CUDASIM_MEMORY=12Q" });
 	EXPECT_TRUE(WIFSIGNALED(child.status) && WTERMSIG(child.status) == SIGABRT) << child.output;
 	EXPECT_NE(child.output.find("XMEM_CUDASIM_MEMORY"), std::string::npos) << child.output;
+
+	child = run_child("InitOnly", { "XMEM_CUDASIM_PEER=some" });
+	EXPECT_TRUE(WIFSIGNALED(child.status) && WTERMSIG(child.status) == SIGABRT) << child.output;
+	EXPECT_NE(child.output.find("XMEM_CUDASIM_PEER"), std::string::npos) << child.output;
+}
+
+// XMEM_CUDASIM_PEER=all: the two devices are peers, which lets cuMemSetAccess give one
+// access to the other's VMM memory and cuCtxEnablePeerAccess reach another context's
+// cuMemAlloc memory; neither happens by itself (DISABLED_Child.Peers).
+TEST(Settings, PeersReachEachOthersMemoryOnlyWhereAccessIsGiven)
+{
+	ChildResult child = run_child("Peers", { "XMEM_CUDASIM_PEER=all" });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
 }
 
 TEST(Settings, DevicesMemoryGranularityAndVerbose)
@@ -2843,6 +2955,69 @@ TEST(DISABLED_Child, Settings)
 	EXPECT_EQ(cu().cuMemCreate(&h, 65536, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
 	for (auto handle : handles)
 		EXPECT_EQ(cu().cuMemRelease(handle), CUDA_SUCCESS);
+}
+
+TEST(DISABLED_Child, Peers)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	int can = -1;
+	EXPECT_EQ(cu().cuDeviceCanAccessPeer(&can, 0, 1), CUDA_SUCCESS);
+	EXPECT_EQ(can, 1);
+	EXPECT_EQ(cu().cuDeviceCanAccessPeer(&can, 1, 0), CUDA_SUCCESS);
+	EXPECT_EQ(can, 1);
+	EXPECT_EQ(cu().cuDeviceCanAccessPeer(&can, 1, 1), CUDA_SUCCESS);
+	EXPECT_EQ(can, 0); // never its own peer
+
+	CUcontext ctx0, ctx1;
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx0, 0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx1, 1), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPushCurrent(ctx0), CUDA_SUCCESS);
+	CUstream stream0;
+	ASSERT_EQ(cu().cuStreamCreate(&stream0, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	VmmBuffer buffer = make_vmm(granularity); // device 0's, access for device 0
+	CUdeviceptr plain;
+	ASSERT_EQ(cu().cuMemAlloc(&plain, 4096), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(buffer.va, 0x44, 64, stream0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuMemsetD8Async(plain, 0x55, 64, stream0), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuStreamSynchronize(stream0), CUDA_SUCCESS);
+	// Device 1 may be given access to device 0's memory.
+	CUmemAccessDesc both[] = { access_for(0), access_for(1, CU_MEM_ACCESS_FLAGS_PROT_READ) };
+	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, both, 2), CUDA_SUCCESS);
+
+	CUcontext popped;
+	ASSERT_EQ(cu().cuCtxPushCurrent(ctx1), CUDA_SUCCESS);
+	CUstream stream1;
+	ASSERT_EQ(cu().cuStreamCreate(&stream1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	std::vector<unsigned char> bytes(64);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(bytes.data(), buffer.va, 64, stream1), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(bytes.data(), bytes.size(), 0x44));
+
+	// Peer access between the contexts reaches cuMemAlloc memory, one way, until disabled.
+	EXPECT_EQ(cu().cuCtxEnablePeerAccess(ctx0, 0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuCtxEnablePeerAccess(ctx0, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+	ASSERT_EQ(cu().cuMemcpyDtoHAsync(bytes.data(), plain, 64, stream1), CUDA_SUCCESS);
+	EXPECT_TRUE(all_equal(bytes.data(), bytes.size(), 0x55));
+	EXPECT_EQ(cu().cuCtxDisablePeerAccess(ctx0), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuCtxDisablePeerAccess(ctx0), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+
+	// Enabled peer access does not reach VMM memory: only cuMemSetAccess does.
+	EXPECT_EQ(cu().cuCtxEnablePeerAccess(ctx0, 0), CUDA_SUCCESS);
+	CUmemAccessDesc none = access_for(1, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	ASSERT_EQ(cu().cuMemSetAccess(buffer.va, buffer.size, &none, 1), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuMemcpyDtoHAsync(bytes.data(), buffer.va, 64, stream1), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT_EQ(cu().cuStreamSynchronize(stream1), CUDA_ERROR_ILLEGAL_ADDRESS);
+	ASSERT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+	// The last release of device 1's context ends its peer access and its sticky error.
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx1, 1), CUDA_SUCCESS);
+	ASSERT_EQ(cu().cuCtxPushCurrent(ctx1), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuCtxDisablePeerAccess(ctx0), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+	ASSERT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+
+	EXPECT_EQ(cu().cuMemFree(plain), CUDA_SUCCESS);
+	free_vmm(buffer);
+	cu().cuStreamDestroy(stream0);
+	EXPECT_EQ(cu().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
 }
 
 TEST(DISABLED_Child, FailSwitch)
