@@ -95,6 +95,9 @@ struct Options {
 	uint64_t warmup = 60;
 	uint32_t consumers = 1;
 	uint32_t slots = 8;
+	// Size classes of the pool: the frames' is the last, after K - 1 classes of smaller
+	// slots (each half the one after), so acquire() and the slot lookups pass them all.
+	uint32_t classes = 1;
 	uint32_t queue = 4;
 	xmem::Policy policy = xmem::Policy::block;
 	bool spin = false; // xmem consumers poll with receive(0) instead of sleeping
@@ -117,12 +120,13 @@ struct Options {
 int usage()
 {
 	(void)std::fprintf(
-		stderr, "usage: xmem-bench-core [--pair xmem-core|eventfd-memfd] [--width W] [--height H]\n"
-			"                       [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
-			"                       [--slots S] [--queue Q] [--policy block|drop-oldest|drop-new]\n"
-			"                       [--spin] [--wake sleep|spin-before] [--spin-budget US]\n"
-			"                       [--consumer-policy P] [--spill-mb MB] [--stall-ms MS]\n"
-			"                       [--stall-every-ms MS] [--mode LABEL] [--json]\n");
+		stderr,
+		"usage: xmem-bench-core [--pair xmem-core|eventfd-memfd] [--width W] [--height H]\n"
+		"                       [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
+		"                       [--slots S] [--classes K] [--queue Q] [--policy block|drop-oldest|drop-new]\n"
+		"                       [--spin] [--wake sleep|spin-before] [--spin-budget US]\n"
+		"                       [--consumer-policy P] [--spill-mb MB] [--stall-ms MS]\n"
+		"                       [--stall-every-ms MS] [--mode LABEL] [--json]\n");
 	return 2;
 }
 
@@ -197,6 +201,8 @@ bool parse(int argc, char **argv, Options &o)
 				o.warmup = n;
 			else if (a == "--consumers")
 				o.consumers = uint32_t(n);
+			else if (a == "--classes")
+				o.classes = uint32_t(n);
 			else if (a == "--slots")
 				o.slots = uint32_t(n);
 			else if (a == "--queue")
@@ -648,6 +654,7 @@ int report(const Options &o, ProducerRun &run, Gathered &g, uint64_t pool_droppe
 		num("warmup", double(o.warmup), 0);
 		num("consumers", o.consumers, 0);
 		num("slots", o.slots, 0);
+		num("classes", o.classes, 0);
 		num("queue_size", o.queue, 0);
 		str("policy", bench_policy_name(o.policy));
 		str("consumer_wait", wait);
@@ -714,9 +721,14 @@ int run_xmem_producer(const Options &o)
 	const uint64_t frame_bytes = uint64_t(o.width) * o.height * 3 / 2;
 	const std::string name = "xmem-bench-" + std::to_string(::getpid());
 
+	if (o.classes < 1 || o.classes > 32 || (frame_bytes >> (o.classes - 1)) == 0) {
+		(void)std::fprintf(stderr, "xmem-bench-core: --classes must be 1..32 and leave slots of a byte\n");
+		return 2;
+	}
 	xmem::PoolConfig config;
-	config.slot_count = o.slots;
-	config.slot_size = frame_bytes;
+	config.slot_count = o.classes == 1 ? o.slots : 2;
+	config.slot_size = frame_bytes >> (o.classes - 1);
+	config.max_slots = 2 * (o.classes - 1) + o.slots;
 	config.policy = o.policy;
 	config.block_timeout = std::chrono::seconds(1);
 	config.spill_bytes = uint64_t(o.spill_mb) << 20;
@@ -729,6 +741,15 @@ int run_xmem_producer(const Options &o)
 		return 1;
 	}
 	auto pool = std::move(created.value());
+	for (uint32_t k = 1; k < o.classes; k++) {
+		bool frames = k == o.classes - 1;
+		auto added = pool->preallocate(frame_bytes >> (o.classes - 1 - k), frames ? o.slots : 2,
+					       xmem::Storage::system);
+		if (!added) {
+			(void)std::fprintf(stderr, "xmem-bench-core: %s\n", added.error().message.c_str());
+			return 1;
+		}
+	}
 
 	std::vector<Child> children(o.consumers);
 	for (auto &c : children) {
@@ -768,7 +789,7 @@ int run_xmem_producer(const Options &o)
 	}
 
 	ProducerRun run = pace(o, [&](uint64_t n) {
-		auto frame = pool->acquire(std::chrono::seconds(5));
+		auto frame = pool->acquire(frame_bytes, std::chrono::seconds(5));
 		if (!frame) {
 			(void)std::fprintf(stderr, "xmem-bench-core: %s\n", frame.error().message.c_str());
 			return false;

@@ -243,6 +243,7 @@ int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **ou
 			config.group = c->group;
 		config.spill_bytes = c->spill_bytes;
 		config.spill_frames = c->spill_frames;
+		config.max_slots = c->max_slots;
 		if (!all_zero(c->reserved))
 			return fail(XMEM_EINVAL, (std::string("pool '") + name +
 						  "': xmem_pool_config has reserved fields set "
@@ -317,6 +318,45 @@ int xmem_pool_acquire_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_
 	if (!pool || !out)
 		return fail(XMEM_EINVAL, "xmem_pool_acquire_on_stream: null argument");
 	return guarded([&] { return put_buffer(pool->pool->acquire(ns(timeout_ns), cuda_stream), out); });
+}
+
+int xmem_pool_acquire_size(xmem_pool *pool, uint64_t size, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_acquire_size: null argument");
+	return guarded([&] { return put_buffer(pool->pool->acquire(size, ns(timeout_ns), cuda_stream), out); });
+}
+
+int xmem_pool_preallocate(xmem_pool *pool, uint64_t slot_size, uint32_t count, uint32_t storage, uint32_t device,
+			  uint32_t *class_index)
+{
+	if (!pool)
+		return fail(XMEM_EINVAL, "xmem_pool_preallocate: null pool");
+	return guarded([&] {
+		auto r = pool->pool->preallocate(slot_size, count, xmem::Storage(storage), device);
+		if (!r)
+			return fail(r.error());
+		if (class_index)
+			*class_index = *r;
+		return int(XMEM_OK);
+	});
+}
+
+uint32_t xmem_pool_class_count(const xmem_pool *pool)
+{
+	return pool ? uint32_t(pool->pool->classes().size()) : 0;
+}
+
+int xmem_pool_class_info(const xmem_pool *pool, uint32_t index, xmem_size_class *out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_class_info: null argument");
+	auto classes = pool->pool->classes();
+	if (index >= classes.size())
+		return fail(XMEM_ERANGE, "xmem_pool_class_info: no size class of that index");
+	const xmem::SizeClass &c = classes[index];
+	*out = xmem_size_class{ c.index, uint32_t(c.storage), c.device, c.first_slot, c.count, 0, c.slot_size };
+	return XMEM_OK;
 }
 
 int xmem_pool_publish_on_stream(xmem_pool *pool, xmem_buffer *buffer, void *cuda_stream)

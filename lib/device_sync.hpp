@@ -124,7 +124,9 @@ inline std::string format_device_uuid(const DeviceUuid &uuid)
 // STREAM's (the stream the copy is made on, nullptr: none) are done.
 Result<std::shared_ptr<void>> device_allocate(uint32_t device, uint64_t bytes, uint64_t *address, void *stream);
 // Copies BYTES on DEVICE's context between device (CUdeviceptr) or host addresses,
-// queued on STREAM; without a stream, complete on return.
+// queued on STREAM; without a stream, complete on return. A device source DEVICE may not
+// read (another GPU's mapping) is staged through host memory: then the copy waits for
+// STREAM's earlier work and is complete on return.
 Result<void> device_copy(uint32_t device, uint64_t dst, bool dst_device, uint64_t src, bool src_device, uint64_t bytes,
 			 void *stream);
 // Page-locks MEMORY (host memory of this process) for copies with DEVICE, so they are

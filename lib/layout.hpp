@@ -15,8 +15,9 @@ namespace xmem::layout {
 inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
 // 4: per-consumer policies, the spill tier; 5: the spill tier of device pools (a spill
 // buffer's spill_seq and spill_ready, which a consumer of a version 4 would not wait for);
-// 6: frame tickets (a slot's ticket words, the header's ticket counters).
-inline constexpr uint32_t kAbiVersion = 6;
+// 6: frame tickets (a slot's ticket words, the header's ticket counters); 7: size classes
+// (the class table, slot records reserved for classes added later, kSlotUnused).
+inline constexpr uint32_t kAbiVersion = 7;
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 // A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
@@ -45,6 +46,7 @@ enum SlotState : uint32_t {
 	kSlotPublished = 2, // readable; holders are in the holder bits
 	kSlotExclusive = 3, // a sole holder took it for in-place writing (get_mut)
 	kSlotReclaiming = 4, // the owner is checking that no holder is left
+	kSlotUnused = 5, // a record no class has taken yet (BufferPool::preallocate)
 };
 
 enum PoolState : uint32_t { kPoolOpen = 0, kPoolClosed = 1 };
@@ -119,11 +121,18 @@ struct ControlConstants {
 	uint64_t owner_pid_ns;
 	uint64_t spill_bytes; // the tier's cap on payload bytes (whole pages)
 	uint64_t spill_size; // its memfd's size
-	uint64_t reserved[2]; // zero
+	// Size classes: slot_count is the number of slot records, the first class (the
+	// pool's creation one, whose size and stride slot_size and slot_stride are, in
+	// data_size bytes) has first_class_slots of them, and later classes take the rest
+	// (ClassRecord).
+	uint32_t first_class_slots;
+	uint32_t reserved32; // zero
+	uint64_t reserved; // zero
 };
 
 static_assert(sizeof(ControlConstants) == 216);
 static_assert(offsetof(ControlConstants, owner_pid_ns) == 176);
+static_assert(offsetof(ControlConstants, first_class_slots) == 200);
 static_assert(offsetof(ControlConstants, device_kind) == offsetof(ControlConstants, device_uuid) + 16);
 static_assert(std::is_trivially_copyable_v<ControlConstants>);
 
@@ -132,7 +141,9 @@ struct alignas(64) ControlHeader : ControlConstants {
 	alignas(64) std::atomic<uint32_t> state; // PoolState [owner]
 	std::atomic<uint32_t> progress; // futex word: a slot freed or a queue moved [all]
 	std::atomic<uint32_t> owner_waiting; // owner sleeps on progress [owner]
-	std::atomic<uint32_t> reserved0;
+	// Size classes in the class table: stored (release) once a class's record, its
+	// slots' records and its memory are ready; only ever grows. [owner]
+	std::atomic<uint32_t> classes;
 	std::atomic<uint64_t> published; // [owner]
 	std::atomic<uint64_t> dropped; // [owner]
 	std::atomic<uint64_t> reaped; // [owner]
@@ -158,6 +169,28 @@ struct alignas(64) ControlHeader : ControlConstants {
 	std::atomic<uint32_t> tickets_live;
 	std::atomic<uint32_t> reserved_tickets;
 };
+
+// A size class: COUNT slots of SLOT_SIZE bytes (SLOT_STRIDE apart in their own arena, of
+// DATA_SIZE bytes) of one memory, the slot records [first_slot, first_slot + count).
+// Written once by the owner before `classes` counts it; read-only afterwards. Class 0 is
+// the pool's creation class (ControlConstants' slot_size, slot_stride, data_size).
+// Consumers copy a record out and check it (segment.hpp) before using it; the memory's
+// file descriptors come over the pool's socket, once per class (protocol.hpp).
+inline constexpr uint32_t kMaxClasses = 32;
+struct ClassRecord {
+	uint32_t storage; // xmem_storage
+	uint32_t device; // the owner's ordinal of device_uuid
+	uint8_t device_uuid[16];
+	uint32_t device_kind;
+	uint32_t first_slot;
+	uint32_t count;
+	uint32_t reserved; // zero
+	uint64_t slot_size;
+	uint64_t slot_stride;
+	uint64_t data_size;
+};
+static_assert(sizeof(ClassRecord) == 64);
+static_assert(std::is_trivially_copyable_v<ClassRecord>);
 
 // The shared copy of a frame's metadata lives in xmem_frame_meta, which is already
 // fixed-layout and pointer-free.
@@ -246,9 +279,14 @@ inline constexpr uint32_t consumer_record_size(uint32_t ring_capacity)
 	return static_cast<uint32_t>(round_up(sizeof(ConsumerRecord) + uint64_t{ ring_capacity } * 8, 64));
 }
 
-inline constexpr uint64_t slots_offset()
+inline constexpr uint64_t classes_offset()
 {
 	return round_up(sizeof(ControlHeader), 64);
+}
+
+inline constexpr uint64_t slots_offset()
+{
+	return classes_offset() + uint64_t{ kMaxClasses } * sizeof(ClassRecord);
 }
 
 inline constexpr uint64_t consumers_offset(uint32_t slot_count)
@@ -374,6 +412,7 @@ static_assert(sizeof(ControlHeader) % 64 == 0);
 static_assert(offsetof(ControlHeader, state) == 256);
 static_assert(offsetof(ControlHeader, progress) == 260);
 static_assert(offsetof(ControlHeader, owner_waiting) == 264);
+static_assert(offsetof(ControlHeader, classes) == 268);
 static_assert(offsetof(ControlHeader, published) == 272);
 static_assert(offsetof(ControlHeader, dropped) == 280);
 static_assert(offsetof(ControlHeader, reaped) == 288);

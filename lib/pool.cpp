@@ -8,6 +8,7 @@
 #include <xmem/snapshot.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 namespace xmem {
@@ -32,6 +33,8 @@ const char *state_name(uint32_t s)
 		return "held for writing by its sole holder";
 	case kSlotReclaiming:
 		return "being reclaimed";
+	case kSlotUnused:
+		return "in no size class yet";
 	}
 	return "invalid";
 }
@@ -104,17 +107,21 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 		uint64_t offset = *static_cast<const volatile uint64_t *>(&rec.offset);
 		std::span<std::byte> at = spill->payload(offset);
 		g.data_ = at.empty() ? nullptr : at.data();
-		g.capacity_ = std::min<uint64_t>(seg.slot_size, at.size());
+		g.capacity_ = std::min<uint64_t>(largest_slot(), at.size());
 		g.meta_.storage_type = uint8_t(Storage::system);
 		g.meta_.device_id = 0;
 	} else {
+		// Its class is known here: the owner made it, a consumer imported it first
+		// (checked_guard).
+		const SlotClass &c = classes[*class_of(index)];
 		// The owner wrote its ordinal; this process may number the device otherwise.
-		if (arena->storage() == Storage::cuda)
-			g.meta_.device_id = uint8_t(arena->device());
-		uint64_t offset = uint64_t{ index } * seg.slot_stride;
-		g.data_ = arena->host(offset);
-		g.device_ = arena->device_address(offset);
-		g.capacity_ = seg.slot_size;
+		g.meta_.storage_type = uint8_t(c.arena->storage());
+		if (c.arena->storage() == Storage::cuda)
+			g.meta_.device_id = uint8_t(c.arena->device());
+		uint64_t offset = uint64_t{ index - c.first_slot } * c.slot_stride;
+		g.data_ = c.arena->host(offset);
+		g.device_ = c.arena->device_address(offset);
+		g.capacity_ = c.slot_size;
 	}
 	g.writable_ = writable;
 	g.format_ = role == Role::owner ? format.load() : format_of(rec);
@@ -124,6 +131,20 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 
 Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
 {
+	if (!is_spill(index) && !class_of(index)) {
+		// A slot of a class the owner added since this consumer last looked: its
+		// memory is imported once, here, for every frame of it to come.
+		auto imported = subscriber ? subscriber->import_classes()
+					   : Result<void>(make_error(Errc::invalid_argument, "no class"));
+		if (!imported || !class_of(index)) {
+			frames_refused.fetch_add(1, std::memory_order_relaxed);
+			(void)release(index, nullptr, false);
+			return make_error(imported ? Errc::bad_frame : imported.code(),
+					  where() + ": slot " + std::to_string(index) + " is in no size class" +
+						  (imported ? std::string(" the owner has added")
+							    : ": " + imported.error().message));
+		}
+	}
 	BufferGuard g = make_guard(index, writable);
 	auto fits = check_frame_layout(g.meta_, g.capacity_);
 	if (fits)
@@ -206,14 +227,33 @@ Result<void> PoolImpl::hold_published(uint32_t index)
 	return {};
 }
 
+uint32_t PoolImpl::slots_end() const
+{
+	// The class table as the owner wrote it: a class this process has not imported yet
+	// counts too. Only ever used as a bound: index() lookups go through class_of().
+	uint32_t n = std::min(seg.header->classes.load(std::memory_order_acquire), kMaxClasses);
+	if (n == 0)
+		return 0;
+	ClassRecord last;
+	std::memcpy(&last, &seg.classes[n - 1], sizeof(last));
+	return uint32_t(std::min<uint64_t>(uint64_t{ last.first_slot } + last.count, seg.slot_count));
+}
+
+bool PoolImpl::in_range(uint32_t index) const
+{
+	if (index >= index_count())
+		return false;
+	return is_spill(index) || class_of(index) || index < slots_end();
+}
+
 Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= seg.slot_count)
+	if (index >= seg.slot_count || !in_range(index))
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) +
-							      " out of range (0.." +
-							      std::to_string(seg.slot_count - 1) + ")");
+							      " out of range (0.." + std::to_string(slots_end() - 1) +
+							      ")");
 	SlotRecord &slot = seg.slots[index];
 	if (auto held = hold_published(index); !held)
 		return held.error();
@@ -251,7 +291,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 // this returns without one). No slot reference: the copy lives on its own.
 Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to, uint32_t device, void *stream)
 {
-	uint64_t bytes = std::min<uint64_t>(frame.meta_.size, seg.slot_size);
+	uint64_t bytes = std::min<uint64_t>(frame.meta_.size, frame.capacity_);
 	uint32_t from_device = frame.meta_.device_id;
 	// The guard gets its pool only once it owns the copy: a guard with a pool and no
 	// copy is a slot reference, and dropping it on a failure would release the
@@ -327,7 +367,7 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= index_count())
+	if (!in_range(index))
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -343,7 +383,7 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads, voi
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= index_count())
+	if (!in_range(index))
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -364,7 +404,7 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
-	if (index >= index_count())
+	if (!in_range(index))
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
 	std::lock_guard lock(refs_lock);
 	if (local_refs[index] == 0)
@@ -625,9 +665,17 @@ uint64_t BufferPool::slot_size() const
 {
 	return impl_->seg.slot_size;
 }
-uint32_t BufferPool::slot_count() const
+uint32_t BufferPool::slot_records() const
 {
 	return impl_->seg.slot_count;
+}
+
+uint32_t BufferPool::slot_count() const
+{
+	uint32_t total = 0;
+	for (const SizeClass &c : classes())
+		total += c.count;
+	return total;
 }
 Storage BufferPool::storage() const
 {
@@ -652,12 +700,38 @@ const char *BufferPool::gpu_ordering() const
 
 Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout, CudaStream stream)
 {
+	return acquire(0, timeout, stream);
+}
+
+Result<BufferGuard> BufferPool::acquire(uint64_t size, std::chrono::nanoseconds timeout, CudaStream stream)
+{
 	if (!impl_->publisher)
 		return wrong_role(*impl_, "acquires slots");
-	auto g = impl_->publisher->acquire(timeout.count(), stream);
+	auto g = impl_->publisher->acquire(size, timeout.count(), stream);
 	if (g)
 		g->stream_ = stream;
 	return g;
+}
+
+Result<uint32_t> BufferPool::preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device)
+{
+	if (!impl_->publisher)
+		return wrong_role(*impl_, "adds size classes");
+	return impl_->publisher->preallocate(slot_size, count, storage, device);
+}
+
+std::vector<SizeClass> BufferPool::classes() const
+{
+	// The table as the segment says (an inspector imports no class), read once each.
+	const ControlSegment &seg = impl_->seg;
+	std::vector<SizeClass> out;
+	uint32_t n = std::min(seg.header->classes.load(std::memory_order_acquire), kMaxClasses);
+	for (uint32_t c = 0; c < n; c++) {
+		ClassRecord r;
+		std::memcpy(&r, &seg.classes[c], sizeof(r));
+		out.push_back(SizeClass{ c, Storage(r.storage), r.device, r.slot_size, r.first_slot, r.count });
+	}
+	return out;
 }
 Result<void> BufferPool::publish(BufferGuard &&frame, CudaStream stream)
 {
@@ -780,10 +854,14 @@ PoolStats BufferPool::stats() const
 	s.reaped = h->reaped.load(std::memory_order_relaxed);
 	s.closed = h->state.load(std::memory_order_relaxed) == kPoolClosed ||
 		   (impl_->subscriber && impl_->subscriber->owner_gone());
-	s.slots_total = seg.slot_count;
-	for (uint32_t i = 0; i < seg.slot_count; i++)
+	// The slots of every class; records no class has taken yet are not slots.
+	for (uint32_t i = 0; i < seg.slot_count; i++) {
+		if (seg.slots[i].state.load(std::memory_order_relaxed) == kSlotUnused)
+			continue;
+		s.slots_total++;
 		if (slot_is_free(seg.slots[i]))
 			s.slots_free++;
+	}
 	for (uint32_t i = 0; i < seg.max_consumers; i++)
 		if (seg.consumer(i)->state.load(std::memory_order_relaxed) == kConsumerActive)
 			s.consumers++;

@@ -12,6 +12,8 @@
 
 #include <xmem/xmem.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -59,7 +61,10 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	std::string path;
 
 	ControlSegment seg;
-	std::unique_ptr<Arena> arena; // none for an inspector
+	std::unique_ptr<Arena> arena; // the first size class's; none for an inspector
+	// The memory of the later size classes (BufferPool::preallocate), as this process
+	// made or imported them; under classes_lock. Never removed while the pool lives.
+	std::vector<std::unique_ptr<Arena>> class_arenas;
 	// GPU ordering of a CUDA pool's slots; none for system memory. Destroyed before
 	// the arena: it synchronizes this process's streams first.
 	std::unique_ptr<DeviceSync> sync;
@@ -97,6 +102,51 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	mutable std::mutex format_lock;
 	uint64_t format_seq = 0;
 	SharedPtrCell<const std::string> format;
+
+	// Size classes as this process uses them (layout::ClassRecord): [0, classes_known)
+	// are filled in (under classes_lock) before classes_known counts them (release),
+	// and never change afterwards, so a reader needs no lock. A consumer imports a
+	// class the owner added since when it first meets one of its slots.
+	struct SlotClass {
+		uint32_t first_slot = 0;
+		uint32_t count = 0;
+		uint64_t slot_size = 0;
+		uint64_t slot_stride = 0;
+		const Arena *arena = nullptr;
+	};
+	std::array<SlotClass, layout::kMaxClasses> classes{};
+	std::atomic<uint32_t> classes_known{ 0 };
+	// Serialises adding (owner) and importing (consumer) classes. A leaf with respect
+	// to refs_lock and format_lock: neither is taken under it, nor it under them.
+	std::mutex classes_lock;
+	// The index of slot INDEX's class; none for a slot of no class known here (yet).
+	std::optional<uint32_t> class_of(uint32_t index) const
+	{
+		uint32_t n = classes_known.load(std::memory_order_acquire);
+		for (uint32_t c = 0; c < n; c++)
+			if (index - classes[c].first_slot < classes[c].count)
+				return c;
+		return std::nullopt;
+	}
+	// The largest slot of the classes known here.
+	uint64_t largest_slot() const
+	{
+		uint64_t most = 0;
+		uint32_t n = classes_known.load(std::memory_order_acquire);
+		for (uint32_t c = 0; c < n; c++)
+			most = std::max(most, classes[c].slot_size);
+		return most;
+	}
+	// Where the slots of the classes the owner has added so far end; whether INDEX
+	// names one of them or a spill buffer (a reference index in range).
+	uint32_t slots_end() const;
+	bool in_range(uint32_t index) const;
+	// Installs class C, as this process made or imported it (classes_lock held).
+	void add_class(uint32_t c, const layout::ClassRecord &record, const Arena *memory)
+	{
+		classes[c] = SlotClass{ record.first_slot, record.count, record.slot_size, record.slot_stride, memory };
+		classes_known.store(c + 1, std::memory_order_release);
+	}
 
 	// The role's own state, one of them. Declared last: destroyed first, so the
 	// owner's I/O thread is joined before the segment and arena go.

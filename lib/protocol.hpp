@@ -13,6 +13,8 @@
 //            <--------------------------------- ArenaFds header + [fds...] while
 //                                               more than kMaxFds fds are due
 //            (or Reject{code, message}, then close)
+//   a size class added later, first met:
+//   connect, Hello{role classes, class_index} -> Welcome + [the class's arena fds...]
 //   ... frames: rings and holder bits in the control segment, eventfd wakeups ...
 //   exit / crash: socket hang-up ------------> reap: clear the consumer's holder bits
 #pragma once
@@ -40,6 +42,11 @@ enum class MessageType : uint16_t {
 enum class PeerRole : uint32_t {
 	consumer = 1,
 	inspector = 2,
+	// An attached consumer asking for the memory of a size class the owner added after
+	// its attach (Hello::class_index), on a connection of its own: the owner answers
+	// with a Welcome (consumer index kNoConsumer, the class's data size) carrying the
+	// class's arena fds and no control memfd, continued in ArenaFds, then hangs up.
+	classes = 3,
 };
 
 struct MessageHeader {
@@ -61,7 +68,7 @@ struct Hello {
 	// namespace. Informative only: nothing is decided by them. Absent (a 56-byte Hello)
 	// from consumers older than the fields.
 	uint32_t pid;
-	uint32_t reserved;
+	uint32_t class_index; // PeerRole::classes: the size class asked for; else 0
 	uint64_t pid_ns;
 	// How the consumer asks to be served (Serve): 0 the pool's policy, else 1 + an
 	// xmem_policy; the fallback of fifo and fifo-spill (an xmem_policy, 0: drop-oldest);

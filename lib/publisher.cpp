@@ -31,6 +31,9 @@ namespace {
 constexpr uint64_t kHelloTimeoutNs = 2'000'000'000;
 constexpr uint64_t kMaxSlotSize = uint64_t{ 1 } << 40;
 constexpr uint32_t kDefaultQueueSize = 4;
+// Slot records a pool reserves for size classes added later, unless PoolConfig::max_slots
+// says otherwise. A record untouched costs no memory (the segment is a memfd).
+constexpr uint32_t kDefaultSpareSlots = 64;
 
 enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4, quarantine = 5, tickets = 6 };
 
@@ -192,7 +195,7 @@ bool Publisher::trim_spill(std::unique_lock<std::mutex> &lock)
 	return true;
 }
 
-bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns)
+bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes)
 {
 	if (!pool_.spill)
 		return false;
@@ -209,7 +212,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 		// writer any more, and a live writer's bit is a reference, not a queued entry,
 		// so it rules the slot out below (tests/model, SPILL_TAKES_EXCLUSIVE).
 		uint32_t state = slot.state.load(std::memory_order_acquire);
-		if (state != kSlotPublished && state != kSlotExclusive)
+		if ((state != kSlotPublished && state != kSlotExclusive) || !in_classes(i, classes))
 			continue;
 		uint64_t words[kHolderWords];
 		bool any = false;
@@ -285,7 +288,8 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 		return false;
 	}
 	// The owner's own copies of what the slot says: consumers can write the record.
-	uint64_t size = std::min<uint64_t>(slot.meta.size, seg.slot_size);
+	const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(best)];
+	uint64_t size = std::min<uint64_t>(slot.meta.size, cls.slot_size);
 	auto r = pool_.spill->allocate(size);
 	if (!r) {
 		// The tier is full.
@@ -308,12 +312,12 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	to.offset = pool_.spill->offset_of(*r);
 	to.spill_seq = spill_seqs[*r] = ++spill_count;
 	std::byte *payload = pool_.spill->payload(to.offset).data();
-	uint64_t offset = uint64_t{ best } * seg.slot_stride;
+	uint64_t offset = uint64_t{ best - cls.first_slot } * cls.slot_stride;
 	if (pool_.device_spill) {
 		// Queued on the owner's spill stream; the slot's next frame waits for it
 		// in acquire() (the owner's done word), a consumer for spill_ready.
-		auto copied = pool_.device_spill->spill(best, slot.meta.seq, pool_.arena->device_address(offset),
-							payload, size, to, deadline_ns);
+		auto copied = pool_.device_spill->spill(best, slot.meta.seq, cls.arena->device_address(offset), payload,
+							size, to, deadline_ns);
 		if (!copied) {
 			// Nothing of the copy is left queued (spill() waited for it on a failure
 			// after queueing): the buffer goes back at once.
@@ -329,7 +333,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 		// slot is held (owner bit) and PUBLISHED, so its bytes stay; the buffer is the
 		// owner's until its entries are moved below.
 		lock.unlock();
-		std::memcpy(payload, pool_.arena->host(offset), size);
+		std::memcpy(payload, cls.arena->host(offset), size);
 		lock.lock();
 		to.spill_ready.store(to.spill_seq, std::memory_order_release);
 	}
@@ -471,7 +475,87 @@ bool Publisher::drop_oldest_frame(uint32_t c)
 	return false;
 }
 
-Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
+Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device)
+{
+	const std::string where = pool_.where() + ": preallocate";
+	if (count < 1)
+		return make_error(Errc::invalid_argument, where + ": a class has at least one slot");
+	if (slot_size == 0 || slot_size > kMaxSlotSize)
+		return make_error(Errc::invalid_argument, where + ": slot size " + std::to_string(slot_size) +
+								  " out of range 1.." + std::to_string(kMaxSlotSize));
+	if (storage != Storage::system && storage != Storage::cuda)
+		return make_error(Errc::invalid_argument,
+				  where + ": unknown storage type " + std::to_string(uint32_t(storage)));
+	// One memory per pool: a device pool's ordering (DeviceSync) is of one device's
+	// streams, and consumers of a system pool need no CUDA at all.
+	const ClassRecord &first = seg.classes[0];
+	if (uint32_t(storage) != first.storage || (storage == Storage::cuda && device != first.device) ||
+	    (storage == Storage::system && device != 0))
+		return make_error(Errc::invalid_argument,
+				  where + ": this pool holds " +
+					  (first.storage == XMEM_STORAGE_CUDA
+						   ? "memory of CUDA device " + std::to_string(first.device)
+						   : std::string("system memory")) +
+					  "; a class of another memory or device needs a pool of its own");
+	if (shut.load(std::memory_order_acquire))
+		return make_error(Errc::closed, pool_.where() + " is closed");
+
+	std::lock_guard lock(pool_.classes_lock);
+	uint32_t n = pool_.classes_known.load(std::memory_order_relaxed);
+	if (n == kMaxClasses)
+		return make_error(Errc::full, where + ": the pool has its maximum of " + std::to_string(kMaxClasses) +
+						      " size classes");
+	const PoolImpl::SlotClass &last = pool_.classes[n - 1];
+	uint32_t first_slot = last.first_slot + last.count;
+	uint32_t room = seg.slot_count - first_slot;
+	if (count > room)
+		return make_error(Errc::full, where + ": room for " + std::to_string(room) + " more slots of the " +
+						      std::to_string(seg.slot_count) +
+						      " the pool was created with (PoolConfig::max_slots)");
+	ArenaSpec spec{ pool_.name, storage, device, count, slot_size, seg.constants().mode };
+	auto made = create_arena(spec);
+	if (!made)
+		return make_error(made.code(), where + ": " + made.error().message);
+	std::unique_ptr<Arena> memory = std::move(made.value());
+
+	ClassRecord record = first;
+	record.first_slot = first_slot;
+	record.count = count;
+	record.slot_size = slot_size;
+	record.slot_stride = memory->slot_stride();
+	record.data_size = record.slot_stride * count;
+	seg.classes[n] = record;
+	for (uint32_t i = first_slot; i < first_slot + count; i++) {
+		// A record no process holds (UNUSED is never held): its words are reset, then
+		// it becomes free once the class is counted.
+		SlotRecord &slot = seg.slots[i];
+		for (auto &word : slot.holders)
+			word.store(0, std::memory_order_relaxed);
+		slot.index = i;
+		slot.offset = uint64_t{ i - first_slot } * record.slot_stride;
+		slot.meta = FrameMeta{};
+		slot.ticket_check.store(0, std::memory_order_relaxed);
+		slot.ticket_left.store(0, std::memory_order_relaxed);
+		slot.state.store(kSlotFree, std::memory_order_release);
+	}
+	pool_.class_arenas.push_back(std::move(memory));
+	pool_.add_class(n, record, pool_.class_arenas.back().get());
+	seg.header->classes.store(n + 1, std::memory_order_release);
+	// An acquire() waiting for a slot may take one of these.
+	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
+	futex_wake_all(&seg.header->progress);
+	return n;
+}
+
+bool Publisher::in_classes(uint32_t index, uint32_t classes) const
+{
+	if (classes == kAllClasses)
+		return true;
+	auto c = pool_.class_of(index);
+	return c && (classes & (uint32_t{ 1 } << *c));
+}
+
+Result<BufferGuard> Publisher::acquire(uint64_t size, int64_t timeout_ns, void *stream)
 {
 	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
@@ -479,44 +563,72 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 	for (;;) {
 		if (shut.load(std::memory_order_acquire))
 			return make_error(Errc::closed, pool_.where() + " is closed");
+		// The classes a slot may come from, smallest first: those that hold SIZE bytes
+		// (SIZE 0: the first class). Looked at again each round: preallocate() may
+		// have added one while this waited.
+		uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
+		std::array<uint32_t, kMaxClasses> order;
+		uint32_t fitting = 0;
+		for (uint32_t c = 0; c < n; c++)
+			if (size == 0 ? c == 0 : pool_.classes[c].slot_size >= size)
+				order[fitting++] = c;
+		if (fitting == 0)
+			return make_error(Errc::out_of_range, pool_.where() + ": no size class holds " +
+								      std::to_string(size) +
+								      " bytes (the largest slot is " +
+								      std::to_string(pool_.largest_slot()) +
+								      " bytes; preallocate() adds a class)");
+		std::stable_sort(order.begin(), order.begin() + fitting, [this](uint32_t a, uint32_t b) {
+			return pool_.classes[a].slot_size < pool_.classes[b].slot_size;
+		});
+		uint32_t mask = 0;
+		for (uint32_t k = 0; k < fitting; k++)
+			mask |= uint32_t{ 1 } << order[k];
 		// Tickets used up or expired give their slots back first.
 		if (live_tickets.load(std::memory_order_relaxed) != 0) {
 			std::lock_guard lock(publish_lock);
 			end_tickets(false);
 		}
-		uint32_t start = acquire_cursor.load(std::memory_order_relaxed);
-		for (uint32_t n = 0; n < seg.slot_count; n++) {
-			uint32_t i = (start + n) % seg.slot_count;
-			if (!try_reclaim(i, kSlotWriting))
-				continue;
-			acquire_cursor.store(i + 1, std::memory_order_relaxed);
-			// Device slots: no holder is left, but their GPU reads of the last
-			// frame may still be queued. STREAM (or the CPU) waits for them.
-			if (pool_.sync) {
-				auto done = pool_.sync->wait_done(i, seg.slots[i].meta.seq, stream, deadline);
-				if (!done) {
-					seg.slots[i].state.store(kSlotFree, std::memory_order_seq_cst);
-					return make_error(done.code(), pool_.where() + ": " + done.error().message);
+		for (uint32_t k = 0; k < fitting; k++) {
+			const PoolImpl::SlotClass &cls = pool_.classes[order[k]];
+			std::atomic<uint32_t> &cursor = acquire_cursor[order[k]];
+			uint32_t start = cursor.load(std::memory_order_relaxed);
+			for (uint32_t m = 0; m < cls.count; m++) {
+				uint32_t i = cls.first_slot + (start + m) % cls.count;
+				if (!try_reclaim(i, kSlotWriting))
+					continue;
+				cursor.store(i - cls.first_slot + 1, std::memory_order_relaxed);
+				// Device slots: no holder is left, but their GPU reads of the last
+				// frame may still be queued. STREAM (or the CPU) waits for them.
+				if (pool_.sync) {
+					auto done = pool_.sync->wait_done(i, seg.slots[i].meta.seq, stream, deadline);
+					if (!done) {
+						seg.slots[i].state.store(kSlotFree, std::memory_order_seq_cst);
+						return make_error(done.code(),
+								  pool_.where() + ": " + done.error().message);
+					}
 				}
+				{
+					std::lock_guard lock(pool_.refs_lock);
+					seg.slots[i].holders[0].fetch_or(holder_mask(kOwnerBit),
+									 std::memory_order_seq_cst);
+					pool_.local_refs[i] = 1;
+				}
+				FrameMeta &m0 = seg.slots[i].meta;
+				m0 = FrameMeta{};
+				m0.index = i;
+				m0.storage_type = uint8_t(cls.arena->storage());
+				m0.device_id = uint8_t(cls.arena->device());
+				m0.pts = m0.dts = m0.duration = XMEM_NONE;
+				seg.slots[i].side_data_size = 0;
+				return pool_.make_guard(i, true);
 			}
-			{
-				std::lock_guard lock(pool_.refs_lock);
-				seg.slots[i].holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
-				pool_.local_refs[i] = 1;
-			}
-			FrameMeta &m = seg.slots[i].meta;
-			m = FrameMeta{};
-			m.index = i;
-			m.storage_type = uint8_t(pool_.arena->storage());
-			m.device_id = uint8_t(pool_.arena->device());
-			m.pts = m.dts = m.duration = XMEM_NONE;
-			seg.slots[i].side_data_size = 0;
-			return pool_.make_guard(i, true);
 		}
 		// No free slot. Frames queued only for fifo-spill consumers move to the spill
 		// tier first (nobody loses a frame); then consumers that chose to lose queued
-		// frames lose their oldest. Announced as waiting before trying, so that a
-		// release or reap that makes a slot free or spillable meanwhile bumps
+		// frames lose their oldest. Only frames in slots that fit count: losing
+		// another frees nothing for this acquire. Announced as waiting before trying,
+		// so that a release or reap that makes a slot free or spillable meanwhile bumps
 		// `progress` and the wait below ends at once (tests/model: a slot a co-holder
 		// lets go of may become spillable without becoming free).
 		ControlHeader *h = seg.header;
@@ -525,7 +637,7 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		bool moved;
 		{
 			std::unique_lock lock(publish_lock);
-			moved = spill_one(lock, deadline) || drop_globally_oldest();
+			moved = spill_one(lock, deadline, mask) || drop_globally_oldest(mask);
 		}
 		// A spill in flight (the spill thread copying a slot's frame) frees a slot soon:
 		// it is waited for whatever the timeout, as the copy would have been had acquire
@@ -533,9 +645,15 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		// before the look for a free slot: a spill that ends between the two has freed
 		// its slot by then (tests/model, Finding 8).
 		bool in_flight = spills_in_flight.load(std::memory_order_seq_cst) != 0;
-		bool free = moved || shut.load(std::memory_order_acquire);
-		for (uint32_t i = 0; i < seg.slot_count && !free; i++)
-			free = slot_is_free(seg.slots[i]);
+		bool free = moved || shut.load(std::memory_order_acquire) ||
+			    pool_.classes_known.load(std::memory_order_acquire) != n;
+		uint32_t slots = 0;
+		for (uint32_t k = 0; k < fitting; k++) {
+			const PoolImpl::SlotClass &cls = pool_.classes[order[k]];
+			slots += cls.count;
+			for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count && !free; i++)
+				free = slot_is_free(seg.slots[i]);
+		}
 		uint64_t now = monotonic_ns();
 		bool expired = !free && !in_flight && now >= deadline;
 		if (!free && !expired) {
@@ -548,8 +666,12 @@ Result<BufferGuard> Publisher::acquire(int64_t timeout_ns, void *stream)
 		}
 		h->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
 		if (expired)
-			return make_error(Errc::timed_out, pool_.where() + ": no free slot within the timeout (all " +
-								   std::to_string(seg.slot_count) + " slots are held)");
+			return make_error(
+				Errc::timed_out,
+				pool_.where() + ": no free slot within the timeout (all " + std::to_string(slots) +
+					" slots" +
+					(size ? " of " + std::to_string(size) + " bytes or more" : std::string()) +
+					" are held)");
 	}
 }
 
@@ -604,7 +726,7 @@ bool Publisher::drop_oldest(uint32_t c)
 	return true;
 }
 
-bool Publisher::drop_globally_oldest()
+bool Publisher::drop_globally_oldest(uint32_t classes)
 {
 	// The oldest queued frame, preferring one whose slot this drop frees outright
 	// (no other holder): dropping a frame that is held elsewhere frees nothing yet.
@@ -620,7 +742,7 @@ bool Publisher::drop_globally_oldest()
 			continue;
 		// A hint only: drop_oldest() takes whatever is at the head by then.
 		uint32_t index = uint32_t(ring_of(rec)[h % seg.ring_capacity].load(std::memory_order_relaxed));
-		if (index >= seg.slot_count)
+		if (index >= seg.slot_count || !in_classes(index, classes))
 			continue;
 		uint64_t seq = seg.slots[index].meta.seq;
 		if (seq < oldest) {
@@ -742,12 +864,11 @@ Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lo
 	if (slot.state.load(std::memory_order_acquire) != kSlotWriting)
 		return make_error(Errc::invalid_argument, pool_.where() + ": slot " + std::to_string(index) +
 								  " is not being written (published twice?)");
-	if (g.meta_.size > seg.slot_size)
+	if (g.meta_.size > g.capacity_)
 		return make_error(Errc::out_of_range, pool_.where() + ": frame size " + std::to_string(g.meta_.size) +
-							      " exceeds the slot size " +
-							      std::to_string(seg.slot_size));
+							      " exceeds the slot size " + std::to_string(g.capacity_));
 	// Consumers would refuse it: say so here, where the mistake is.
-	if (auto fits = check_frame_layout(g.meta_, seg.slot_size); !fits)
+	if (auto fits = check_frame_layout(g.meta_, g.capacity_); !fits)
 		return make_error(Errc::invalid_argument, pool_.where() + ": publish: " + fits.error().message);
 	std::span<const std::byte> side = g.side_data();
 	if (side.size() > kSideDataMax) // set_side_data() refuses it: never truncate here either
@@ -761,8 +882,9 @@ Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lo
 	uint64_t seq = ++published_count;
 	FrameMeta m = g.meta_;
 	m.index = index;
-	m.storage_type = uint8_t(pool_.arena->storage());
-	m.device_id = uint8_t(pool_.arena->device());
+	const Arena &memory = *pool_.classes[*pool_.class_of(index)].arena;
+	m.storage_type = uint8_t(memory.storage());
+	m.device_id = uint8_t(memory.device());
 	m.seq = seq;
 	if (m.timestamp == 0)
 		m.timestamp = monotonic_ns();
@@ -1173,6 +1295,12 @@ void Publisher::handle_hello(int fd)
 	if (!cred)
 		return reject(cred.error());
 
+	if (hello->role == protocol::PeerRole::classes) {
+		if (!msg->fds.empty())
+			return reject(
+				make_error(Errc::invalid_argument, "a size class's import sends no file descriptors"));
+		return send_class(conn.get(), hello->class_index);
+	}
 	protocol::Welcome w;
 	{
 		std::lock_guard lock(publish_lock);
@@ -1219,6 +1347,28 @@ void Publisher::handle_hello(int fd)
 	if (!rendezvous::send_welcome(cfd, w, seg.fd(), fds) ||
 	    ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, cfd, &ev) < 0)
 		reap(*index);
+}
+
+void Publisher::send_class(int conn, uint32_t index)
+{
+	std::vector<int> fds;
+	uint64_t size = 0;
+	{
+		// The fds stay open while the class lives: its arena is never removed.
+		std::lock_guard lock(pool_.classes_lock);
+		if (index == 0 || index >= pool_.classes_known.load(std::memory_order_relaxed)) {
+			protocol::Reject r =
+				protocol::make_reject(XMEM_EINVAL, "no size class " + std::to_string(index) +
+									   " to import (the first comes at attach)");
+			(void)rendezvous::send_message(conn, &r, sizeof(r), nullptr, 0);
+			return;
+		}
+		const Arena &memory = *pool_.classes[index].arena;
+		fds = memory.fds();
+		size = memory.size();
+	}
+	protocol::Welcome w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), size, 0, "");
+	(void)rendezvous::send_welcome(conn, w, -1, fds);
 }
 
 Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
@@ -1466,7 +1616,19 @@ Result<void> validate_config(const std::string &where, const PoolConfig &config)
 	uint64_t stride = round_up(config.slot_size, 4096);
 	if (stride * config.slot_count / config.slot_count != stride)
 		return make_error(Errc::invalid_argument, where + ": slots too large");
+	if (config.max_slots && (config.max_slots < config.slot_count || config.max_slots > XMEM_MAX_SLOTS))
+		return make_error(Errc::invalid_argument, where + ": max slots " + std::to_string(config.max_slots) +
+								  " out of range " + std::to_string(config.slot_count) +
+								  ".." + std::to_string(XMEM_MAX_SLOTS));
 	return {};
+}
+
+// Slot records a pool of CONFIG reserves: its first class's and room for later classes.
+uint32_t slot_records(const PoolConfig &config)
+{
+	if (config.max_slots)
+		return config.max_slots;
+	return std::min<uint32_t>(config.slot_count + kDefaultSpareSlots, XMEM_MAX_SLOTS);
 }
 
 } // namespace
@@ -1503,7 +1665,8 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	impl->arena = std::move(arena.value());
 
 	SegmentParams params;
-	params.slot_count = config.slot_count;
+	params.slot_count = slot_records(config);
+	params.first_class_slots = config.slot_count;
 	params.max_consumers = config.max_consumers;
 	params.slot_size = config.slot_size;
 	params.slot_stride = impl->arena->slot_stride();
@@ -1564,6 +1727,10 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	}
 	impl->local_refs.assign(impl->index_count(), 0);
 	impl->exclusive.assign(impl->seg.slot_count, 0);
+	{
+		std::lock_guard lock(impl->classes_lock);
+		impl->add_class(0, impl->seg.classes[0], impl->arena.get());
+	}
 
 	auto started = impl->publisher->start(config);
 	if (!started)

@@ -28,7 +28,11 @@ public:
 	Publisher(const Publisher &) = delete;
 	Publisher &operator=(const Publisher &) = delete;
 
-	Result<BufferGuard> acquire(int64_t timeout_ns, void *stream);
+	// A free slot of SIZE bytes or more, of the smallest class that has one; SIZE 0: of
+	// the first class (BufferPool::acquire).
+	Result<BufferGuard> acquire(uint64_t size, int64_t timeout_ns, void *stream);
+	// Adds a size class of COUNT slots of SLOT_SIZE bytes (BufferPool::preallocate).
+	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device);
 	Result<void> publish(BufferGuard &&frame, void *stream);
 	// Publishes FRAME to no queue, the owner's reference kept for a ticket of
 	// REDEMPTIONS redemptions within TTL_NS (BufferPool::publish_ticket).
@@ -50,14 +54,19 @@ private:
 	bool drop_oldest(uint32_t consumer_index);
 	// Under slot pressure: the oldest frame queued for a consumer whose policy lets
 	// its queued frames go (drop-oldest, latest) is dropped. False when there is none.
-	bool drop_globally_oldest();
+	// Only frames in slots of the classes in mask CLASSES count (bit c: class c).
+	bool drop_globally_oldest(uint32_t classes = kAllClasses);
+	static constexpr uint32_t kAllClasses = UINT32_MAX;
+	static_assert(layout::kMaxClasses <= 32);
+	bool in_classes(uint32_t index, uint32_t classes) const;
 	// Under slot pressure, publish_lock held: the slot whose frame is queued only for
 	// fifo-spill consumers and will be used last moves into the spill tier (or, the
 	// tier being full, their fallbacks apply). False when no slot qualifies.
 	// DEADLINE_NS bounds a CPU wait for the frame's GPU writes (device pools whose GPU
 	// work is ordered on the CPU). LOCK (publish_lock, held) is let go during a system
 	// pool's copy, the slot held by the owner's bit meanwhile.
-	bool spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns);
+	// Only slots of the classes in mask CLASSES are spilled.
+	bool spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes = kAllClasses);
 	// The owner's hold on a slot it spilled (or failed to) goes.
 	void let_go_spilled_slot(uint32_t index);
 	// Where a fifo-spill consumer's queue holds a slot's frame (spill_one's candidates).
@@ -107,6 +116,8 @@ private:
 	void io_loop();
 	void accept_peers();
 	void handle_hello(int fd);
+	// A consumer's request for a size class's memory (PeerRole::classes): its fds.
+	void send_class(int conn, uint32_t index);
 	// Takes a consumer record for an accepted Hello, and CONN with it; an error (CONN
 	// left to the caller, for the Reject) when there is none.
 	Result<uint32_t> admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
@@ -150,9 +161,9 @@ private:
 		uint64_t deadline_ns;
 	};
 	std::map<int, Pending> pending; // I/O thread only
-	// Where acquire() starts looking for a free slot: a hint, any value is correct,
-	// so relaxed.
-	std::atomic<uint32_t> acquire_cursor{ 0 };
+	// Where acquire() starts looking for a free slot in each class: a hint, any value is
+	// correct, so relaxed.
+	std::array<std::atomic<uint32_t>, layout::kMaxClasses> acquire_cursor{};
 	// Configuration as the owner created it; the shared header copy is for peers.
 	Policy config_policy = Policy::drop_oldest;
 	uint64_t config_block_timeout_ns = 0;

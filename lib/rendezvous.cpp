@@ -436,8 +436,10 @@ Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::stri
 
 Result<void> send_welcome(int sock, const protocol::Welcome &welcome, int control_fd, const std::vector<int> &arena_fds)
 {
-	std::vector<int> fds{ control_fd };
-	size_t next = std::min(arena_fds.size(), protocol::kMaxFds - 1);
+	std::vector<int> fds;
+	if (control_fd >= 0)
+		fds.push_back(control_fd);
+	size_t next = std::min(arena_fds.size(), protocol::kMaxFds - fds.size());
 	fds.insert(fds.end(), arena_fds.begin(), arena_fds.begin() + ptrdiff_t(next));
 	auto sent = send_message(sock, &welcome, sizeof(welcome), fds.data(), fds.size());
 	while (sent && next < arena_fds.size()) {

@@ -42,7 +42,8 @@ struct Received {
 Result<Received> receive_message(int sock, uint64_t deadline_ns, const std::string &what, size_t max_fds = 4);
 
 // The owner's answer to a consumer: WELCOME with CONTROL_FD and as many of ARENA_FDS
-// as fit, the rest in ArenaFds messages. An inspector gets no arena fds.
+// as fit, the rest in ArenaFds messages. An inspector gets no arena fds; a size class's
+// import (PeerRole::classes) no control fd (CONTROL_FD -1).
 Result<void> send_welcome(int sock, const protocol::Welcome &welcome, int control_fd,
 			  const std::vector<int> &arena_fds);
 // A consumer's side: receives ArenaFds messages until FDS holds WANT fds.

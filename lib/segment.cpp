@@ -49,15 +49,43 @@ Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, cons
 	}
 	if (k.device_kind != kDeviceGpu && (k.device_kind != kDeviceMig || !cuda))
 		return segment_error(where, "device kind " + std::to_string(k.device_kind) + " unknown");
+	if (k.first_class_slots < 1 || k.first_class_slots > k.slot_count)
+		return segment_error(where,
+				     "first class of " + std::to_string(k.first_class_slots) + " slots out of range");
 	if (k.slot_size == 0 || k.slot_stride < k.slot_size || k.slot_stride % 64 != 0 ||
-	    k.slot_stride > (uint64_t{ 1 } << 41) || k.data_size != k.slot_stride * k.slot_count)
+	    k.slot_stride > (uint64_t{ 1 } << 41) || k.data_size != k.slot_stride * k.first_class_slots)
 		return segment_error(where, "slot sizes inconsistent");
+	return {};
+}
+
+Result<void> validate_class(const ClassRecord &c, uint32_t index, uint32_t previous_end, const ControlConstants &k,
+			    const std::string &where)
+{
+	std::string which = "size class " + std::to_string(index);
+	if (c.storage != XMEM_STORAGE_SYSTEM && c.storage != XMEM_STORAGE_CUDA)
+		return make_error(Errc::not_a_pool, where + ": " + which + " has storage type " +
+							    std::to_string(c.storage) +
+							    ", which this library does not support");
+	if (c.device_kind != kDeviceGpu && (c.device_kind != kDeviceMig || c.storage != XMEM_STORAGE_CUDA))
+		return segment_error(where, which + ": device kind " + std::to_string(c.device_kind) + " unknown");
+	if (c.first_slot != previous_end || c.count < 1 ||
+	    c.count > k.slot_count - std::min(c.first_slot, k.slot_count))
+		return segment_error(where, which + ": slots " + std::to_string(c.first_slot) + " + " +
+						    std::to_string(c.count) + " out of range");
+	if (c.slot_size == 0 || c.slot_stride < c.slot_size || c.slot_stride % 64 != 0 ||
+	    c.slot_stride > (uint64_t{ 1 } << 41) || c.data_size != c.slot_stride * c.count)
+		return segment_error(where, which + ": slot sizes inconsistent");
+	if (index == 0 && (c.storage != k.storage_type || c.device != k.device_id || c.count != k.first_class_slots ||
+			   c.slot_size != k.slot_size || c.slot_stride != k.slot_stride ||
+			   std::memcmp(c.device_uuid, k.device_uuid, sizeof(c.device_uuid)) != 0))
+		return segment_error(where, which + " is not the pool's first class");
 	return {};
 }
 
 void ControlSegment::bind()
 {
 	header = reinterpret_cast<ControlHeader *>(map_.data());
+	classes = reinterpret_cast<ClassRecord *>(map_.data() + classes_offset());
 	slots = reinterpret_cast<SlotRecord *>(map_.data() + slots_offset());
 	consumers_ = map_.data() + consumers_offset(k_.slot_count);
 	sync_ = k_.sync_record_size ? map_.data() + k_.sync_offset : nullptr;
@@ -79,6 +107,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.header_size = sizeof(ControlHeader);
 	k.slot_record_size = sizeof(SlotRecord);
 	k.slot_count = p.slot_count;
+	k.first_class_slots = p.first_class_slots;
 	k.max_consumers = p.max_consumers;
 	// Every slot and spill buffer queued, plus an EOS marker.
 	k.ring_capacity = p.slot_count + p.spill_frames + 1;
@@ -89,7 +118,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.control_size = control_size(k.slot_count, k.max_consumers, k.ring_capacity, cuda);
 	k.slot_size = p.slot_size;
 	k.slot_stride = p.slot_stride;
-	k.data_size = p.slot_stride * p.slot_count;
+	k.data_size = p.slot_stride * p.first_class_slots;
 	k.storage_type = uint32_t(p.storage);
 	k.device_id = p.device;
 	std::memcpy(k.device_uuid, p.device_uuid.data(), sizeof(k.device_uuid));
@@ -122,10 +151,24 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	ControlHeader *h = new (seg.map_.data()) ControlHeader{};
 	static_cast<ControlConstants &>(*h) = k;
 	seg.bind();
+	ClassRecord first{};
+	first.storage = k.storage_type;
+	first.device = k.device_id;
+	std::memcpy(first.device_uuid, k.device_uuid, sizeof(first.device_uuid));
+	first.device_kind = k.device_kind;
+	first.count = k.first_class_slots;
+	first.slot_size = k.slot_size;
+	first.slot_stride = k.slot_stride;
+	first.data_size = k.data_size;
+	seg.classes[0] = first;
+	h->classes.store(1, std::memory_order_relaxed); // before any other process maps it
 	for (uint32_t i = 0; i < k.slot_count; i++) {
 		SlotRecord *s = new (&seg.slots[i]) SlotRecord{};
 		s->index = i;
-		s->offset = uint64_t{ i } * k.slot_stride;
+		if (i < k.first_class_slots)
+			s->offset = uint64_t{ i } * k.slot_stride;
+		else
+			s->state.store(kSlotUnused, std::memory_order_relaxed);
 	}
 	for (uint32_t i = 0; i < k.max_consumers; i++) {
 		ConsumerRecord *c = new (seg.consumer(i)) ConsumerRecord{};

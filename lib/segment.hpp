@@ -12,7 +12,8 @@ namespace xmem {
 
 // What the owner lays out: everything in ControlConstants that is not derived.
 struct SegmentParams {
-	uint32_t slot_count = 0;
+	uint32_t slot_count = 0; // slot records: the first class's and those for later ones
+	uint32_t first_class_slots = 0;
 	uint32_t max_consumers = 0;
 	uint64_t slot_size = 0;
 	uint64_t slot_stride = 0;
@@ -48,8 +49,9 @@ public:
 	const layout::ControlConstants &constants() const { return k_; }
 
 	layout::ControlHeader *header = nullptr;
+	layout::ClassRecord *classes = nullptr; // the class table, kMaxClasses records
 	layout::SlotRecord *slots = nullptr;
-	uint32_t slot_count = 0;
+	uint32_t slot_count = 0; // slot records, of every class and none yet (kSlotUnused)
 	uint32_t max_consumers = 0;
 	uint32_t ring_capacity = 0;
 	uint32_t consumer_record_size = 0;
@@ -97,5 +99,11 @@ private:
 // Checks constants read from a segment of MAPPED bytes: magic, ABI version, record
 // sizes, counts and sizes consistent with each other and with the mapping.
 Result<void> validate_constants(const layout::ControlConstants &k, uint64_t mapped, const std::string &where);
+
+// Checks class record C, copied out of a segment of constants K: a known memory, sizes
+// that fit, and slot records after the previous class's (PREVIOUS_END) within the
+// segment's. Class 0 must be what the constants say.
+Result<void> validate_class(const layout::ClassRecord &c, uint32_t index, uint32_t previous_end,
+			    const layout::ControlConstants &k, const std::string &where);
 
 } // namespace xmem

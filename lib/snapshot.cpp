@@ -27,6 +27,7 @@ static_assert(uint32_t(SlotState::writing) == layout::kSlotWriting);
 static_assert(uint32_t(SlotState::published) == layout::kSlotPublished);
 static_assert(uint32_t(SlotState::exclusive) == layout::kSlotExclusive);
 static_assert(uint32_t(SlotState::reclaiming) == layout::kSlotReclaiming);
+static_assert(uint32_t(SlotState::unused) == layout::kSlotUnused);
 static_assert(uint32_t(ConsumerState::free) == layout::kConsumerFree);
 static_assert(uint32_t(ConsumerState::active) == layout::kConsumerActive);
 static_assert(uint32_t(ConsumerState::dead) == layout::kConsumerDead);
@@ -296,7 +297,7 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 
 	// The layout follows the slot count validated at attach, not a re-read of the
 	// header, exactly as the library's own handle does.
-	uint32_t slot_count = pool.slot_count();
+	uint32_t slot_count = pool.slot_records();
 	if (v.header.slot_count != slot_count)
 		v.warnings.push_back("header slot count " + std::to_string(v.header.slot_count) + " differs from " +
 				     std::to_string(slot_count) + " at attach");
@@ -329,8 +330,16 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 		v.consumers.push_back(std::move(c));
 	}
 
+	// The records of the classes the table names, each once and in order, bounded by
+	// what the mapping holds (a scribbled table may overlap or leave gaps).
+	v.classes = pool.classes();
 	for (uint32_t i = 0; i < slots_shown; i++) {
+		auto in = std::find_if(v.classes.begin(), v.classes.end(),
+				       [i](const SizeClass &c) { return i - c.first_slot < c.count; });
+		if (in == v.classes.end())
+			continue;
 		v.slots.push_back(read_slot(slots[i], i, v.owner_pid_here, consumer_pids));
+		v.slots.back().size_class = in->index;
 		if (v.slots.back().free)
 			v.slots_free++;
 	}

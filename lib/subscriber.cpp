@@ -141,7 +141,7 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	Storage storage = Storage(k.storage_type);
 	// The control memfd, the spill tier's when the pool has one, then the arena's.
 	size_t spill_fds = !inspect && k.spill_frames ? 1 : 0;
-	size_t arena_fds = inspect ? 0 : arena_fd_count(storage, k.slot_count);
+	size_t arena_fds = inspect ? 0 : arena_fd_count(storage, k.first_class_slots);
 	size_t first_batch = 1 + spill_fds + std::min(arena_fds, protocol::kMaxFds - 1 - spill_fds);
 	if (msg->fds.size() != first_batch)
 		return make_error(Errc::not_a_pool, pool_.where() + ": owner sent " + std::to_string(msg->fds.size()) +
@@ -172,24 +172,25 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	auto received = rendezvous::receive_arena_fds(sock.get(), fds, arena_fds, reply_deadline, pool_.where());
 	if (!received)
 		return received.error();
+	auto first = class_record(0);
+	if (!first)
+		return first.error();
 	// The device by its UUID: the owner's ordinal may name another device here.
-	uint32_t device = k.device_id;
-	DeviceUuid uuid;
-	std::memcpy(uuid.data(), k.device_uuid, uuid.size());
-	if (storage == Storage::cuda && uuid != DeviceUuid{}) {
-		auto ordinal = device_ordinal(uuid, pool_.where());
-		if (!ordinal)
-			return ordinal.error();
-		device = *ordinal;
-	}
-	ArenaSpec spec{ pool_.name, storage, device, k.slot_count, k.slot_size, k.mode };
+	auto device = device_here(*first);
+	if (!device)
+		return device.error();
+	ArenaSpec spec{ pool_.name, storage, *device, k.first_class_slots, k.slot_size, k.mode };
 	auto arena = import_arena(spec, k.slot_stride, std::move(fds), pool_.where());
 	if (!arena)
 		return arena.error();
 	pool_.arena = std::move(arena.value());
+	{
+		std::lock_guard lock(pool_.classes_lock);
+		pool_.add_class(0, *first, pool_.arena.get());
+	}
 	if (storage == Storage::cuda) {
 		std::string fallback;
-		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(device);
+		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(*device);
 		auto sync = make_device_sync(seg, *pool_.arena, mem_ops, &fallback);
 		if (!sync)
 			return sync.error();
@@ -200,6 +201,74 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 					   pool_.where().c_str(), fallback.c_str());
 	}
 	return start_consumer(welcome->consumer_index, std::move(ev), options);
+}
+
+Result<layout::ClassRecord> Subscriber::class_record(uint32_t c) const
+{
+	layout::ClassRecord record;
+	std::memcpy(&record, &seg.classes[c], sizeof(record));
+	uint32_t previous_end = c == 0 ? 0 : pool_.classes[c - 1].first_slot + pool_.classes[c - 1].count;
+	if (auto valid = validate_class(record, c, previous_end, seg.constants(), pool_.where()); !valid)
+		return valid.error();
+	// One memory per pool, as the owner makes them (Publisher::preallocate).
+	if (c > 0 && (record.storage != seg.classes[0].storage ||
+		      std::memcmp(record.device_uuid, seg.constants().device_uuid, sizeof(record.device_uuid)) != 0))
+		return segment_error(pool_.where(), "size class " + std::to_string(c) + " is of another memory");
+	return record;
+}
+
+Result<uint32_t> Subscriber::device_here(const layout::ClassRecord &c) const
+{
+	DeviceUuid uuid;
+	std::memcpy(uuid.data(), c.device_uuid, uuid.size());
+	if (c.storage != XMEM_STORAGE_CUDA || uuid == DeviceUuid{})
+		return c.device;
+	return device_ordinal(uuid, pool_.where());
+}
+
+Result<void> Subscriber::import_classes()
+{
+	std::lock_guard lock(pool_.classes_lock);
+	uint32_t counted = std::min(seg.header->classes.load(std::memory_order_acquire), layout::kMaxClasses);
+	for (uint32_t c = pool_.classes_known.load(std::memory_order_relaxed); c < counted; c++) {
+		std::string which = pool_.where() + ": size class " + std::to_string(c);
+		auto record = class_record(c);
+		if (!record)
+			return record.error();
+		auto device = device_here(*record);
+		if (!device)
+			return device.error();
+		uint64_t deadline = monotonic_ns() + kReplyTimeoutNs;
+		auto conn = rendezvous::connect(pool_.path, deadline);
+		if (!conn)
+			return make_error(conn.code(), which + ": " + conn.error().message);
+		protocol::Hello hello = protocol::make_hello(protocol::PeerRole::classes, 0, "");
+		hello.class_index = c;
+		if (auto sent = rendezvous::send_message(conn->get(), &hello, sizeof(hello), nullptr, 0); !sent)
+			return make_error(sent.code(), which + ": " + sent.error().message);
+		auto msg = rendezvous::receive_message(conn->get(), deadline, which, protocol::kMaxFds);
+		if (!msg)
+			return msg.error();
+		auto welcome = protocol::parse_reply(msg->data, which);
+		if (!welcome)
+			return welcome.error();
+		size_t want = arena_fd_count(Storage(record->storage), record->count);
+		if (msg->fds.size() != std::min(want, protocol::kMaxFds))
+			return make_error(Errc::not_a_pool, which + ": owner sent " + std::to_string(msg->fds.size()) +
+								    " file descriptors, expected " +
+								    std::to_string(want));
+		std::vector<UniqueFd> fds = std::move(msg->fds);
+		if (auto received = rendezvous::receive_arena_fds(conn->get(), fds, want, deadline, which); !received)
+			return received.error();
+		ArenaSpec spec{ pool_.name,    Storage(record->storage), *device,
+				record->count, record->slot_size,	 seg.constants().mode };
+		auto memory = import_arena(spec, record->slot_stride, std::move(fds), which);
+		if (!memory)
+			return memory.error();
+		pool_.class_arenas.push_back(std::move(memory.value()));
+		pool_.add_class(c, *record, pool_.class_arenas.back().get());
+	}
+	return {};
 }
 
 Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenOptions &options)

@@ -30,12 +30,19 @@ public:
 	bool owner_gone() const { return owner_gone_.load(); }
 	// How the owner serves this consumer, from its record (the owner wrote it at attach).
 	ConsumerStats stats() const;
+	// Imports the memory of every size class the owner has added since this consumer
+	// last looked, each over a connection of its own (protocol.hpp, PeerRole::classes).
+	Result<void> import_classes();
 
 private:
 	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
 	// One handshake on a connected socket; Errc::closed when the owner died in it.
 	Result<void> handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns);
 	Result<void> start_consumer(uint32_t index, UniqueFd event, const OpenOptions &options);
+	// The device a class's memory is on, as this process numbers it (by its UUID).
+	Result<uint32_t> device_here(const layout::ClassRecord &c) const;
+	// Size class C's record, copied out and checked against the previous class's.
+	Result<layout::ClassRecord> class_record(uint32_t c) const;
 	// wake=spin-before: notes a frame taken (for the period it learns), and polls the
 	// queue at H while NOW_NS is in the window near the expected arrival; true when a
 	// frame came. Before the window, sets *SLEEP_UNTIL to its start and arms the timer.

@@ -436,6 +436,7 @@ struct FakeSegments {
 		header->slot_record_size = sizeof(layout::SlotRecord);
 		header->consumer_record_size = layout::consumer_record_size(ring);
 		header->slot_count = kSlots;
+		header->first_class_slots = kSlots;
 		header->max_consumers = kConsumers;
 		header->ring_capacity = ring;
 		header->control_size = size;
@@ -448,6 +449,13 @@ struct FakeSegments {
 		header->owner_pid = uint32_t(::getpid());
 		header->owner_uid = uint32_t(::geteuid());
 		header->format_seq.store(1);
+		layout::ClassRecord *first = reinterpret_cast<layout::ClassRecord *>(base + layout::classes_offset());
+		first->storage = XMEM_STORAGE_SYSTEM;
+		first->count = kSlots;
+		first->slot_size = kSlotSize;
+		first->slot_stride = kSlotSize;
+		first->data_size = kSlotSize * kSlots;
+		header->classes.store(1);
 		for (uint32_t i = 0; i < kSlots; i++) {
 			layout::SlotRecord *s = new (slot(i)) layout::SlotRecord{};
 			s->index = i;
@@ -856,6 +864,25 @@ TEST(FakeOwner, SpoiledWelcomesAreRefused)
 		  [](FakeSegments &s, Reply &, Fds &) {
 			  s.header->data_size += 4096;
 		  } },
+		{ "first class past the slot records", Errc::bad_segment,
+		  [](FakeSegments &s, Reply &, Fds &) {
+			  s.header->first_class_slots = FakeSegments::kSlots + 1;
+		  } },
+		{ "no first class", Errc::bad_segment,
+		  [](FakeSegments &s, Reply &, Fds &) {
+			  s.header->first_class_slots = 0;
+		  } },
+		{ "class table's first class is not the constants'", Errc::bad_segment,
+		  [](FakeSegments &s, Reply &, Fds &) {
+			  auto *first = reinterpret_cast<layout::ClassRecord *>(s.base + layout::classes_offset());
+			  first->slot_size = 2 * FakeSegments::kSlotSize;
+			  first->slot_stride = 2 * FakeSegments::kSlotSize;
+			  first->data_size = 2 * FakeSegments::kSlotSize * FakeSegments::kSlots;
+		  } },
+		{ "class table's first class of unknown storage", Errc::not_a_pool,
+		  [](FakeSegments &s, Reply &, Fds &) {
+			  reinterpret_cast<layout::ClassRecord *>(s.base + layout::classes_offset())->storage = 9;
+		  } },
 		{ "huge slot stride", Errc::bad_segment,
 		  [](FakeSegments &s, Reply &, Fds &) {
 			  s.header->slot_stride = uint64_t{ 1 } << 50;
@@ -1169,13 +1196,15 @@ TEST(RealOwner, RawConsumerIsReapedWhenItTalksOutOfTurn)
 	auto *base = static_cast<const std::byte *>(p);
 	auto *header = reinterpret_cast<const layout::ControlHeader *>(base);
 	EXPECT_EQ(header->magic, layout::kMagic);
-	EXPECT_EQ(header->slot_count, 4u);
+	EXPECT_EQ(header->first_class_slots, 4u);
+	EXPECT_EQ(header->slot_count, 4u + 64u) << "the first class's records and 64 for later classes";
+	EXPECT_EQ(header->classes.load(), 1u);
 	EXPECT_EQ(header->slot_size, 10000u);
 	EXPECT_EQ(header->owner_pid, uint32_t(::getpid()));
 	auto *rec =
 		reinterpret_cast<const layout::ConsumerRecord *>(base + layout::consumers_offset(header->slot_count));
 	EXPECT_EQ(rec->state.load(), uint32_t(layout::kConsumerActive));
-	EXPECT_EQ(rec->queue_size, 4u) << "a huge queue size is clamped to the slot count";
+	EXPECT_EQ(rec->queue_size, 4u + 64u) << "a huge queue size is clamped to the slot records (classes may come)";
 	EXPECT_STREQ(rec->client, "raw-peer");
 	EXPECT_EQ(rec->pid, uint32_t(::getpid()));
 	EXPECT_EQ((*owner)->stats().consumers, 1u);

@@ -122,7 +122,7 @@ static int run(const char *runtime)
 		/* Reserved words set: a caller built for a later ABI is refused, not misread. */
 		xmem_pool_config later = config;
 		later.slot_size = 4096;
-		later.reserved[2] = 1;
+		later.reserved[1] = 1;
 		xmem_pool *refused = NULL;
 		CHECK_STATUS(xmem_pool_create("reserved", &later, &refused), XMEM_EINVAL);
 		CHECK(strstr(xmem_last_error(), "reserved") != NULL);
@@ -566,6 +566,50 @@ static int tickets(void)
 	return failures ? 1 : 0;
 }
 
+/* Size classes: a class added with a consumer attached, acquire by size taking the
+ * smallest class that fits, the class table seen by both, a frame of the new class
+ * received byte for byte, and the refusals. */
+static int size_classes(void)
+{
+	xmem_pool *owner = NULL, *a = NULL, *b = NULL;
+	REQUIRE(owner_and_two_consumers("c-classes", 1, &owner, &a, &b) == 0);
+	uint32_t index = 0;
+	CHECK_STATUS(xmem_pool_preallocate(owner, 1 << 20, 2, XMEM_STORAGE_SYSTEM, 0, &index), XMEM_OK);
+	CHECK(index == 1);
+	CHECK_STATUS(xmem_pool_preallocate(owner, 4096, 1, XMEM_STORAGE_CUDA, 0, NULL), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_preallocate(a, 4096, 1, XMEM_STORAGE_SYSTEM, 0, NULL), XMEM_EROLE);
+	CHECK_STATUS(xmem_pool_preallocate(NULL, 4096, 1, XMEM_STORAGE_SYSTEM, 0, NULL), XMEM_EINVAL);
+	CHECK(xmem_pool_class_count(owner) == 2 && xmem_pool_class_count(a) == 2);
+	xmem_size_class c;
+	CHECK_STATUS(xmem_pool_class_info(a, 1, &c), XMEM_OK);
+	CHECK(c.index == 1 && c.slot_size == (1 << 20) && c.count == 2 && c.first_slot == 1 &&
+	      c.storage == XMEM_STORAGE_SYSTEM);
+	CHECK_STATUS(xmem_pool_class_info(a, 2, &c), XMEM_ERANGE);
+	CHECK(xmem_pool_slot_count(owner) == 3);
+
+	xmem_buffer *w = NULL, *big = NULL;
+	CHECK_STATUS(xmem_pool_acquire_size(owner, (1 << 20) + 1, 0, NULL, &w), XMEM_ERANGE);
+	CHECK_STATUS(xmem_pool_acquire_size(owner, 100, 0, NULL, &w), XMEM_OK);
+	REQUIRE(w != NULL);
+	CHECK(xmem_buffer_meta(w)->index == 0);
+	CHECK_STATUS(xmem_pool_acquire_size(owner, 100, 0, NULL, &big), XMEM_OK);
+	REQUIRE(big != NULL);
+	CHECK(xmem_buffer_meta(big)->index == 1 && xmem_buffer_capacity(big) == (1 << 20));
+	xmem_buffer_release(w);
+	fill(xmem_buffer_data_mut(big), 1 << 20, 9);
+	xmem_buffer_meta_mut(big)->size = 1 << 20;
+	CHECK_STATUS(xmem_pool_publish(owner, big), XMEM_OK);
+	xmem_buffer *r = NULL;
+	CHECK_STATUS(xmem_pool_receive(b, 1000000000, &r), XMEM_OK);
+	REQUIRE(r != NULL);
+	CHECK(xmem_buffer_meta(r)->size == (1 << 20) && intact(xmem_buffer_data(r), 1 << 20, 9));
+	xmem_buffer_release(r);
+	xmem_pool_close(a);
+	xmem_pool_close(b);
+	xmem_pool_close(owner);
+	return failures ? 1 : 0;
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/xmem-c-api-XXXXXX";
@@ -579,6 +623,8 @@ int main(void)
 	if (tensors_and_sole_holders() != 0)
 		rc = 1;
 	if (tickets() != 0)
+		rc = 1;
+	if (size_classes() != 0)
 		rc = 1;
 	char pool_dir[512];
 	snprintf(pool_dir, sizeof(pool_dir), "%s/xmem", dir);

@@ -236,7 +236,8 @@ TEST(Spill, AStalledRecorderLosesNothingAndHoldsNobodyBack)
 	auto recorder = attach("spill", Policy::fifo_spill);
 	auto detector = attach("spill", Policy::latest);
 	ASSERT_TRUE(recorder && detector);
-	EXPECT_EQ(recorder->consumer_stats()->queue_size, 4u + 64u);
+	// Every slot record (4, and 64 for size classes to come) and every spill buffer (64).
+	EXPECT_EQ(recorder->consumer_stats()->queue_size, 4u + 64u + 64u);
 	for (int i = 1; i <= kFrames; i++) {
 		auto r = xmem::test::publish_test_frame(*owner, 0ns); // never waits
 		ASSERT_TRUE(r.ok()) << "frame " << i << ": " << r.error().message;

@@ -320,10 +320,24 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("live").number(v.tickets.live);
 	j.end_object();
 
+	j.key("slot_records").number(h.slot_count);
+	j.key("classes").begin_array();
+	for (const xmem::SizeClass &c : v.classes) {
+		j.begin_object();
+		j.key("index").number(c.index);
+		j.key("storage").string(c.storage == xmem::Storage::cuda ? "cuda" : "system");
+		j.key("device_id").number(c.device);
+		j.key("slot_size").number(c.slot_size);
+		j.key("first_slot").number(c.first_slot);
+		j.key("count").number(c.count);
+		j.end_object();
+	}
+	j.end_array();
 	j.key("slots").begin_array();
 	for (const xmem::SlotSnapshot &s : v.slots) {
 		j.begin_object();
 		j.key("index").number(s.index);
+		j.key("class").number(s.size_class);
 		j.key("state").string(xmem::state_name(s.state));
 		j.key("free").boolean(s.free);
 		j.key("holders").begin_array();
@@ -421,8 +435,15 @@ void print_text(const xmem::PoolSnapshot &v)
 		    h.consumer_record_size);
 	std::printf("  segments         control %llu, data %llu bytes\n", (unsigned long long)h.control_size,
 		    (unsigned long long)h.data_size);
-	std::printf("  slots            %u of %llu bytes, stride %llu\n", h.slot_count, (unsigned long long)h.slot_size,
-		    (unsigned long long)h.slot_stride);
+	uint32_t in_classes = 0;
+	for (const xmem::SizeClass &c : v.classes)
+		in_classes += c.count;
+	std::printf("  slots            %u in %zu size class%s, records for %u\n", in_classes, v.classes.size(),
+		    v.classes.size() == 1 ? "" : "es", h.slot_count);
+	for (const xmem::SizeClass &c : v.classes)
+		std::printf("  class %-10u %u of %llu bytes (slots %u..%u)%s\n", c.index, c.count,
+			    (unsigned long long)c.slot_size, c.first_slot, c.first_slot + c.count - 1,
+			    c.index == 0 ? (", stride " + std::to_string(h.slot_stride)).c_str() : "");
 	std::printf("  consumers        up to %u, rings of %u entries\n", h.max_consumers, h.ring_capacity);
 	if (h.storage_type == XMEM_STORAGE_CUDA)
 		std::printf("  storage          CUDA device %u (%s) in its producer, GPU ordering %s\n", h.device_id,

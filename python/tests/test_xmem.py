@@ -273,10 +273,11 @@ def scribble_meta(pool, index, field, value, element=0):
     else:
         raise AssertionError("no writable mapping of pool %s's control segment" % pool)
     # ControlConstants: header_size and slot_record_size; the slot records follow the
-    # header, 64-byte aligned, each with the metadata at byte 40.
+    # header, 64-byte aligned, and the class table (32 records of 64 bytes), each with
+    # the metadata at byte 40.
     header_size = ctypes.c_uint32.from_address(base + 8).value
     record_size = ctypes.c_uint32.from_address(base + 12).value
-    meta = base + (header_size + 63) // 64 * 64 + index * record_size + 40
+    meta = base + (header_size + 63) // 64 * 64 + 32 * 64 + index * record_size + 40
     kind = _META_FIELDS[field]
     address = meta + getattr(xmem._capi.FrameMeta, field).offset + element * ctypes.sizeof(kind)
     kind.from_address(address).value = value

@@ -666,6 +666,18 @@ class _Handle:
     def storage(self):
         return "cuda" if lib.xmem_pool_storage(self._get()) == _capi.STORAGE_CUDA else "system"
 
+    def classes(self):
+        """The pool's size classes, class 0 (the one it was created with) first: dicts of
+        index, storage ('system' or 'cuda'), device, slot_size, first_slot, count."""
+        out = []
+        for i in range(lib.xmem_pool_class_count(self._get())):
+            c = _capi.SizeClass()
+            _check(lib.xmem_pool_class_info(self._get(), i, ctypes.byref(c)), "classes")
+            out.append({"index": c.index, "storage": "cuda" if c.storage == _capi.STORAGE_CUDA else "system",
+                        "device": c.device, "slot_size": c.slot_size, "first_slot": c.first_slot,
+                        "count": c.count})
+        return out
+
     def close(self):
         """Closes the handle; frames still held stay valid until they go."""
         self._pool.close()
@@ -792,7 +804,7 @@ class Producer(_Handle):
     """The owner of a pool: acquire() a slot, fill it, publish() it."""
 
     def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
-                 mode=0o600, group=None, spill_bytes=0, spill_frames=0):
+                 mode=0o600, group=None, spill_bytes=0, spill_frames=0, max_slots=0):
         if policy not in _capi.POLICIES:
             raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
         if storage not in _capi.STORAGES:
@@ -809,6 +821,7 @@ class Producer(_Handle):
         config.mode = int(mode)
         config.spill_bytes = int(spill_bytes)
         config.spill_frames = int(spill_frames)
+        config.max_slots = int(max_slots)
         if group is not None:
             config.has_group = 1
             config.group = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
@@ -817,16 +830,30 @@ class Producer(_Handle):
         _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
         self._pool = _Pool(handle)
 
-    def acquire(self, timeout=None, stream=None):
+    def acquire(self, timeout=None, stream=None, size=None):
         """A free slot, writable: fill frame.buffer (system memory) or write the device
         slot through frame.__cuda_array_interface__ / DLPack, then publish it. For a
         device pool, STREAM (as for Consumer.receive) waits on the GPU until every
-        consumer's reads of the slot's last frame are done: write on it, or after it."""
+        consumer's reads of the slot's last frame are done: write on it, or after it.
+        SIZE: a slot of SIZE bytes or more, from the smallest size class with one free
+        (Error with code ERANGE when no class is that large); None: of class 0."""
         buffer = ctypes.c_void_p()
         handle = _stream_handle(stream)
-        _check(lib.xmem_pool_acquire_on_stream(self._get(), _timeout_ns(timeout), handle, ctypes.byref(buffer)),
-               "acquire")
+        _check(lib.xmem_pool_acquire_size(self._get(), int(size or 0), _timeout_ns(timeout), handle,
+                                          ctypes.byref(buffer)), "acquire")
         return WritableFrame(buffer, self._pool)
+
+    def preallocate(self, slot_size, count, storage=None, device=0):
+        """Adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and returns
+        its index. STORAGE ('system' or 'cuda', by default the pool's) and DEVICE must be
+        the pool's. Consumers attached or to come take its frames like any other."""
+        storage = storage or self.storage
+        if storage not in _capi.STORAGES:
+            raise ValueError("storage must be 'system' or 'cuda'")
+        index = ctypes.c_uint32()
+        _check(lib.xmem_pool_preallocate(self._get(), int(slot_size), int(count), _capi.STORAGES[storage],
+                                         int(device), ctypes.byref(index)), "preallocate")
+        return index.value
 
     def publish(self, frame, size=None, pts=None, stream=None, *, dts=None, duration=None, flags=None,
                 content_type=None, dtype=None, shape=None, strides=None):
@@ -1039,10 +1066,12 @@ def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", 
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,
-           group=None, spill_bytes=0, spill_frames=0):
+           group=None, spill_bytes=0, spill_frames=0, max_slots=0):
     """Creates pool NAME and becomes its producer. MODE says who may attach, as file
     permission bits (0o660: GROUP's members too); GROUP is a gid or a group name the
     caller is a member of (None: the caller's group). NAME "@name" is an abstract socket.
-    SPILL_BYTES (and SPILL_FRAMES) give the pool a spill tier for fifo-spill consumers."""
+    SPILL_BYTES (and SPILL_FRAMES) give the pool a spill tier for fifo-spill consumers.
+    MAX_SLOTS bounds the slots of every size class (Producer.preallocate) together; 0:
+    SLOTS + 64."""
     return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device,
-                    mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames)
+                    mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames, max_slots=max_slots)

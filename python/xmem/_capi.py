@@ -78,7 +78,20 @@ class PoolConfig(ctypes.Structure):
         ("group", ctypes.c_uint32),
         ("spill_bytes", ctypes.c_uint64),
         ("spill_frames", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 3),
+        ("max_slots", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 2),
+    ]
+
+
+class SizeClass(ctypes.Structure):
+    _fields_ = [
+        ("index", ctypes.c_uint32),
+        ("storage", ctypes.c_uint32),
+        ("device", ctypes.c_uint32),
+        ("first_slot", ctypes.c_uint32),
+        ("count", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("slot_size", ctypes.c_uint64),
     ]
 
 
@@ -197,6 +210,11 @@ _SIGNATURES = {
     "xmem_pool_close": (None, [_P]),
     "xmem_pool_acquire": (ctypes.c_int, [_P, ctypes.c_int64, ctypes.POINTER(_P)]),
     "xmem_pool_acquire_on_stream": (ctypes.c_int, [_P, ctypes.c_int64, _P, ctypes.POINTER(_P)]),
+    "xmem_pool_acquire_size": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_int64, _P, ctypes.POINTER(_P)]),
+    "xmem_pool_preallocate": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                                             ctypes.POINTER(ctypes.c_uint32)]),
+    "xmem_pool_class_count": (ctypes.c_uint32, [_P]),
+    "xmem_pool_class_info": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(SizeClass)]),
     "xmem_pool_publish": (ctypes.c_int, [_P, _P]),
     "xmem_pool_publish_on_stream": (ctypes.c_int, [_P, _P, _P]),
     "xmem_pool_set_format": (ctypes.c_int, [_P, ctypes.c_char_p]),

@@ -124,7 +124,8 @@ int produce(const std::string &name, const xmem::test::Options &o)
 // [--work-us T] : checks every byte of every frame, read on a stream of the device the
 // pool is on (as this process numbers it), or on the CPU for a spilled frame delivered
 // as host memory; --work-us T takes T µs more per frame (a slow consumer). With --hold
-// it keeps a frame and a queued read of it forever (to be killed). Prints spilled=N.
+// it keeps a frame and a queued read of it forever (to be killed). --max-size S: frames of
+// up to S bytes (size classes larger than the first). Prints spilled=N.
 int consume(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::OpenOptions options;
@@ -155,14 +156,16 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	// Page-locked, so the copy stays queued on the stream: into pageable memory a GPU
 	// finishes it before cuMemcpyDtoHAsync returns, and a held read would be over. Where
 	// pinning fails (XMEM_CUDASIM_HOST_PIN_LIMIT) the copies go to pageable memory.
-	void *pinned = mmap(nullptr, p.slot_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	// As large as the first class's slots, or --max-size (frames of later size classes).
+	uint64_t capacity = std::max<uint64_t>(p.slot_size(), number_option(o, "max-size", 0));
+	void *pinned = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (pinned == MAP_FAILED)
 		return fail("mmap");
 	std::vector<uint32_t> pageable;
 	auto *host = static_cast<uint32_t *>(pinned);
-	if (g.d->cuMemHostRegister(pinned, p.slot_size(), 0) != CUDA_SUCCESS) {
-		munmap(pinned, p.slot_size());
-		pageable.resize(p.slot_size() / 4);
+	if (g.d->cuMemHostRegister(pinned, capacity, 0) != CUDA_SUCCESS) {
+		munmap(pinned, capacity);
+		pageable.resize(capacity / 4);
 		host = pageable.data();
 	}
 	std::vector<xmem::BufferGuard> held;
@@ -172,8 +175,11 @@ int consume(const std::string &name, const xmem::test::Options &o)
 		if (f.code() == xmem::Errc::end_of_stream || f.code() == xmem::Errc::closed)
 			break;
 		if (!f)
-			return fail("receive: " + f.error().message);
+			return fail("receive, after " + std::to_string(frames) + " frames: " + f.error().message);
 		uint64_t seq = f->meta().seq, size = f->meta().size;
+		if (size > capacity || size < kTail)
+			return fail("frame " + std::to_string(seq) + " of " + std::to_string(size) +
+				    " bytes: past --max-size or shorter than its tail");
 		spilled += f->spilled() ? 1 : 0;
 		if (f->storage() == xmem::Storage::system) {
 			// A spilled frame as the tier holds it (--spill-delivery host).

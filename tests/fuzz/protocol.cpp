@@ -133,6 +133,7 @@ const Segment &segment(uint32_t shape)
 	const auto &s = shapes[shape];
 	xmem::SegmentParams params;
 	params.slot_count = s.slots;
+	params.first_class_slots = s.slots;
 	params.max_consumers = 2;
 	params.slot_size = 4096;
 	params.slot_stride = 4096;

@@ -176,7 +176,7 @@ void run_script(Input &in, xmem::BufferPool &pool, const Shared &shared, const l
 			auto *h = reinterpret_cast<layout::ControlHeader *>(shared.base);
 			bool settled = shared.fits(0, sizeof(*h)) && h->format_lock.load() % 2 == 0;
 			auto stats = pool.stats();
-			XMEM_FUZZ_CHECK(stats.slots_total == k.slot_count && stats.slots_free <= k.slot_count, "");
+			XMEM_FUZZ_CHECK(stats.slots_total <= k.slot_count && stats.slots_free <= stats.slots_total, "");
 			XMEM_FUZZ_CHECK(stats.consumers <= k.max_consumers, "");
 			XMEM_FUZZ_CHECK(pool.format().size() < XMEM_FORMAT_MAX, "");
 			if (settled) {
@@ -224,10 +224,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	xmem::UniqueFd data_fd;
 	std::vector<int> fds{ control.get() };
 	bool cuda = k.storage_type == XMEM_STORAGE_CUDA;
-	size_t arena_fds = inspect ? 0 : cuda ? std::min<size_t>(k.slot_count, XMEM_MAX_SLOTS) : 1;
+	// The first size class's (later classes are imported over connections of their own).
+	size_t arena_fds = inspect ? 0 : cuda ? std::min<size_t>(k.first_class_slots, XMEM_MAX_SLOTS) : 1;
 	if (arena_fds > 0) {
-		uint64_t bytes = k.slot_stride * k.slot_count;
-		if (k.slot_count == 0 || bytes / k.slot_count != k.slot_stride || bytes > kMaxData)
+		uint64_t bytes = k.slot_stride * k.first_class_slots;
+		if (k.first_class_slots == 0 || bytes / k.first_class_slots != k.slot_stride || bytes > kMaxData)
 			bytes = 4096;
 		if (cuda)
 			bytes = 4096;

@@ -284,7 +284,7 @@ public:
 				h->format_seq.store(value64());
 				break;
 			default:
-				h->reserved0.store(uint32_t(value64()));
+				h->classes.store(uint32_t(small_or_random()));
 				break;
 			}
 		} else if (target == "format") {

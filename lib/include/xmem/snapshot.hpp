@@ -13,7 +13,8 @@ namespace xmem {
 
 // The states the segment records. A snapshot keeps the value another process wrote,
 // which may be none of these: state_name() calls that "invalid".
-enum class SlotState : uint32_t { free = 0, writing = 1, published = 2, exclusive = 3, reclaiming = 4 };
+// unused: a slot record no size class has taken yet (not shown in a snapshot).
+enum class SlotState : uint32_t { free = 0, writing = 1, published = 2, exclusive = 3, reclaiming = 4, unused = 5 };
 // quarantined: a device pool's consumer that hung up with GPU writes possibly still
 // queued; its record and the slots it held for writing wait for its process to exit.
 enum class ConsumerState : uint32_t { free = 0, active = 1, dead = 2, quarantined = 3 };
@@ -66,6 +67,7 @@ struct HolderSnapshot {
 
 struct SlotSnapshot {
 	uint32_t index;
+	uint32_t size_class; // the index of its class in PoolSnapshot::classes
 	SlotState state;
 	std::vector<HolderSnapshot> holders; // by bit, lowest first
 	uint64_t seq; // sequence number of the frame last written to it
@@ -154,7 +156,9 @@ struct PoolSnapshot {
 	uint64_t published;
 	uint64_t dropped;
 	uint64_t reaped;
-	std::vector<SlotSnapshot> slots; // the slot records the mapping holds
+	// The size classes, as the class table says (BufferPool::classes()).
+	std::vector<SizeClass> classes;
+	std::vector<SlotSnapshot> slots; // the slots of every class the mapping holds
 	uint32_t slots_free = 0;
 	std::vector<ConsumerSnapshot> consumers; // the consumer records that are not free
 	uint32_t consumers_attached = 0; // those that are active
@@ -199,6 +203,8 @@ inline const char *state_name(SlotState state)
 		return "exclusive";
 	case SlotState::reclaiming:
 		return "reclaiming";
+	case SlotState::unused:
+		return "unused";
 	}
 	return "invalid";
 }

@@ -163,8 +163,24 @@ typedef struct xmem_pool_config {
 	 * tier is page-locked at its whole size for as long as the pool lives. */
 	uint64_t spill_bytes;
 	uint32_t spill_frames;
-	uint32_t reserved[3]; /* must be zero (xmem_pool_config_init does it) */
+	/* Slots of every size class together: SLOT_COUNT and room for classes
+	 * xmem_pool_preallocate adds later (each a 6.5 KiB record in the control segment).
+	 * 0: SLOT_COUNT + 64, at most XMEM_MAX_SLOTS. */
+	uint32_t max_slots;
+	uint32_t reserved[2]; /* must be zero (xmem_pool_config_init does it) */
 } xmem_pool_config;
+
+/* A size class of a pool: COUNT slots of SLOT_SIZE bytes of one memory, slots
+ * [first_slot, first_slot + count). Class 0 is the one the pool was created with. */
+typedef struct xmem_size_class {
+	uint32_t index;
+	uint32_t storage; /* xmem_storage */
+	uint32_t device; /* the owner's CUDA ordinal, 0 for system memory */
+	uint32_t first_slot;
+	uint32_t count;
+	uint32_t reserved; /* zero */
+	uint64_t slot_size;
+} xmem_size_class;
 
 /* Fills a config with the defaults: 8 slots, no size (must be set), 64 consumers,
  * drop-oldest, 1 s block timeout, mode 0600, no spill tier. */
@@ -303,6 +319,21 @@ int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
  * CPU waits only for a free slot. Errors: XMEM_EINVAL, XMEM_EROLE (a consumer),
  * XMEM_ETIMEDOUT, XMEM_ECLOSED, XMEM_ESYSTEM. */
 int xmem_pool_acquire_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
+/* Owner: as xmem_pool_acquire_on_stream (CUDA_STREAM may be NULL), a slot of SIZE bytes
+ * or more, from the smallest size class with one free; SIZE 0: of the first class.
+ * XMEM_ERANGE when no class is that large. */
+int xmem_pool_acquire_size(xmem_pool *pool, uint64_t size, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
+/* Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, of the
+ * pool's memory (STORAGE and DEVICE as the pool's, else XMEM_EINVAL); its index in
+ * *CLASS_INDEX (may be NULL). Attached consumers take its frames like any other.
+ * Errors: XMEM_EINVAL, XMEM_EROLE, XMEM_EFULL (max_slots or 32 classes reached),
+ * XMEM_ENOMEM, XMEM_ESYSTEM, XMEM_ECLOSED. */
+int xmem_pool_preallocate(xmem_pool *pool, uint64_t slot_size, uint32_t count, uint32_t storage, uint32_t device,
+			  uint32_t *class_index);
+/* Any role: the size classes the owner has added so far (class 0 included), and one
+ * of them (XMEM_ERANGE past the last). */
+uint32_t xmem_pool_class_count(const xmem_pool *pool);
+int xmem_pool_class_info(const xmem_pool *pool, uint32_t index, xmem_size_class *out);
 /* Owner: as xmem_pool_publish (buffer is consumed even on error), but for a device pool
  * the frame is ready once the work queued on CUDA_STREAM so far is done: it is published
  * at once (a stream write queued) and consumers' streams wait on the GPU, with no CPU

@@ -145,6 +145,21 @@ struct PoolConfig {
 	// page-locked at its whole size while the pool lives (its copies are DMA).
 	uint64_t spill_bytes = 0;
 	uint32_t spill_frames = 0;
+	// Slots of every size class together: the first class's slot_count and room for
+	// classes preallocate() adds later (each slot costs a 6.5 KiB record in the control
+	// segment). 0: slot_count + 64, at most XMEM_MAX_SLOTS.
+	uint32_t max_slots = 0;
+};
+
+// A size class of a pool: COUNT slots of SLOT_SIZE bytes of one memory, slots
+// [first_slot, first_slot + count). Class 0 is the one the pool was created with.
+struct SizeClass {
+	uint32_t index = 0;
+	Storage storage = Storage::system;
+	uint32_t device = 0; // the owner's ordinal, for CUDA storage
+	uint64_t slot_size = 0;
+	uint32_t first_slot = 0;
+	uint32_t count = 0;
 };
 
 struct OpenOptions {
@@ -272,6 +287,8 @@ public:
 	// driver does, for STREAM's earlier work before it returns; the device write stays
 	// queued. Read-only, like the frame; freed with the last guard on it, once STREAM's
 	// work is done (so STREAM must outlive the copy: a destroyed stream's handle dangles).
+	// From a frame on another GPU, whose mapping DEVICE may not read, the copy goes
+	// through host memory: it waits for STREAM's earlier work and is complete on return.
 	Result<BufferGuard> copy_to_cuda(uint32_t device, CudaStream stream = nullptr) const;
 	// The seed API's name for the same copy.
 	Result<BufferGuard> copy_to_device(uint32_t device, CudaStream stream = nullptr) const;
@@ -321,8 +338,14 @@ public:
 	const std::string &name() const;
 	// The rendezvous socket's path.
 	const std::string &path() const;
+	// The first size class's slot size, and the slots of every class.
 	uint64_t slot_size() const;
 	uint32_t slot_count() const;
+	// The size classes the owner has added so far, class 0 first.
+	std::vector<SizeClass> classes() const;
+	// The control segment's slot records: every class's, and those for classes to come
+	// (PoolConfig::max_slots). Slot indices and the layout follow it.
+	uint32_t slot_records() const;
 	Storage storage() const;
 	// CUDA device of a device pool, as this process numbers it: a consumer finds the
 	// owner's device by its UUID (ordinals differ with CUDA_VISIBLE_DEVICES).
@@ -340,6 +363,15 @@ public:
 	// device pool, STREAM waits (on the GPU) until every consumer's GPU reads of the
 	// slot's last frame are done; without a stream the CPU waits for them.
 	Result<BufferGuard> acquire(std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
+	// Owner: as acquire(), a slot of SIZE bytes or more: of the smallest size class
+	// that has one free. Errc::out_of_range when no class is that large.
+	Result<BufferGuard> acquire(uint64_t size, std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
+	// Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and
+	// returns its index. Consumers attached or to come take its frames like any other
+	// (they import its memory once, with its first frame). STORAGE and DEVICE must be
+	// the pool's (Errc::invalid_argument otherwise); Errc::full past max_slots or 32
+	// classes.
+	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device = 0);
 	// Owner: publishes FRAME to every consumer and consumes the guard. For a device
 	// pool the frame is ready once the work queued on STREAM so far is done; it is
 	// published at once, without waiting (without a stream: after every stream of this
