@@ -493,6 +493,13 @@ int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out)
 	return guarded([&] { return put_buffer(pool->pool->get(index), out); });
 }
 
+int xmem_pool_get_seq(xmem_pool *pool, uint32_t index, uint64_t seq, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_get_seq: null argument");
+	return guarded([&] { return put_buffer(pool->pool->get(index, seq), out); });
+}
+
 int xmem_pool_get_mut(xmem_pool *pool, uint32_t index, xmem_buffer **out)
 {
 	if (!pool || !out)

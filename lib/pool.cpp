@@ -246,7 +246,7 @@ bool PoolImpl::in_range(uint32_t index) const
 	return is_spill(index) || class_of(index) || index < slots_end();
 }
 
-Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
+Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable, std::optional<uint64_t> seq)
 {
 	if (role == Role::inspector)
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
@@ -257,6 +257,14 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable)
 	SlotRecord &slot = seg.slots[index];
 	if (auto held = hold_published(index); !held)
 		return held.error();
+	// Held, the slot keeps its frame (the owner rewrites only a slot nobody holds): the
+	// one asked for, or another since.
+	if (uint64_t now = slot.meta.seq; seq && now != *seq) {
+		(void)release(index, nullptr, false);
+		return make_error(Errc::not_held, where() + ": slot " + std::to_string(index) + " holds frame " +
+							  std::to_string(now) + " now, not frame " +
+							  std::to_string(*seq));
+	}
 	if (sync) {
 		// A frame taken by index is ready for any stream: the CPU waits for the
 		// producer's GPU writes (bounded; they were queued before publish).
@@ -773,6 +781,10 @@ Result<BufferGuard> BufferPool::get(uint32_t index)
 Result<BufferGuard> BufferPool::get_mut(uint32_t index)
 {
 	return impl_->get(index, true);
+}
+Result<BufferGuard> BufferPool::get(uint32_t index, uint64_t seq)
+{
+	return impl_->get(index, false, seq);
 }
 Result<void> BufferPool::add_ref(uint32_t index)
 {

@@ -178,7 +178,8 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	}
 
 	// References (all roles).
-	Result<BufferGuard> get(uint32_t index, bool writable);
+	// SEQ: only while the slot holds that frame (Errc::not_held once it changed).
+	Result<BufferGuard> get(uint32_t index, bool writable, std::optional<uint64_t> seq = std::nullopt);
 	// One more reference of this process's on published slot INDEX (in range): its holder
 	// bit set first when it held none, against the owner's reclaim (get's first step).
 	Result<void> hold_published(uint32_t index);

@@ -964,6 +964,40 @@ TEST(Get, PublishedSlotFromAnotherConsumer)
 	EXPECT_EQ(owner->stats().slots_free, 4u);
 }
 
+// An index sent with its frame's seq: get() takes that frame, and once the slot holds
+// another one it is refused (never the newer frame), also for a slot freed meanwhile.
+TEST(Get, AnIndexWithItsSeqFailsOnceTheSlotsFrameChanged)
+{
+	RuntimeDir dir;
+	auto owner = create("get-seq", config(1));
+	ASSERT_TRUE(owner);
+	auto a = open("get-seq");
+	ASSERT_TRUE(a);
+	uint32_t index = publish(*owner, 9, 500);
+	auto held = receive(*a, 9);
+	uint64_t seq = held.meta().seq;
+	auto same = a->get(index, seq);
+	ASSERT_OK(same);
+	EXPECT_EQ(same->meta().seq, seq);
+	EXPECT_TRUE(intact(same->data(), 9));
+	auto other = a->get(index, seq + 1);
+	EXPECT_ERRC(other, Errc::not_held);
+	EXPECT_NE(other.error().message.find("holds frame " + std::to_string(seq) + " now"), std::string::npos)
+		<< other.error().message;
+	EXPECT_EQ(a->ref_count(index), 2u) << "a refused get keeps no reference";
+	same->reset();
+	held.reset();
+	// The only slot is reused for the next frame: the old index and seq name nothing.
+	uint32_t again = publish(*owner, 10, 500);
+	ASSERT_EQ(again, index);
+	auto next = receive(*a, 10);
+	EXPECT_ERRC(a->get(index, seq), Errc::not_held);
+	auto newer = a->get(index, next.meta().seq);
+	ASSERT_OK(newer);
+	EXPECT_TRUE(intact(newer->data(), 10));
+	EXPECT_ERRC(a->get(5, seq), Errc::out_of_range);
+}
+
 TEST(Get, FreeOrWritingSlotIsNotHeld)
 {
 	RuntimeDir dir;

@@ -603,6 +603,15 @@ static int size_classes(void)
 	CHECK_STATUS(xmem_pool_receive(b, 1000000000, &r), XMEM_OK);
 	REQUIRE(r != NULL);
 	CHECK(xmem_buffer_meta(r)->size == (1 << 20) && intact(xmem_buffer_data(r), 1 << 20, 9));
+	/* By index with its frame's seq: that frame, never another. */
+	uint64_t seq = xmem_buffer_meta(r)->seq;
+	xmem_buffer *again = NULL;
+	CHECK_STATUS(xmem_pool_get_seq(b, 1, seq, &again), XMEM_OK);
+	REQUIRE(again != NULL);
+	CHECK(xmem_buffer_meta(again)->seq == seq);
+	xmem_buffer_release(again);
+	CHECK_STATUS(xmem_pool_get_seq(b, 1, seq + 1, &again), XMEM_ENOTHELD);
+	CHECK_STATUS(xmem_pool_get_seq(NULL, 1, seq, &again), XMEM_EINVAL);
 	xmem_buffer_release(r);
 	xmem_pool_close(a);
 	xmem_pool_close(b);

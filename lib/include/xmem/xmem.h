@@ -388,6 +388,9 @@ int xmem_set_video_layout(xmem_frame_meta *meta, const char *format, uint32_t wi
 
 /* Seed API: reference a published slot by index (read-only / writable, copy-on-write). */
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out);
+/* As xmem_pool_get, only while slot INDEX still holds frame SEQ (its meta's seq, sent
+ * with the index): XMEM_ENOTHELD once the slot's frame changed, never the newer frame. */
+int xmem_pool_get_seq(xmem_pool *pool, uint32_t index, uint64_t seq, xmem_buffer **out);
 int xmem_pool_get_mut(xmem_pool *pool, uint32_t index, xmem_buffer **out);
 
 /* Frame tickets (owner): publishes BUFFER (consumed, as xmem_pool_publish_on_stream) to

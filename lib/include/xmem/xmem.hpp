@@ -423,6 +423,10 @@ public:
 	// private copy (copy-on-write).
 	Result<BufferGuard> get(uint32_t index);
 	Result<BufferGuard> get_mut(uint32_t index);
+	// As get(INDEX), only while the slot still holds frame SEQ (its meta().seq, sent with
+	// the index): a slot whose frame changed since is Errc::not_held, never the newer
+	// frame.
+	Result<BufferGuard> get(uint32_t index, uint64_t seq);
 	// Consumer: the frame TICKET names, read-only, with a reference of this process's
 	// own (crash-safe: released when this process dies). One of the ticket's
 	// redemptions. Errc::bad_ticket when the ticket is expired, used up, forged or of
