@@ -91,7 +91,17 @@ void fuzz_owner(std::span<const uint8_t> payload, uint32_t nfds, uint32_t kind)
 		return;
 	}
 	bool inspector = parsed->role == protocol::PeerRole::inspector;
-	bool fds_ok = inspector ? nfds == 0 : nfds == 1 && kind == 0;
+	// A size class's import: this pool has only its first class (which comes with the
+	// attach), so every one is refused, and with no fds.
+	if (parsed->role == protocol::PeerRole::classes) {
+		XMEM_FUZZ_CHECK(!answer && reply->fds.empty(),
+				"an import of a class the owner lacks: " +
+					(answer.ok() ? std::string("welcome") : answer.error().message));
+		return;
+	}
+	// A consumer's request of how it is served must be one the owner can serve.
+	bool serve_ok = inspector || protocol::serve_of(*parsed).ok();
+	bool fds_ok = (inspector ? nfds == 0 : nfds == 1 && kind == 0) && serve_ok;
 	XMEM_FUZZ_CHECK(answer.ok() == fds_ok || (full && !inspector),
 			"owner's answer " + (answer.ok() ? std::string("welcome") : answer.error().message) + " with " +
 				std::to_string(nfds) + " fds of kind " + std::to_string(kind));
