@@ -626,8 +626,8 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, int64_t timeout_ns, void *
 		}
 		// No free slot. Frames queued only for fifo-spill consumers move to the spill
 		// tier first (nobody loses a frame); then consumers that chose to lose queued
-		// frames lose their oldest. Only frames in slots that fit count: losing
-		// another frees nothing for this acquire. Announced as waiting before trying,
+		// frames lose their oldest: a frame in a slot that fits first (losing another
+		// frees nothing for this acquire). Announced as waiting before trying,
 		// so that a release or reap that makes a slot free or spillable meanwhile bumps
 		// `progress` and the wait below ends at once (tests/model: a slot a co-holder
 		// lets go of may become spillable without becoming free).
@@ -637,7 +637,9 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, int64_t timeout_ns, void *
 		bool moved;
 		{
 			std::unique_lock lock(publish_lock);
-			moved = spill_one(lock, deadline, mask) || drop_globally_oldest(mask);
+			// A queue's frames go oldest first: where no head frame is of a slot
+			// that fits, an older one goes, moving that queue towards one that does.
+			moved = spill_one(lock, deadline, mask) || drop_globally_oldest(mask) || drop_globally_oldest();
 		}
 		// A spill in flight (the spill thread copying a slot's frame) frees a slot soon:
 		// it is waited for whatever the timeout, as the copy would have been had acquire

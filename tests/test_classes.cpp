@@ -142,6 +142,41 @@ TEST(Classes, AWaitingAcquireTakesASlotOfAClassAddedMeanwhile)
 	EXPECT_EQ(got->index(), 1u);
 }
 
+// Under slot pressure a drop-oldest consumer loses its frames oldest first, never held
+// back: with an older frame of a smaller class at the head of its queue, both go before
+// the large slot is free again (a look at fitting slots only would wait for ever).
+TEST(Classes, DropOldestKeepsItsOrderAcrossClasses)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("classes-drop", 1);
+	ASSERT_TRUE(owner);
+	ASSERT_TRUE(owner->preallocate(kLarge, 1, Storage::system).ok());
+	xmem::OpenOptions options;
+	options.queue_size = 4;
+	auto consumer = BufferPool::open("classes-drop", options);
+	ASSERT_TRUE(consumer.ok());
+	auto small = publish_sized(*owner, kSmall);
+	ASSERT_TRUE(small.ok()) << small.error().message;
+	auto large = publish_sized(*owner, kLarge);
+	ASSERT_TRUE(large.ok()) << large.error().message;
+	auto slot = owner->acquire(kLarge, 0s);
+	ASSERT_TRUE(slot.ok()) << slot.error().message;
+	EXPECT_EQ(slot->index(), *large);
+	EXPECT_EQ(owner->stats().dropped, 2u);
+	EXPECT_EQ((*consumer)->receive(0s).code(), Errc::timed_out);
+	// With the large frame at the head, the small one behind it stays.
+	slot->reset();
+	auto large2 = publish_sized(*owner, kLarge);
+	auto small2 = publish_sized(*owner, kSmall);
+	ASSERT_TRUE(large2.ok() && small2.ok());
+	auto again = owner->acquire(kLarge, 0s);
+	ASSERT_TRUE(again.ok()) << again.error().message;
+	EXPECT_EQ(owner->stats().dropped, 3u);
+	auto kept = (*consumer)->receive(0s);
+	ASSERT_TRUE(kept.ok()) << kept.error().message;
+	EXPECT_EQ(kept->meta().seq, 4u);
+}
+
 TEST(Classes, PreallocateRefusesWhatItCannotDo)
 {
 	RuntimeDir dir;
