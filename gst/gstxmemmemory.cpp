@@ -4,6 +4,7 @@
 
 #include "gstxmemnothrow.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -193,9 +194,12 @@ static gboolean gst_xmem_buffer_pool_set_config(GstBufferPool *pool, GstStructur
 		return FALSE;
 	self->is_video = gst_video_info_from_caps(&self->info, caps);
 	self->size = self->is_video ? self->info.size : size;
-	if (self->size > (*self->core)->slot_size()) {
+	guint64 largest = 0;
+	for (const xmem::SizeClass &c : (*self->core)->classes())
+		largest = std::max(largest, c.slot_size);
+	if (self->size > largest) {
 		GST_WARNING_OBJECT(pool, "frames of %" G_GSIZE_FORMAT " bytes do not fit slots of %" G_GUINT64_FORMAT,
-				   self->size, (*self->core)->slot_size());
+				   self->size, largest);
 		return FALSE;
 	}
 	self->video_meta = gst_buffer_pool_config_has_option(config, GST_BUFFER_POOL_OPTION_VIDEO_META);
@@ -215,8 +219,9 @@ static GstFlowReturn gst_xmem_buffer_pool_acquire_buffer(GstBufferPool *pool, Gs
 	for (;;) {
 		if (GST_BUFFER_POOL_IS_FLUSHING(pool))
 			return GST_FLOW_FLUSHING;
-		/* Short waits, so that flushing is noticed while every slot is held. */
-		auto slot = (*self->core)->acquire(std::chrono::milliseconds(50));
+		/* Short waits, so that flushing is noticed while every slot is held. A slot
+		 * of the smallest size class that fits the frames. */
+		auto slot = (*self->core)->acquire(self->size, std::chrono::milliseconds(50));
 		if (!slot) {
 			if (slot.code() == xmem::Errc::timed_out) {
 				if (params && (params->flags & GST_BUFFER_POOL_ACQUIRE_FLAG_DONTWAIT))

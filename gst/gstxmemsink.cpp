@@ -148,8 +148,13 @@ struct SinkState {
 	 * thread; its context part takes the object lock). */
 	GstXmemCuda *cuda = nullptr;
 	bool waited = false;
-	/* Consumers the previous pool had, when it was recreated for larger frames. */
+	/* The largest slot of the pool's size classes (under `lock`). */
+	guint64 slot_limit = 0;
+	/* Consumers the previous pool had, when it was recreated for frames of another
+	 * memory, or larger ones with no room left for a size class. */
 	guint rejoin = 0;
+	/* Pools replaced that way (under `lock`). */
+	guint64 recreated = 0;
 	/* Frames published in place / copied in (streaming thread writes). */
 	std::atomic<guint64> zero_copy{ 0 };
 	std::atomic<guint64> copied{ 0 };
@@ -247,14 +252,35 @@ static xmem::Result<guint32> resolve_group(const std::string &group)
 }
 
 /* Makes sure a pool with slots of at least FRAME_SIZE bytes publishes CAPS_STRING.
- * A larger frame than the slots hold means a new pool under the same name:
+ * A larger frame than the slots hold gets a size class of its own in the same pool
+ * (`buffers` slots of its size): consumers stay attached and import the class with
+ * its first frame. Frames in another memory, or a pool with no room left for a class
+ * (32 classes, or PoolConfig::max_slots records), mean a new pool under the same name:
  * consumers see the old one close and reattach (xmemsrc does so by itself). */
 static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize frame_size)
 {
 	SinkState *s = self->state;
 	std::unique_lock lock(s->lock);
-	if (s->pool && frame_size <= s->pool->slot_size() && s->pool->storage() == s->storage &&
-	    s->pool->device() == s->device) {
+	bool same_memory = s->pool && s->pool->storage() == s->storage && s->pool->device() == s->device;
+	if (same_memory && frame_size > s->slot_limit) {
+		auto added = s->pool->preallocate(frame_size, s->buffers, s->storage, s->device);
+		if (added) {
+			GST_INFO_OBJECT(self,
+					"frames of %" G_GSIZE_FORMAT " bytes: size class %u of pool '%s', %u slots",
+					frame_size, *added, s->pool_name.c_str(), s->buffers);
+			auto classes = s->pool->classes();
+			s->slot_limit = std::max<guint64>(frame_size, classes.at(*added).slot_size);
+		} else if (added.code() == xmem::Errc::full) {
+			GST_INFO_OBJECT(self, "no room for a size class of %" G_GSIZE_FORMAT " bytes: %s", frame_size,
+					added.error().message.c_str());
+			same_memory = false;
+		} else {
+			lock.unlock();
+			post_pool_error(self, added.error());
+			return nullptr;
+		}
+	}
+	if (same_memory) {
 		if (s->pool->format() != s->caps_string) {
 			auto r = s->pool->set_format(s->caps_string);
 			if (!r) {
@@ -273,6 +299,7 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 		 * little) before publishing into it, or its first frames go to nobody. */
 		s->rejoin = s->pool->stats().consumers;
 		s->waited = false;
+		s->recreated++;
 		s->pool->close();
 		s->pool.reset();
 	}
@@ -307,6 +334,7 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 			s->pool_name.c_str(), (*pool)->path().c_str(), config.slot_count, config.slot_size,
 			config.storage == xmem::Storage::cuda ? "CUDA" : "system");
 	s->pool = pool.value();
+	s->slot_limit = s->pool->slot_size();
 	return s->pool;
 }
 
@@ -433,7 +461,7 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 	if (pool->storage() == xmem::Storage::cuda) {
 		std::unique_lock lock(s->lock);
 		if (!gst_xmem_aligned_info(s->info, pool->pitch_alignment(), &s->slot_info) ||
-		    s->slot_info.size > pool->slot_size()) {
+		    s->slot_info.size > s->slot_limit) {
 			guint device = s->device;
 			lock.unlock();
 			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Cannot lay out the frames in device memory."),
@@ -485,7 +513,7 @@ static gboolean gst_xmem_sink_propose_allocation(GstBaseSink *sink, GstQuery *qu
 		core = s->pool;
 	}
 	/* Device slots are not CPU memory: upstream allocates, render() copies. */
-	if (!core || core->slot_size() < info.size || core->storage() != xmem::Storage::system)
+	if (!core || core->storage() != xmem::Storage::system)
 		return TRUE;
 
 	g_autoptr(GstBufferPool) pool = gst_xmem_buffer_pool_new(core);
@@ -543,12 +571,12 @@ static gint64 deadline_after(guint64 timeout)
  * waiting for a slot once PLAYING again (gst_base_sink_wait_preroll), so the frame
  * and upstream's task survive a pause; flushing or stopping, it ends with *FLOW
  * saying so. *FLOW is GST_FLOW_OK otherwise. */
-static xmem::Result<xmem::BufferGuard> acquire_slot(GstXmemSink *self, xmem::BufferPool &pool, GstFlowReturn *flow,
-						    xmem::CudaStream stream = nullptr)
+static xmem::Result<xmem::BufferGuard> acquire_slot(GstXmemSink *self, xmem::BufferPool &pool, gsize size,
+						    GstFlowReturn *flow, xmem::CudaStream stream = nullptr)
 {
 	*flow = GST_FLOW_OK;
 	for (;;) {
-		auto slot = pool.acquire(std::chrono::milliseconds(50), stream);
+		auto slot = pool.acquire(size, std::chrono::milliseconds(50), stream);
 		if (slot || slot.code() != xmem::Errc::timed_out)
 			return slot;
 		if (self->state->unlocked.load() &&
@@ -724,7 +752,7 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	bool device_input = s->cuda->stream() && map_cuda_input(*s->cuda, buffer, &mem, &map, &src);
 	xmem::CudaStream stream = device_input ? s->cuda->stream() : nullptr;
 	GstFlowReturn flow;
-	auto slot = acquire_slot(self, pool, &flow, stream);
+	auto slot = acquire_slot(self, pool, s->slot_info.size, &flow, stream);
 	if (!slot) {
 		if (device_input)
 			gst_memory_unmap(mem, &map);
@@ -778,7 +806,7 @@ static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer
 	if (!map_cuda_input(*s->cuda, buffer, &mem, &map, &src))
 		return false;
 	GstFlowReturn flow;
-	auto slot = acquire_slot(self, pool, &flow);
+	auto slot = acquire_slot(self, pool, s->info.size, &flow);
 	if (!slot) {
 		gst_memory_unmap(mem, &map);
 		*ret = slot_error(self, flow, slot.error());
@@ -810,13 +838,15 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 	auto *self = GST_XMEM_SINK(sink);
 	SinkState *s = self->state;
 	std::shared_ptr<xmem::BufferPool> pool;
+	guint64 slot_limit;
 	{
 		std::lock_guard lock(s->lock);
 		pool = s->pool;
+		slot_limit = s->slot_limit;
 	}
 	gsize in_size = gst_buffer_get_size(buffer);
-	if (!pool || (!s->is_video && in_size > pool->slot_size())) {
-		pool = ensure_pool(self, std::max<gsize>(in_size, pool ? pool->slot_size() : 0));
+	if (!pool || (!s->is_video && in_size > slot_limit)) {
+		pool = ensure_pool(self, in_size);
 		if (!pool)
 			return GST_FLOW_ERROR;
 	}
@@ -883,7 +913,7 @@ static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 
 	/* Buffers from elsewhere are copied in once. */
 	GstFlowReturn flow;
-	auto slot = acquire_slot(self, *pool, &flow);
+	auto slot = acquire_slot(self, *pool, s->is_video ? s->info.size : in_size, &flow);
 	if (!slot)
 		return slot_error(self, flow, slot.error());
 	gsize size = 0;
@@ -962,9 +992,11 @@ static void gst_xmem_sink_set_context(GstElement *element, GstContext *context)
 static GstStructure *make_stats(GstXmemSink *self)
 {
 	std::shared_ptr<xmem::BufferPool> pool;
+	guint64 recreated;
 	{
 		std::lock_guard lock(self->state->lock);
 		pool = self->state->pool;
+		recreated = self->state->recreated;
 	}
 	xmem::PoolStats st{};
 	if (pool)
@@ -974,7 +1006,9 @@ static GstStructure *make_stats(GstXmemSink *self)
 		st.dropped, "consumers", G_TYPE_UINT, st.consumers, "free-slots", G_TYPE_UINT, st.slots_free, "slots",
 		G_TYPE_UINT, st.slots_total, "reaped", G_TYPE_UINT64, st.reaped, "zero-copy", G_TYPE_UINT64,
 		self->state->zero_copy.load(), "copied", G_TYPE_UINT64, self->state->copied.load(), "device-copied",
-		G_TYPE_UINT64, self->state->device_copied.load(), "memory", G_TYPE_STRING,
+		G_TYPE_UINT64, self->state->device_copied.load(), "classes", G_TYPE_UINT,
+		pool ? guint(pool->classes().size()) : 0u, "recreated", G_TYPE_UINT64, recreated, "memory",
+		G_TYPE_STRING,
 		!pool					 ? "none"
 		: pool->storage() == xmem::Storage::cuda ? "cuda"
 							 : "system",

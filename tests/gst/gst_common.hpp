@@ -432,12 +432,15 @@ inline GstBuffer *painted_frame(const GstVideoInfo &info, unsigned n)
 
 // An appsrc producer pushes PER_SIZE frames at each of SIZES, setting new caps each
 // time; the consumer must get every frame, each with the caps it was made in.
-// SAME_POOL: the slots fit every size, so frame numbers (the pool's seq, as buffer
-// offsets) keep increasing; a recreated pool numbers its frames from 1 again.
+// xmemsink must have replaced its pool RECREATED times (frames outgrowing its slots
+// get a size class instead, while the pool has room for one) and end with CLASSES
+// size classes. Without a recreation the consumer never reattaches and frame numbers
+// (the pool's seq, as buffer offsets) keep increasing; a recreated pool numbers its
+// frames from 1 again.
 // SINK_OPTIONS are added to xmemsink's properties, CONSUMER_CAPS (if any) filter what
 // xmemsrc gives.
 inline void run_caps_changes(const std::string &pool, const std::vector<std::pair<int, int>> &sizes, unsigned per_size,
-			     bool same_pool = true, const std::string &sink_options = "",
+			     guint64 recreated, guint classes, const std::string &sink_options = "",
 			     const std::string &consumer_caps = "")
 {
 	std::vector<GstVideoInfo> infos;
@@ -492,7 +495,10 @@ inline void run_caps_changes(const std::string &pool, const std::vector<std::pai
 		EXPECT_EQ(frames[k].size, frames[k].caps_size) << "the buffer does not match its caps' size";
 		EXPECT_TRUE(frames[k].matches) << "payload differs";
 	}
-	if (same_pool) {
+	EXPECT_EQ(stat_u64(producer.by_name("sink"), "recreated"), recreated) << "pools xmemsink replaced";
+	EXPECT_EQ(stat_u64(producer.by_name("sink"), "classes"), classes) << "size classes of the last pool";
+	if (recreated == 0) {
+		EXPECT_EQ(stat_u64(consumer.src(), "reconnects"), 0u) << "the consumer had to reattach";
 		EXPECT_TRUE(strictly_increasing(frames));
 	}
 }

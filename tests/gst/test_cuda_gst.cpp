@@ -1123,12 +1123,13 @@ TEST_F(Nvcodec, SourceAloneMakesItsOwnContext)
 	EXPECT_EQ(consumer.wait(30s), 0) << consumer.output();
 }
 
-// Caps change twice within the device slots, then frames outgrow them (a new pool
-// under the same name): each frame arrives with the caps it was made in.
+// Caps change twice within the device slots, then frames outgrow them (a size class
+// of device slots added to the pool): each frame arrives with the caps it was made in,
+// and the consumer never reattaches.
 TEST_F(CudaElements, CapsChangesInDevicePools)
 {
-	xmem::gsttest::run_caps_changes("devchange", { { 640, 480 }, { 320, 240 }, { 640, 480 } }, 4, true,
+	xmem::gsttest::run_caps_changes("devchange", { { 640, 480 }, { 320, 240 }, { 640, 480 } }, 4, 0, 1,
 					"memory=cuda", "video/x-raw");
-	xmem::gsttest::run_caps_changes("devgrow", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, false,
-					"memory=cuda", "video/x-raw");
+	xmem::gsttest::run_caps_changes("devgrow", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, 0, 2, "memory=cuda",
+					"video/x-raw");
 }

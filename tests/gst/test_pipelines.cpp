@@ -59,12 +59,25 @@ TEST_F(InProcess, TwoPipelinesDeliverEveryFrame)
 // Caps change twice within slots big enough for both: 640x480, 320x240, 640x480.
 TEST_F(InProcess, CapsChangeMidStreamReachesConsumerFirst)
 {
-	xmem::gsttest::run_caps_changes("change", { { 640, 480 }, { 320, 240 }, { 640, 480 } }, 4);
+	xmem::gsttest::run_caps_changes("change", { { 640, 480 }, { 320, 240 }, { 640, 480 } }, 4, 0, 1);
 }
 
-// 320x240, then 640x480: the frames no longer fit the slots, so xmemsink replaces
-// its pool under the same name, and the consumer must follow without losing frames.
-TEST_F(InProcess, CapsChangeToLargerFramesLosesNoFrame)
+// 320x240, then 640x480: the frames no longer fit the slots, so xmemsink adds a size
+// class for them to its pool; the consumer stays attached, imports the class and
+// loses no frame. Back at 320x240 the first class serves again.
+TEST_F(InProcess, CapsChangeToLargerFramesAddsASizeClass)
 {
-	xmem::gsttest::run_caps_changes("grow", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, false);
+	xmem::gsttest::run_caps_changes("grow", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, 0, 2);
+}
+
+// Frames growing ten times, with room for eight classes of 8 slots after the first
+// (max_slots: 8 + 64 records): the ninth larger size finds no room, so xmemsink
+// replaces its pool under the same name (its class 0 of that size), the consumer
+// follows without losing frames, and the last size is a class of the new pool.
+TEST_F(InProcess, CapsChangesPastTheRoomForClassesRecreateThePool)
+{
+	std::vector<std::pair<int, int>> sizes;
+	for (int k = 1; k <= 11; k++)
+		sizes.emplace_back(16 * k, 16);
+	xmem::gsttest::run_caps_changes("outgrow", sizes, 2, 1, 2);
 }

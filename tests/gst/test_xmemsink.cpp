@@ -218,6 +218,56 @@ TEST_F(XmemSink, ProposesSlotsZeroCopy)
 	EXPECT_TRUE(dir_.entries().empty()) << "the pool's socket outlives the sink";
 }
 
+// Caps change to frames larger than the slots: the sink adds a size class to its
+// pool, proposes a pool of the new class's slots, and upstream's buffers from it are
+// published in place like the first ones, to a consumer that never reattached.
+TEST_F(XmemSink, LargerCapsGetASizeClassStillZeroCopy)
+{
+	GstHarness *h = sink_harness("pool-name", "zcgrow", "buffers", 4, nullptr);
+	ASSERT_NE(h, nullptr);
+	gst_harness_set_src_caps_str(h, kCaps);
+	auto consumer = open_consumer("zcgrow");
+	ASSERT_TRUE(consumer);
+	const char *larger = "video/x-raw,format=I420,width=128,height=96,framerate=30/1";
+	for (const char *caps_str : { kCaps, larger }) {
+		SCOPED_TRACE(caps_str);
+		gst_harness_set_src_caps_str(h, caps_str);
+		GstVideoInfo info = xmem::gsttest::video_info(caps_str);
+		GstCaps *caps = gst_caps_from_string(caps_str);
+		bool video_meta = false;
+		GstBufferPool *pool = query_pool(h, caps, &video_meta);
+		gst_caps_unref(caps);
+		ASSERT_NE(pool, nullptr) << "xmemsink proposes no pool for these caps";
+		ASSERT_TRUE(gst_buffer_pool_set_active(pool, TRUE));
+		for (unsigned i = 0; i < 3; i++) {
+			GstBuffer *buffer = nullptr;
+			ASSERT_EQ(gst_buffer_pool_acquire_buffer(pool, &buffer, nullptr), GST_FLOW_OK);
+			EXPECT_EQ(gst_buffer_get_size(buffer), info.size);
+			paint(buffer, info, i);
+			ASSERT_EQ(gst_harness_push(h, buffer), GST_FLOW_OK);
+			auto frame = consumer->receive(5s);
+			ASSERT_TRUE(frame.ok()) << frame.error().message;
+			EXPECT_EQ(frame->meta().size, info.size);
+			// Class 0 holds slots 0-3; the larger frames come from class 1.
+			EXPECT_EQ(frame->index() >= 4, caps_str == larger) << "slot " << frame->index();
+			EXPECT_TRUE(same_caps(consumer->format(), caps_str)) << consumer->format();
+			GstBuffer *expected = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+			paint(expected, info, i);
+			EXPECT_EQ(frame_visible_bytes(*frame, info), xmem::gsttest::visible_bytes(expected, info))
+				<< "frame " << i;
+			gst_buffer_unref(expected);
+		}
+		gst_buffer_pool_set_active(pool, FALSE);
+		gst_object_unref(pool);
+	}
+	EXPECT_EQ(stat_u64(h->element, "zero-copy"), 6u) << "pool buffers were not published in place";
+	EXPECT_EQ(stat_u64(h->element, "classes"), 2u);
+	EXPECT_EQ(stat_u64(h->element, "recreated"), 0u);
+	EXPECT_EQ(stat_u64(h->element, "slots"), 8u);
+	consumer.reset();
+	gst_harness_teardown(h);
+}
+
 TEST_F(XmemSink, CopiesForeignBuffersOnce)
 {
 	GstHarness *h = sink_harness("pool-name", "copy", nullptr);
@@ -276,7 +326,7 @@ TEST_F(XmemSink, StatsStructureHasEveryField)
 	GstStructure *s = xmem::gsttest::get_stats(h->element);
 	ASSERT_NE(s, nullptr) << "stats is NULL before any caps";
 	for (const char *field : { "published", "dropped", "consumers", "free-slots", "slots", "reaped", "zero-copy",
-				   "copied", "device-copied", "memory" })
+				   "copied", "device-copied", "classes", "recreated", "memory" })
 		EXPECT_TRUE(gst_structure_has_field(s, field)) << field;
 	gst_structure_free(s);
 
@@ -508,6 +558,20 @@ TEST_F(XmemSink, NonVideoBuffersAreCopied)
 		wrong += frame->data()[i] != std::byte(0xa5);
 	EXPECT_EQ(wrong, 0u);
 	EXPECT_EQ(stat_u64(h->element, "copied"), 2u);
+
+	// A larger buffer than any slot: a size class of its size, and every byte arrives.
+	buffer = gst_buffer_new_allocate(nullptr, 100000, nullptr);
+	gst_buffer_memset(buffer, 0, 0x3c, 100000);
+	ASSERT_EQ(gst_harness_push(h, buffer), GST_FLOW_OK);
+	frame = consumer->receive(5s);
+	ASSERT_TRUE(frame.ok()) << frame.error().message;
+	ASSERT_EQ(frame->meta().size, 100000u);
+	wrong = 0;
+	for (size_t i = 0; i < 100000; i++)
+		wrong += frame->data()[i] != std::byte(0x3c);
+	EXPECT_EQ(wrong, 0u);
+	EXPECT_EQ(stat_u64(h->element, "classes"), 2u);
+	EXPECT_EQ(stat_u64(h->element, "recreated"), 0u);
 	consumer.reset();
 	gst_harness_teardown(h);
 }
