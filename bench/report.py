@@ -79,7 +79,28 @@ POLICIES_COLUMNS = [
     ("status", "status", "{}"),
 ]
 
-SUITE_COLUMNS = {"gst": GST_COLUMNS, "python": PYTHON_COLUMNS, "policies": POLICIES_COLUMNS}
+# The classes suite: the core's latency measurement with a pool of one size class or
+# of several, and the producer's acquire + stamp + publish, one call's wall time.
+CLASSES_COLUMNS = [
+    ("mode", "mode", "{}"),
+    ("classes", "size classes", "{}"),
+    ("size", "size", "{}"),
+    ("consumers", "consumers", "{}"),
+    ("fps", "frames/s", "{:.1f}"),
+    ("p50_us", "publish→receive p50 µs", "{:.1f}"),
+    ("p99_us", "publish→receive p99 µs", "{:.1f}"),
+    ("max_us", "max µs", "{:.1f}"),
+    ("producer_call_p50_us", "acquire+publish p50 µs", "{:.1f}"),
+    ("producer_call_p99_us", "acquire+publish p99 µs", "{:.1f}"),
+    ("producer_cpu_us_per_frame", "producer CPU µs/frame", "{:.2f}"),
+    ("consumers_cpu_us_per_frame", "consumers CPU µs/frame", "{:.2f}"),
+    ("cpu_us_per_frame", "total CPU µs/frame", "{:.2f}"),
+    ("dropped", "dropped", "{}"),
+    ("status", "status", "{}"),
+]
+
+SUITE_COLUMNS = {"gst": GST_COLUMNS, "python": PYTHON_COLUMNS, "policies": POLICIES_COLUMNS,
+                 "classes": CLASSES_COLUMNS}
 
 # What the producer's buffers came from, by the allocation record of xmem-bench-gst.
 MEMORY = {"pool": "sink's pool", "allocator": "sink's allocator", "own": "own pool, sink's allocator", "none": "malloc"}
@@ -560,7 +581,69 @@ def policies_tables(result):
     return tables
 
 
-EXTRA_TABLES = {"gst": gst_tables, "python": python_tables, "policies": policies_tables}
+def class_counts(result):
+    """The fewest and the most size classes the suite's pools had."""
+    counts = sorted({m["classes"] for m in result["measurements"] if "classes" in m})
+    return (counts[0], counts[-1]) if len(counts) > 1 else None
+
+
+def classes_rounds(result):
+    """(fewest, most) records of the same round, both usable: the suite runs one of each per round, in order."""
+    counts = class_counts(result)
+    if not counts:
+        return []
+    a = [m for m in result["measurements"] if m.get("classes") == counts[0]]
+    b = [m for m in result["measurements"] if m.get("classes") == counts[1]]
+    return [(x, y) for x, y in zip(a, b) if usable(x) and usable(y)]
+
+
+def classes_name(k):
+    return f"{k} class" if k == 1 else f"{k} classes"
+
+
+# The figures the classes table compares: record key, header, format.
+CLASSES_FIGURES = [
+    ("p50_us", "publish→receive p50 µs", "{:.1f}"),
+    ("p99_us", "publish→receive p99 µs", "{:.1f}"),
+    ("producer_call_p50_us", "acquire+publish p50 µs", "{:.1f}"),
+    ("producer_call_p99_us", "acquire+publish p99 µs", "{:.1f}"),
+    ("producer_cpu_us_per_frame", "producer CPU µs/frame", "{:.2f}"),
+    ("consumers_cpu_us_per_frame", "consumers CPU µs/frame", "{:.2f}"),
+]
+
+
+def classes_table(result):
+    """Each pool's figures over the rounds, lowest–highest, and the most classes ÷ the fewest, round by round."""
+    headers = ["pool", "size", "rounds"] + [header for _, header, _ in CLASSES_FIGURES]
+    pairs = classes_rounds(result)
+    if not pairs:
+        return headers, []
+    fewest, most = pairs[0][0]["classes"], pairs[0][1]["classes"]
+    size, n = pairs[0][0]["size"], str(len(pairs))
+    body = []
+    for k, runs in ((fewest, [a for a, _ in pairs]), (most, [b for _, b in pairs])):
+        body.append([classes_name(k), size, n] +
+                    [spread([m[key] for m in runs], fmt) for key, _, fmt in CLASSES_FIGURES])
+    ratios = []
+    for key, _, _ in CLASSES_FIGURES:
+        values = [b[key] / a[key] for a, b in pairs if a[key]]
+        ratios.append(spread(values, "{:.2f}") + "×" if values else "-")
+    body.append([f"{classes_name(most)} ÷ {classes_name(fewest)}", size, n] + ratios)
+    return headers, body
+
+
+def classes_tables(result):
+    counts = class_counts(result)
+    headers, body = classes_table(result)
+    if not body:
+        return []
+    return [(f"{classes_name(counts[1])} ÷ {classes_name(counts[0])}: each figure over the rounds, lowest–highest; "
+             "the ratio row compares the two runs of each round (below 1× is better with more classes)",
+             (headers, body))]
+
+
+EXTRA_TABLES = {"gst": gst_tables, "python": python_tables, "policies": policies_tables,
+                "classes": classes_tables}
 
 
 # The IPC pairs, in the order the sentences name them.
@@ -750,7 +833,28 @@ def summary_policies(result):
     return lines
 
 
-SUMMARIES = {"core": summary_core, "gst": summary_gst, "python": summary_python, "policies": summary_policies}
+def summary_classes(result):
+    """Sentences computed from the records, for the classes suite."""
+    lines = []
+    pairs = classes_rounds(result)
+    if len(pairs) > 1:
+        fewest = pairs[0][0]
+
+        def noise(key):
+            values = [a[key] for a, _ in pairs]
+            return f"{max(values) / min(values):.2f}×" if min(values) else "-"
+
+        lines.append(
+            f"- The noise to read the ratios against, the runs with {classes_name(fewest['classes'])} from round "
+            f"to round: p50 highest ÷ lowest {noise('p50_us')}, p99 {noise('p99_us')}, acquire+publish p50 "
+            f"{noise('producer_call_p50_us')}, producer CPU {noise('producer_cpu_us_per_frame')}.")
+    dropped = sum(m.get("dropped", 0) for m in result["measurements"])
+    lines.append(f"- Frames dropped, all measurements together: {dropped}.")
+    return lines
+
+
+SUMMARIES = {"core": summary_core, "gst": summary_gst, "python": summary_python, "policies": summary_policies,
+             "classes": summary_classes}
 
 INTRO = """\
 # Benchmarks
@@ -965,11 +1069,43 @@ def policies_text(result):
                                 spin_budget=spin.get("spin_budget_us", "?"))
 
 
+CLASSES_TEXT = """\
+What is measured: `bench/xmem-bench-core`, as in *core* (a stamp in the first
+{touched} bytes of each frame, one process per consumer, each sleeping in
+`poll()`), at {size}, {fps} frames/s and {consumers} consumers, in a pool of
+{fewest} and in a pool of {most}. With K classes the frames'
+class is the last of K: the pool is created with a class of two slots of the
+frame's size ÷ 2^(K-1), and `preallocate()` adds K-1 classes, each of slots twice
+the size of the one before, two slots each but the last, the frames' class, which
+has {slots} slots. So every `acquire(size)` walks past the K-1 smaller classes, which
+cannot hold a frame, and every lookup of a slot's class (in publish, receive and
+release) passes them too. A consumer imports the memory of each class it does
+not have yet once, when the first frame of an unknown class reaches it: here in
+the warmup, which is left out. The two pools run in rounds, one after the other
+within each, and each ratio compares two runs of the same round.
+
+- **acquire+publish p50/p99 µs**: one frame's `acquire(size)`, stamp and
+  `publish()` in the producer, wall time (`producer_call_p50_us` and
+  `producer_call_p99_us` in the records); publish includes an eventfd write to
+  each sleeping consumer. The other columns are *core*'s.
+"""
+
+
+def classes_text(result):
+    first = result["measurements"][0]
+    counts = class_counts(result) or (first.get("classes", 1),) * 2
+    return CLASSES_TEXT.format(touched=first.get("touched_bytes", "?"), size=first.get("size", "?"),
+                               fps=first.get("fps_target", "?"), consumers=first.get("consumers", "?"),
+                               fewest="one size class" if counts[0] == 1 else f"{counts[0]} size classes",
+                               most=f"{counts[1]} size classes", slots=first.get("slots", "?"))
+
+
 SECTION_TEXT = {
     "core": lambda r: CORE_TEXT.format(touched=r["measurements"][0].get("touched_bytes", "?")),
     "gst": lambda r: GST_TEXT,
     "python": lambda r: PYTHON_TEXT,
     "policies": policies_text,
+    "classes": classes_text,
 }
 
 

@@ -10,7 +10,9 @@
 #                  tensors in Python, against appsink and torch.multiprocessing;
 #                  policies: libxmem's per-consumer policies at 1080p60, a latest
 #                  consumer beside a stalled fifo-spill one (and without it), and
-#                  wake=spin-before against sleeping
+#                  wake=spin-before against sleeping; classes: libxmem's handoff
+#                  with 8 size classes in the pool against 1, the frames' class
+#                  the last of them
 #                  (default: all of them)
 #   --update-docs  rewrite docs/benchmarks.md from bench/results/*/*.json: a section
 #                  per platform (each platform's results stay where its runs wrote them)
@@ -56,7 +58,7 @@ while [ $# -gt 0 ]; do
 		shift
 		;;
 	-h | --help)
-		sed -n '4,29p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '4,31p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	-*)
@@ -67,7 +69,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-all_suites=(core gst python policies)
+all_suites=(core gst python policies classes)
 if [ "$docs_only" = 1 ]; then
 	suites=()
 elif [ ${#suites[@]} -eq 0 ]; then
@@ -333,6 +335,30 @@ suite_policies() {
 	for ((round = 1; round <= rounds; round++)); do
 		pair_stalled_spill
 		pair_spin_before
+	done
+}
+
+# Pair size-classes: the latency measurement of pair_xmem_core with two consumers,
+# in a pool of one size class (mode classes-1) and in one of 8 (classes-8), where
+# the frames' class is the last: acquire(size) and the slot lookups pass the 7
+# classes of smaller slots before it.
+pair_size_classes() {
+	local k
+	for k in 1 8; do
+		core --mode "classes-$k" --width 640 --height 480 --fps 60 --frames "$latency_frames" \
+			--warmup "$warmup" --consumers 2 --classes "$k"
+	done
+}
+
+# The classes suite: what size classes cost the handoff. Rounds, interleaved as in
+# the policies suite, so that the ratios of a round are read against the spread
+# from one round to the next.
+suite_classes() {
+	build xmem-bench-core
+	local rounds=3 round
+	[ "$quick" = 1 ] && rounds=1
+	for ((round = 1; round <= rounds; round++)); do
+		pair_size_classes
 	done
 }
 
