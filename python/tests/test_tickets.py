@@ -78,7 +78,9 @@ def test_forged_garbled_and_expired_tickets_are_refused():
             with pytest.raises(xmem.BadTicket):
                 c.get(garbled)
         with pytest.raises(TypeError):
-            c.get(12)
+            c.get(12.0)
+        with pytest.raises(xmem.Error, match="out of range"):
+            c.get(12)  # an int is a slot index (get(index)), not a ticket
         spare = p.acquire(timeout=5)
         for wrong in (dict(redemptions=0), dict(ttl=0), dict(redemptions=True)):
             with pytest.raises(ValueError):

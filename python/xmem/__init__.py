@@ -38,6 +38,7 @@ __all__ = [
     "FrameRefused",
     "LayoutError",
     "BadTicket",
+    "NotHeld",
     "Ticket",
     "open",
     "create",
@@ -75,6 +76,11 @@ class BadTicket(Error):
     garbled or of another pool. No frame was taken."""
 
 
+class NotHeld(Error):
+    """get(index, seq): the slot holds no published frame, or no longer the one SEQ
+    names (the producer reused it). No frame was taken."""
+
+
 class LayoutError(ValueError, BufferError):
     """A frame's tensor cannot be handed out as asked: its metadata names no dtype or
     spans more than its payload (another process wrote it), or the interface cannot
@@ -87,7 +93,7 @@ def _raise(status, what):
     message = _capi.last_error() or what
     name = lib.xmem_status_name(status).decode()
     kind = {_capi.ETIMEDOUT: Timeout, _capi.EEOS: EndOfStream, _capi.ECLOSED: Closed,
-            _capi.EBADFRAME: FrameRefused, _capi.EBADTICKET: BadTicket}.get(status, Error)
+            _capi.EBADFRAME: FrameRefused, _capi.EBADTICKET: BadTicket, _capi.ENOTHELD: NotHeld}.get(status, Error)
     raise kind("%s (%s)" % (message, name), status)
 
 
@@ -308,6 +314,17 @@ class _Pointers:
         if lib.xmem_buffer_storage(self._live_buffer()) != _capi.STORAGE_CUDA:
             raise TypeError("cuda_ptr: the frame is in system memory: use cpu_ptr")
         return self.ptr
+
+    @property
+    def meta_index(self):
+        """The frame's slot index (the seed's meta_index), for get(index, seq) in another
+        process with the frame's meta.seq; a ticket (publish_ticket) is the safe way to
+        hand a frame over. Error (ENOTHELD) for a private copy (get_mut of a shared
+        frame), which is in no slot."""
+        buffer = self._live_buffer()
+        if lib.xmem_buffer_is_copy(buffer):
+            raise Error("meta_index: a private copy is in no slot of the pool", _capi.ENOTHELD)
+        return lib.xmem_buffer_meta(buffer).contents.index
 
     @property
     def cuda_ptr_mut(self):
@@ -678,6 +695,44 @@ class _Handle:
                         "count": c.count})
         return out
 
+    def get(self, what, seq=None):
+        """A frame of the pool, with a reference of this process's own, read-only:
+        - WHAT a ticket (a Ticket, its str or its bytes): one of its redemptions. Raises
+          BadTicket when it is expired, used up, forged or of another pool.
+        - WHAT a slot index (the seed's meta_index: a received or published frame's
+          meta.index): the frame published in that slot now. With SEQ (the frame's
+          meta.seq, sent with the index) only while the slot still holds that frame:
+          NotHeld once the producer reused the slot, never the newer frame. NotHeld
+          for a slot with no published frame; Error (ERANGE) for an index out of range.
+        Closed once the owner closed the pool. A device frame is ready for any stream
+        (the CPU waited for its writes)."""
+        buffer = ctypes.c_void_p()
+        if isinstance(what, int) and not isinstance(what, bool):
+            if not 0 <= what < 2**32:
+                raise ValueError("get: slot index %d out of range" % what)
+            if seq is None:
+                _check(lib.xmem_pool_get(self._get(), what, ctypes.byref(buffer)), "get")
+            else:
+                _check(lib.xmem_pool_get_seq(self._get(), what, int(seq), ctypes.byref(buffer)), "get")
+            return Frame(buffer, self._pool)
+        if seq is not None:
+            raise TypeError("get: seq goes with a slot index; a ticket names its frame already")
+        t = Ticket.parse(what)._c()
+        _check(lib.xmem_pool_get_ticket(self._get(), ctypes.byref(t), ctypes.byref(buffer)), "get")
+        return Frame(buffer, self._pool)
+
+    def get_mut(self, index):
+        """The frame published in slot INDEX, writable: in place when this process now
+        holds it alone (the slot is then its own until the frame is released, and other
+        processes' get() refuse it), else a private copy of its payload (meta.size
+        bytes) that is not a pool buffer. Frame.writable() says which arrays may
+        write. Errors as get(index)."""
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < 2**32:
+            raise ValueError("get_mut: a slot index, 0 to 2**32 - 1")
+        buffer = ctypes.c_void_p()
+        _check(lib.xmem_pool_get_mut(self._get(), index, ctypes.byref(buffer)), "get_mut")
+        return Frame(buffer, self._pool)
+
     def close(self):
         """Closes the handle; frames still held stay valid until they go."""
         self._pool.close()
@@ -737,16 +792,6 @@ class Consumer(_Handle):
         _check(lib.xmem_pool_receive_on_stream(self._get(), _timeout_ns(timeout), handle, ctypes.byref(buffer)),
                "receive")
         return Frame(buffer, self._pool, handle)
-
-    def get(self, ticket):
-        """The frame TICKET names (a Ticket, its str or its bytes), with a reference of
-        this process's own: one of the ticket's redemptions. Raises BadTicket when it is
-        expired, used up, forged or of another pool, Closed once the owner closed the
-        pool. A device frame is ready for any stream (the CPU waited for its writes)."""
-        t = Ticket.parse(ticket)._c()
-        buffer = ctypes.c_void_p()
-        _check(lib.xmem_pool_get_ticket(self._get(), ctypes.byref(t), ctypes.byref(buffer)), "get")
-        return Frame(buffer, self._pool)
 
     def fileno(self):
         """Polls readable when receive() may return without waiting."""
