@@ -265,7 +265,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable, std::optional<u
 							  std::to_string(now) + " now, not frame " +
 							  std::to_string(*seq));
 	}
-	if (sync) {
+	if (DeviceSync *sync = sync_of(index)) {
 		// A frame taken by index is ready for any stream: the CPU waits for the
 		// producer's GPU writes (bounded; they were queued before publish).
 		auto ready = sync->wait_ready(index, slot.meta.seq, nullptr, deadline_after(kGetReadyTimeoutNs));
@@ -401,7 +401,7 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads, voi
 	if (--local_refs[index] == 0) {
 		// Done before the bit goes: the owner reuses the slot once it sees no bit,
 		// and must find this holder's done word written or pending by then.
-		if (sync && gpu_reads && !is_spill(index))
+		if (DeviceSync *sync = sync_of(index); sync && gpu_reads)
 			done = sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, stream, also);
 		clear_holder_bit(index, holder_bit);
 	}
@@ -420,7 +420,7 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 							  ", which this process does not hold");
 	local_refs[index] = count;
 	if (count == 0) {
-		if (sync && !is_spill(index))
+		if (DeviceSync *sync = sync_of(index))
 			(void)sync->mark_done(index, holder_bit, seg.slots[index].meta.seq, nullptr, nullptr);
 		clear_holder_bit(index, holder_bit);
 	}
@@ -487,7 +487,8 @@ bool BufferGuard::spilled() const
 
 bool BufferGuard::incomplete() const
 {
-	return pool_ && !copy_ && pool_->sync && pool_->sync->died_unready(index_, meta_.seq);
+	DeviceSync *sync = pool_ && !copy_ ? pool_->sync_of(index_) : nullptr;
+	return sync && sync->died_unready(index_, meta_.seq);
 }
 
 Result<BufferGuard> BufferGuard::copy_to_cpu(CudaStream stream) const
@@ -703,7 +704,8 @@ uint32_t BufferPool::pitch_alignment() const
 }
 const char *BufferPool::gpu_ordering() const
 {
-	return gpu_ordering_name(impl_->sync ? impl_->sync->mode() : kSyncNone);
+	DeviceSync *sync = impl_->first_sync();
+	return gpu_ordering_name(sync ? sync->mode() : kSyncNone);
 }
 
 Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout, CudaStream stream)

@@ -65,9 +65,45 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// The memory of the later size classes (BufferPool::preallocate), as this process
 	// made or imported them; under classes_lock. Never removed while the pool lives.
 	std::vector<std::unique_ptr<Arena>> class_arenas;
-	// GPU ordering of a CUDA pool's slots; none for system memory. Destroyed before
-	// the arena: it synchronizes this process's streams first.
-	std::unique_ptr<DeviceSync> sync;
+	// GPU ordering of the pool's device slots: one DeviceSync per CUDA device of its
+	// classes, as this process made them (class 0's first in a device pool); none for
+	// system memory. [0, sync_count) are set (under classes_lock) before sync_count
+	// counts them (release) and stay while the pool lives, so readers take no lock.
+	// Destroyed before the arenas: each synchronizes this process's streams first.
+	std::array<std::unique_ptr<DeviceSync>, layout::kMaxClasses> syncs;
+	std::atomic<uint32_t> sync_count{ 0 };
+	// Adds SYNC (classes_lock held); returns it.
+	DeviceSync *add_sync(std::unique_ptr<DeviceSync> sync)
+	{
+		uint32_t n = sync_count.load(std::memory_order_relaxed);
+		syncs[n] = std::move(sync);
+		sync_count.store(n + 1, std::memory_order_release);
+		return syncs[n].get();
+	}
+	// Calls F on every DeviceSync of this process's.
+	template<typename F>
+	void each_sync(F f) const
+	{
+		uint32_t n = sync_count.load(std::memory_order_acquire);
+		for (uint32_t i = 0; i < n; i++)
+			f(*syncs[i]);
+	}
+	bool has_device_slots() const { return sync_count.load(std::memory_order_acquire) != 0; }
+	// The GPU ordering of class 0's device slots (the spill tier's, a device pool's
+	// mode); none when class 0 is system memory.
+	DeviceSync *first_sync() const
+	{
+		return classes_known.load(std::memory_order_acquire) ? classes[0].sync : nullptr;
+	}
+	// The GPU ordering of reference INDEX: its class's device's; none for a system slot,
+	// a spill buffer or a slot of no class known here.
+	DeviceSync *sync_of(uint32_t index) const
+	{
+		if (is_spill(index))
+			return nullptr;
+		auto c = class_of(index);
+		return c ? classes[*c].sync : nullptr;
+	}
 	// The spill tier (spill.hpp), when the pool has one: the owner's, and a consumer's
 	// mapping of it. Its buffers follow the slots in the index space of references.
 	std::unique_ptr<SpillTier> spill;
@@ -113,6 +149,7 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 		uint64_t slot_size = 0;
 		uint64_t slot_stride = 0;
 		const Arena *arena = nullptr;
+		DeviceSync *sync = nullptr; // its device's GPU ordering; none for system memory
 	};
 	std::array<SlotClass, layout::kMaxClasses> classes{};
 	std::atomic<uint32_t> classes_known{ 0 };
@@ -141,10 +178,12 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// names one of them or a spill buffer (a reference index in range).
 	uint32_t slots_end() const;
 	bool in_range(uint32_t index) const;
-	// Installs class C, as this process made or imported it (classes_lock held).
-	void add_class(uint32_t c, const layout::ClassRecord &record, const Arena *memory)
+	// Installs class C, as this process made or imported it, ordered by SYNC for device
+	// memory (classes_lock held).
+	void add_class(uint32_t c, const layout::ClassRecord &record, const Arena *memory, DeviceSync *sync)
 	{
-		classes[c] = SlotClass{ record.first_slot, record.count, record.slot_size, record.slot_stride, memory };
+		classes[c] = SlotClass{ record.first_slot,  record.count, record.slot_size,
+					record.slot_stride, memory,	  sync };
 		classes_known.store(c + 1, std::memory_order_release);
 	}
 

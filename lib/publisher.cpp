@@ -539,7 +539,7 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 		slot.state.store(kSlotFree, std::memory_order_release);
 	}
 	pool_.class_arenas.push_back(std::move(memory));
-	pool_.add_class(n, record, pool_.class_arenas.back().get());
+	pool_.add_class(n, record, pool_.class_arenas.back().get(), pool_.classes[0].sync);
 	seg.header->classes.store(n + 1, std::memory_order_release);
 	// An acquire() waiting for a slot may take one of these.
 	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
@@ -600,8 +600,8 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, int64_t timeout_ns, void *
 				cursor.store(i - cls.first_slot + 1, std::memory_order_relaxed);
 				// Device slots: no holder is left, but their GPU reads of the last
 				// frame may still be queued. STREAM (or the CPU) waits for them.
-				if (pool_.sync) {
-					auto done = pool_.sync->wait_done(i, seg.slots[i].meta.seq, stream, deadline);
+				if (DeviceSync *sync = cls.sync) {
+					auto done = sync->wait_done(i, seg.slots[i].meta.seq, stream, deadline);
 					if (!done) {
 						seg.slots[i].state.store(kSlotFree, std::memory_order_seq_cst);
 						return make_error(done.code(),
@@ -904,8 +904,8 @@ Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lo
 		std::memcpy(slot.side_data, side.data(), side.size());
 	slot.side_data_size = uint32_t(side.size());
 	// Device slots: ready once the producer's queued writes are (no wait here).
-	if (pool_.sync) {
-		if (auto ready = pool_.sync->mark_ready(index, seq, stream, g.stream_); !ready)
+	if (DeviceSync *sync = pool_.sync_of(index)) {
+		if (auto ready = sync->mark_ready(index, seq, stream, g.stream_); !ready)
 			return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
 	}
 	// A ticket's words before the frame is PUBLISHED: a redeemer that sees the slot
@@ -1117,8 +1117,8 @@ void Publisher::shutdown()
 	// Consumers take a hang-up for the owner's death and stop waiting for its queued GPU
 	// writes: those land first (ready words, spill copies), within a deadline, so a
 	// close loses no frame still being written (tests/model, Finding 7).
-	if (pool_.sync)
-		(void)pool_.sync->drain_ready(deadline_after(kCloseDrainTimeoutNs));
+	uint64_t drain_deadline = deadline_after(kCloseDrainTimeoutNs);
+	pool_.each_sync([&](DeviceSync &sync) { (void)sync.drain_ready(drain_deadline); });
 	if (pool_.device_spill)
 		(void)pool_.device_spill->drain(deadline_after(kCloseDrainTimeoutNs));
 	{
@@ -1429,7 +1429,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	rec->sync_mode = kSyncNone; // the consumer records its own at attach
 	rec->gpu_drained.store(0, std::memory_order_relaxed);
 	// Device pools: its process, to know when a quarantine may end (see reap()).
-	consumer_pidfd[index] = pool_.sync ? std::move(pidfd) : UniqueFd();
+	consumer_pidfd[index] = pool_.has_device_slots() ? std::move(pidfd) : UniqueFd();
 	rec->head.store(0, std::memory_order_relaxed);
 	rec->tail.store(0, std::memory_order_relaxed);
 	rec->received.store(0, std::memory_order_relaxed);
@@ -1467,12 +1467,12 @@ void Publisher::reap(uint32_t c)
 		//   write after it;
 		// - its record (holder index) stays taken: a late done write must not land in
 		//   another consumer's words.
-		bool quarantine =
-			pool_.sync && rec->gpu_drained.load(std::memory_order_seq_cst) == 0 && start_quarantine(c);
+		bool quarantine = pool_.has_device_slots() && rec->gpu_drained.load(std::memory_order_seq_cst) == 0 &&
+				  start_quarantine(c);
 		// Otherwise its GPU work is over: done words first, so an acquire that sees
 		// its bits gone finds nothing to wait for, and no stream waits on it forever.
-		if (pool_.sync && !quarantine)
-			pool_.sync->release_dead_holder(1 + c, published_count);
+		if (!quarantine)
+			pool_.each_sync([&](DeviceSync &sync) { sync.release_dead_holder(1 + c, published_count); });
 		// Clearing a bit is idempotent and only this consumer ever set its bit for
 		// itself: its references are released exactly once, whatever instruction it
 		// died on (docs/design.md, "Invariants").
@@ -1544,7 +1544,7 @@ void Publisher::end_quarantine(uint32_t c)
 		if (rec->state.load(std::memory_order_acquire) != kConsumerQuarantined)
 			return;
 		// Its process is gone, and its GPU work with it: no stream waits on it forever.
-		pool_.sync->release_dead_holder(1 + c, published_count);
+		pool_.each_sync([&](DeviceSync &sync) { sync.release_dead_holder(1 + c, published_count); });
 		uint32_t bit = 1 + c;
 		for (uint32_t i = 0; i < seg.slot_count; i++) {
 			uint64_t old =
@@ -1705,21 +1705,25 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 			return make_error(tier.code(), impl->where() + ": spill tier: " + tier.error().message);
 		impl->spill = std::make_unique<SpillTier>(std::move(tier.value()));
 	}
+	DeviceSync *sync = nullptr;
 	if (cuda) {
 		std::string fallback;
-		auto sync = make_device_sync(impl->seg, *impl->arena, params.sync_mode == kSyncStreamMemOps, &fallback);
-		if (!sync)
-			return sync.error();
-		impl->sync = std::move(sync.value());
+		auto made = make_device_sync(impl->seg, *impl->arena, params.sync_mode == kSyncStreamMemOps, &fallback);
+		if (!made)
+			return made.error();
+		{
+			std::lock_guard lock(impl->classes_lock);
+			sync = impl->add_sync(std::move(made.value()));
+		}
 		if (!fallback.empty())
 			// A notice only: a failed write to stderr changes nothing.
 			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
 					   impl->where().c_str(), fallback.c_str());
 		// No consumer has seen the segment yet: record what this owner really does.
-		impl->seg.set_sync_mode(impl->sync->mode());
+		impl->seg.set_sync_mode(sync->mode());
 		if (impl->spill) {
 			std::string notice;
-			auto copier = make_device_spill(*impl->sync, impl->spill->memory(), &notice);
+			auto copier = make_device_spill(*sync, impl->spill->memory(), &notice);
 			if (!copier)
 				return make_error(copier.code(), impl->where() + ": " + copier.error().message);
 			impl->device_spill = std::move(copier.value());
@@ -1731,7 +1735,7 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	impl->exclusive.assign(impl->seg.slot_count, 0);
 	{
 		std::lock_guard lock(impl->classes_lock);
-		impl->add_class(0, impl->seg.classes[0], impl->arena.get());
+		impl->add_class(0, impl->seg.classes[0], impl->arena.get(), sync);
 	}
 
 	auto started = impl->publisher->start(config);

@@ -48,8 +48,14 @@ Subscriber::~Subscriber()
 	// Then it says so, and the owner reuses its record at once; otherwise (a stream
 	// stuck past the deadline) the owner keeps our GPU writes' targets out of use
 	// until this process has exited.
-	if (pool_.sync && pool_.sync->drain_done(pool_.holder_bit, deadline_after(kCloseDrainTimeoutNs)) && self)
-		self->gpu_drained.store(1, std::memory_order_seq_cst);
+	if (pool_.has_device_slots()) {
+		bool drained = true;
+		uint64_t deadline = deadline_after(kCloseDrainTimeoutNs);
+		pool_.each_sync(
+			[&](DeviceSync &sync) { drained = sync.drain_done(pool_.holder_bit, deadline) && drained; });
+		if (drained && self)
+			self->gpu_drained.store(1, std::memory_order_seq_cst);
+	}
 	if (owner_watch.joinable()) {
 		uint64_t one = 1;
 		[[maybe_unused]] ssize_t n = ::write(watch_stop.get(), &one, sizeof(one));
@@ -71,7 +77,7 @@ Result<void> Subscriber::watch_owner()
 			if (fds[1].revents)
 				return;
 			owner_gone_.store(true, std::memory_order_release);
-			pool_.sync->release_dead_owner();
+			pool_.each_sync([](DeviceSync &sync) { sync.release_dead_owner(); });
 		});
 	} catch (const std::system_error &e) {
 		return make_error(Errc::system, pool_.where() + ": cannot start the owner watch: " + e.what());
@@ -184,21 +190,23 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	if (!arena)
 		return arena.error();
 	pool_.arena = std::move(arena.value());
-	{
-		std::lock_guard lock(pool_.classes_lock);
-		pool_.add_class(0, *first, pool_.arena.get());
-	}
+	DeviceSync *sync = nullptr;
 	if (storage == Storage::cuda) {
 		std::string fallback;
 		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(*device);
-		auto sync = make_device_sync(seg, *pool_.arena, mem_ops, &fallback);
-		if (!sync)
-			return sync.error();
-		pool_.sync = std::move(sync.value());
+		auto made = make_device_sync(seg, *pool_.arena, mem_ops, &fallback);
+		if (!made)
+			return made.error();
 		if (!fallback.empty())
 			// A notice only: a failed write to stderr changes nothing.
 			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
 					   pool_.where().c_str(), fallback.c_str());
+		std::lock_guard lock(pool_.classes_lock);
+		sync = pool_.add_sync(std::move(made.value()));
+	}
+	{
+		std::lock_guard lock(pool_.classes_lock);
+		pool_.add_class(0, *first, pool_.arena.get(), sync);
 	}
 	return start_consumer(welcome->consumer_index, std::move(ev), options);
 }
@@ -266,7 +274,7 @@ Result<void> Subscriber::import_classes()
 		if (!memory)
 			return memory.error();
 		pool_.class_arenas.push_back(std::move(memory.value()));
-		pool_.add_class(c, *record, pool_.class_arenas.back().get());
+		pool_.add_class(c, *record, pool_.class_arenas.back().get(), pool_.classes[0].sync);
 	}
 	return {};
 }
@@ -276,10 +284,11 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	consumer_index = index;
 	pool_.holder_bit = 1 + consumer_index;
 	self = seg.consumer(consumer_index);
-	self->sync_mode = pool_.sync ? pool_.sync->mode() : layout::kSyncNone;
+	DeviceSync *first_sync = pool_.first_sync();
+	self->sync_mode = first_sync ? first_sync->mode() : layout::kSyncNone;
 	// A fifo-spill consumer of a device pool that takes spilled frames back to the device
 	// page-locks its mapping of the tier once, so each copy back is queued on its stream.
-	if (pool_.sync && pool_.spill && options.spill_delivery == SpillDelivery::device &&
+	if (first_sync && pool_.spill && options.spill_delivery == SpillDelivery::device &&
 	    self->policy == uint32_t(Policy::fifo_spill)) {
 		auto pinned = device_pin(pool_.arena->device(), pool_.spill->memory());
 		if (pinned)
@@ -307,7 +316,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	e.data.fd = sock.get();
 	if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, sock.get(), &e) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
-	if (pool_.sync) {
+	if (pool_.has_device_slots()) {
 		retry_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
 		if (!retry_timer.valid())
 			return errno_error(pool_.where() + ": timerfd_create");
@@ -328,7 +337,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 			return errno_error(pool_.where() + ": epoll_ctl");
 	}
 	pool_.role = Role::consumer;
-	if (pool_.sync)
+	if (pool_.has_device_slots())
 		return watch_owner();
 	return {};
 }
@@ -421,7 +430,7 @@ Result<BufferGuard> Subscriber::deliver_parked(void *stream, uint64_t deadline_n
 	}
 	bool spilled = pool_.is_spill(index);
 	auto ready = spilled ? wait_spilled(index, deadline_ns)
-			     : pool_.sync->wait_ready(index, parked_seq, stream, deadline_ns);
+			     : pool_.sync_of(index)->wait_ready(index, parked_seq, stream, deadline_ns);
 	if (!ready && ready.code() == Errc::timed_out) {
 		// Still this consumer's frame: the next receive() hands it out. fd() polls
 		// readable again after RETRY_NS, doubling up to kMaxRetryNs, so a poller
@@ -577,8 +586,8 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
 			}
-			if (pool_.sync) {
-				// Device pools: parked until the producer's GPU writes are done
+			if (pool_.is_spill(index) ? pool_.first_sync() != nullptr : pool_.sync_of(index) != nullptr) {
+				// Device slots: parked until the producer's GPU writes are done
 				// (STREAM waits for them on the GPU, or the CPU does), or, for a
 				// spilled frame, until the owner's copy into the tier is (the CPU
 				// waits: host memory). Its spill_seq read once: the owner wrote it
@@ -634,8 +643,7 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 		if (r > 0 && fds[0].revents) {
 			owner_gone_.store(true,
 					  std::memory_order_release); // the owner never writes after Welcome: hang-up
-			if (pool_.sync)
-				pool_.sync->release_dead_owner();
+			pool_.each_sync([](DeviceSync &sync) { sync.release_dead_owner(); });
 			continue;
 		}
 		if (none || (r == 0 && monotonic_ns() >= deadline))
