@@ -327,6 +327,17 @@ int xmem_pool_acquire_size(xmem_pool *pool, uint64_t size, int64_t timeout_ns, v
 	return guarded([&] { return put_buffer(pool->pool->acquire(size, ns(timeout_ns), cuda_stream), out); });
 }
 
+int xmem_pool_acquire_memory(xmem_pool *pool, uint64_t size, uint32_t storage, uint32_t device, int64_t timeout_ns,
+			     void *cuda_stream, xmem_buffer **out)
+{
+	if (!pool || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_acquire_memory: null argument");
+	return guarded([&] {
+		return put_buffer(
+			pool->pool->acquire(size, xmem::Storage(storage), device, ns(timeout_ns), cuda_stream), out);
+	});
+}
+
 int xmem_pool_preallocate(xmem_pool *pool, uint64_t slot_size, uint32_t count, uint32_t storage, uint32_t device,
 			  uint32_t *class_index)
 {

@@ -16,8 +16,9 @@ inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
 // 4: per-consumer policies, the spill tier; 5: the spill tier of device pools (a spill
 // buffer's spill_seq and spill_ready, which a consumer of a version 4 would not wait for);
 // 6: frame tickets (a slot's ticket words, the header's ticket counters); 7: size classes
-// (the class table, slot records reserved for classes added later, kSlotUnused).
-inline constexpr uint32_t kAbiVersion = 7;
+// (the class table, slot records reserved for classes added later, kSlotUnused); 8: pools
+// of mixed memories (sync records in every pool, a class's own sync_mode).
+inline constexpr uint32_t kAbiVersion = 8;
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 // A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
@@ -184,7 +185,9 @@ struct ClassRecord {
 	uint32_t device_kind;
 	uint32_t first_slot;
 	uint32_t count;
-	uint32_t reserved; // zero
+	// SyncMode of its GPU ordering: kSyncNone for system memory; for CUDA memory the
+	// owner's, as for its device's first class (class 0's: ControlConstants::sync_mode).
+	uint32_t sync_mode;
 	uint64_t slot_size;
 	uint64_t slot_stride;
 	uint64_t data_size;
@@ -315,14 +318,13 @@ inline constexpr uint32_t sync_record_size(uint32_t max_consumers)
 	return static_cast<uint32_t>(round_up((uint64_t{ kSyncDoneWord } + max_consumers + 1) * 8, 64));
 }
 
-// Total control size. SYNC_RECORDS is true for CUDA pools, whose SyncRecords follow
-// the consumer records.
-inline constexpr uint64_t control_size(uint32_t slot_count, uint32_t max_consumers, uint32_t ring_capacity,
-				       bool sync_records = false)
+// Total control size. A SyncRecord per slot record follows the consumer records in
+// every pool: a class of CUDA memory may come at any time (those of system memory
+// are never used).
+inline constexpr uint64_t control_size(uint32_t slot_count, uint32_t max_consumers, uint32_t ring_capacity)
 {
 	uint64_t end = round_up(consumers_end(slot_count, max_consumers, ring_capacity), 64);
-	if (sync_records)
-		end += uint64_t{ slot_count } * sync_record_size(max_consumers);
+	end += uint64_t{ slot_count } * sync_record_size(max_consumers);
 	return round_up(end, 4096);
 }
 

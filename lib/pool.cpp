@@ -129,6 +129,12 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	return g;
 }
 
+void PoolImpl::know_class(uint32_t index)
+{
+	if (subscriber && !is_spill(index) && !class_of(index))
+		(void)subscriber->import_classes();
+}
+
 Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
 {
 	if (!is_spill(index) && !class_of(index)) {
@@ -265,6 +271,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable, std::optional<u
 							  std::to_string(now) + " now, not frame " +
 							  std::to_string(*seq));
 	}
+	know_class(index);
 	if (DeviceSync *sync = sync_of(index)) {
 		// A frame taken by index is ready for any stream: the CPU waits for the
 		// producer's GPU writes (bounded; they were queued before publish).
@@ -717,7 +724,23 @@ Result<BufferGuard> BufferPool::acquire(uint64_t size, std::chrono::nanoseconds 
 {
 	if (!impl_->publisher)
 		return wrong_role(*impl_, "acquires slots");
-	auto g = impl_->publisher->acquire(size, timeout.count(), stream);
+	auto g = impl_->publisher->acquire(size, std::nullopt, timeout.count(), stream);
+	if (g)
+		g->stream_ = stream;
+	return g;
+}
+
+Result<BufferGuard> BufferPool::acquire(uint64_t size, Storage storage, uint32_t device,
+					std::chrono::nanoseconds timeout, CudaStream stream)
+{
+	if (!impl_->publisher)
+		return wrong_role(*impl_, "acquires slots");
+	if (storage != Storage::system && storage != Storage::cuda)
+		return make_error(Errc::invalid_argument,
+				  impl_->where() + ": unknown storage type " + std::to_string(uint32_t(storage)));
+	if (storage == Storage::system && device != 0)
+		return make_error(Errc::invalid_argument, impl_->where() + ": a device is only for CUDA storage");
+	auto g = impl_->publisher->acquire(size, Publisher::Memory{ storage, device }, timeout.count(), stream);
 	if (g)
 		g->stream_ = stream;
 	return g;

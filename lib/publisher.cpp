@@ -85,6 +85,16 @@ uint64_t random_key()
 	return key;
 }
 
+// Stream memory operations where the device has them, unless XMEM_CUDA_SYNC=cpu asks
+// for the CPU fallback (to compare the two, or to work around a driver).
+bool gpu_ordering_wanted(uint32_t device)
+{
+	const char *env = std::getenv("XMEM_CUDA_SYNC"); // NOLINT(concurrency-mt-unsafe): see system.hpp
+	if (env && std::string_view(env) == "cpu")
+		return false;
+	return device_has_stream_mem_ops(device);
+}
+
 } // namespace
 
 Result<void> Publisher::set_format(std::string_view f)
@@ -486,22 +496,43 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 	if (storage != Storage::system && storage != Storage::cuda)
 		return make_error(Errc::invalid_argument,
 				  where + ": unknown storage type " + std::to_string(uint32_t(storage)));
-	// One memory per pool: a device pool's ordering (DeviceSync) is of one device's
-	// streams, and consumers of a system pool need no CUDA at all.
+	if (storage == Storage::system && device != 0)
+		return make_error(Errc::invalid_argument, where + ": a device is only for CUDA storage");
 	const ClassRecord &first = seg.classes[0];
-	if (uint32_t(storage) != first.storage || (storage == Storage::cuda && device != first.device) ||
-	    (storage == Storage::system && device != 0))
-		return make_error(Errc::invalid_argument,
-				  where + ": this pool holds " +
-					  (first.storage == XMEM_STORAGE_CUDA
-						   ? "memory of CUDA device " + std::to_string(first.device)
-						   : std::string("system memory")) +
-					  "; a class of another memory or device needs a pool of its own");
+	bool first_memory =
+		uint32_t(storage) == first.storage && (storage == Storage::system || device == first.device);
+	// The spill tier's copies (and a device pool's DeviceSpill) are of the first memory.
+	if (!first_memory && pool_.spill)
+		return make_error(Errc::invalid_argument, where + ": a pool with a spill tier holds one memory, its "
+								  "first class's");
 	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 
 	std::lock_guard lock(pool_.classes_lock);
 	uint32_t n = pool_.classes_known.load(std::memory_order_relaxed);
+	// CUDA memory: its device found by UUID in other processes, and ordered by the
+	// DeviceSync of that device's first class here. One CUDA device per pool: each
+	// DeviceSync page-locks the whole control segment for its device's streams, and
+	// the driver pins a range once.
+	DeviceUuid uuid{};
+	DeviceSync *sync = nullptr;
+	if (storage == Storage::cuda) {
+		auto id = device_uuid(device, where);
+		if (!id)
+			return id.error();
+		uuid = *id;
+		for (uint32_t c = 0; c < n; c++) {
+			const ClassRecord &other = seg.classes[c];
+			if (other.storage != XMEM_STORAGE_CUDA)
+				continue;
+			if (std::memcmp(other.device_uuid, uuid.data(), uuid.size()) != 0)
+				return make_error(Errc::invalid_argument,
+						  where + ": this pool's device memory is on CUDA device " +
+							  std::to_string(other.device) +
+							  "; classes on a second device are not built yet");
+			sync = pool_.classes[c].sync;
+		}
+	}
 	if (n == kMaxClasses)
 		return make_error(Errc::full, where + ": the pool has its maximum of " + std::to_string(kMaxClasses) +
 						      " size classes");
@@ -517,8 +548,26 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 	if (!made)
 		return make_error(made.code(), where + ": " + made.error().message);
 	std::unique_ptr<Arena> memory = std::move(made.value());
+	if (storage == Storage::cuda && !sync) {
+		// The pool's first class of device memory: its device's GPU ordering, chosen as
+		// create() chooses a device pool's.
+		std::string fallback;
+		auto ordering = make_device_sync(seg, *memory, gpu_ordering_wanted(device), &fallback);
+		if (!ordering)
+			return make_error(ordering.code(), where + ": " + ordering.error().message);
+		if (!fallback.empty())
+			// A notice only: a failed write to stderr changes nothing.
+			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
+					   where.c_str(), fallback.c_str());
+		sync = pool_.add_sync(std::move(ordering.value()));
+	}
 
-	ClassRecord record = first;
+	ClassRecord record{};
+	record.storage = uint32_t(storage);
+	record.device = storage == Storage::cuda ? device : 0;
+	std::memcpy(record.device_uuid, uuid.data(), sizeof(record.device_uuid));
+	record.device_kind = storage == Storage::cuda && is_mig_device(uuid) ? kDeviceMig : kDeviceGpu;
+	record.sync_mode = sync ? sync->mode() : kSyncNone;
 	record.first_slot = first_slot;
 	record.count = count;
 	record.slot_size = slot_size;
@@ -539,7 +588,7 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 		slot.state.store(kSlotFree, std::memory_order_release);
 	}
 	pool_.class_arenas.push_back(std::move(memory));
-	pool_.add_class(n, record, pool_.class_arenas.back().get(), pool_.classes[0].sync);
+	pool_.add_class(n, record, pool_.class_arenas.back().get(), sync);
 	seg.header->classes.store(n + 1, std::memory_order_release);
 	// An acquire() waiting for a slot may take one of these.
 	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
@@ -555,8 +604,18 @@ bool Publisher::in_classes(uint32_t index, uint32_t classes) const
 	return c && (classes & (uint32_t{ 1 } << *c));
 }
 
-Result<BufferGuard> Publisher::acquire(uint64_t size, int64_t timeout_ns, void *stream)
+Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream)
 {
+	if (!memory)
+		memory = Memory{ pool_.classes[0].arena->storage(), pool_.classes[0].arena->device() };
+	auto of_memory = [&](const PoolImpl::SlotClass &c) {
+		return c.arena->storage() == memory->storage &&
+		       (memory->storage == Storage::system || c.arena->device() == memory->device);
+	};
+	auto memory_name = [&] {
+		return memory->storage == Storage::cuda ? "memory of CUDA device " + std::to_string(memory->device)
+							: std::string("system memory");
+	};
 	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 	uint64_t deadline = deadline_after(timeout_ns);
@@ -569,15 +628,21 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, int64_t timeout_ns, void *
 		uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
 		std::array<uint32_t, kMaxClasses> order;
 		uint32_t fitting = 0;
-		for (uint32_t c = 0; c < n; c++)
-			if (size == 0 ? c == 0 : pool_.classes[c].slot_size >= size)
+		uint64_t largest = 0;
+		for (uint32_t c = 0; c < n; c++) {
+			if (!of_memory(pool_.classes[c]))
+				continue;
+			largest = std::max(largest, pool_.classes[c].slot_size);
+			if (size == 0 ? fitting == 0 : pool_.classes[c].slot_size >= size)
 				order[fitting++] = c;
+		}
 		if (fitting == 0)
-			return make_error(Errc::out_of_range, pool_.where() + ": no size class holds " +
-								      std::to_string(size) +
-								      " bytes (the largest slot is " +
-								      std::to_string(pool_.largest_slot()) +
-								      " bytes; preallocate() adds a class)");
+			return make_error(Errc::out_of_range,
+					  pool_.where() + ": no size class of " + memory_name() + " holds " +
+						  std::to_string(size) + " bytes (" +
+						  (largest ? "the largest slot is " + std::to_string(largest) + " bytes"
+							   : std::string("the pool has no class of that memory")) +
+						  "; preallocate() adds a class)");
 		std::stable_sort(order.begin(), order.begin() + fitting, [this](uint32_t a, uint32_t b) {
 			return pool_.classes[a].slot_size < pool_.classes[b].slot_size;
 		});
@@ -1429,7 +1494,8 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	rec->sync_mode = kSyncNone; // the consumer records its own at attach
 	rec->gpu_drained.store(0, std::memory_order_relaxed);
 	// Device pools: its process, to know when a quarantine may end (see reap()).
-	consumer_pidfd[index] = pool_.has_device_slots() ? std::move(pidfd) : UniqueFd();
+	// Kept in every pool: a class of device memory may come later.
+	consumer_pidfd[index] = std::move(pidfd);
 	rec->head.store(0, std::memory_order_relaxed);
 	rec->tail.store(0, std::memory_order_relaxed);
 	rec->received.store(0, std::memory_order_relaxed);
@@ -1564,16 +1630,6 @@ void Publisher::end_quarantine(uint32_t c)
 }
 
 namespace {
-
-// Stream memory operations where the device has them, unless XMEM_CUDA_SYNC=cpu asks
-// for the CPU fallback (to compare the two, or to work around a driver).
-bool gpu_ordering_wanted(uint32_t device)
-{
-	const char *env = std::getenv("XMEM_CUDA_SYNC"); // NOLINT(concurrency-mt-unsafe): see system.hpp
-	if (env && std::string_view(env) == "cpu")
-		return false;
-	return device_has_stream_mem_ops(device);
-}
 
 Result<void> validate_config(const std::string &where, const PoolConfig &config)
 {

@@ -28,9 +28,15 @@ public:
 	Publisher(const Publisher &) = delete;
 	Publisher &operator=(const Publisher &) = delete;
 
-	// A free slot of SIZE bytes or more, of the smallest class that has one; SIZE 0: of
-	// the first class (BufferPool::acquire).
-	Result<BufferGuard> acquire(uint64_t size, int64_t timeout_ns, void *stream);
+	// Where a slot's bytes live: system memory (device 0), or CUDA device DEVICE's (the
+	// owner's ordinal).
+	struct Memory {
+		Storage storage = Storage::system;
+		uint32_t device = 0;
+	};
+	// A free slot of SIZE bytes or more, of the smallest class of MEMORY (none: the first
+	// class's) that has one; SIZE 0: of the first class (BufferPool::acquire).
+	Result<BufferGuard> acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream);
 	// Adds a size class of COUNT slots of SLOT_SIZE bytes (BufferPool::preallocate).
 	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device);
 	Result<void> publish(BufferGuard &&frame, void *stream);

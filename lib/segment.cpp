@@ -5,6 +5,7 @@
 
 #include <xmem/snapshot.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace xmem {
@@ -35,18 +36,13 @@ Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, cons
 	if (k.storage_type != XMEM_STORAGE_SYSTEM && !cuda)
 		return make_error(Errc::not_a_pool, where + ": storage type " + std::to_string(k.storage_type) +
 							    " is not supported by this library");
-	if (k.control_size != control_size(k.slot_count, k.max_consumers, k.ring_capacity, cuda) ||
-	    k.control_size > mapped)
+	if (k.control_size != control_size(k.slot_count, k.max_consumers, k.ring_capacity) || k.control_size > mapped)
 		return segment_error(where, "control size " + std::to_string(k.control_size) + " inconsistent");
-	if (cuda) {
-		if (k.sync_mode != kSyncStreamMemOps && k.sync_mode != kSyncCpu)
-			return segment_error(where, "sync mode " + std::to_string(k.sync_mode) + " unknown");
-		if (k.sync_offset != sync_offset(k.slot_count, k.max_consumers, k.ring_capacity) ||
-		    k.sync_record_size != sync_record_size(k.max_consumers))
-			return segment_error(where, "sync records misplaced");
-	} else if (k.sync_mode != kSyncNone || k.sync_offset != 0 || k.sync_record_size != 0) {
-		return segment_error(where, "sync records in a system-memory pool");
-	}
+	if (cuda ? k.sync_mode != kSyncStreamMemOps && k.sync_mode != kSyncCpu : k.sync_mode != kSyncNone)
+		return segment_error(where, "sync mode " + std::to_string(k.sync_mode) + " unknown for its memory");
+	if (k.sync_offset != sync_offset(k.slot_count, k.max_consumers, k.ring_capacity) ||
+	    k.sync_record_size != sync_record_size(k.max_consumers))
+		return segment_error(where, "sync records misplaced");
 	if (k.device_kind != kDeviceGpu && (k.device_kind != kDeviceMig || !cuda))
 		return segment_error(where, "device kind " + std::to_string(k.device_kind) + " unknown");
 	if (k.first_class_slots < 1 || k.first_class_slots > k.slot_count)
@@ -68,6 +64,12 @@ Result<void> validate_class(const ClassRecord &c, uint32_t index, uint32_t previ
 							    ", which this library does not support");
 	if (c.device_kind != kDeviceGpu && (c.device_kind != kDeviceMig || c.storage != XMEM_STORAGE_CUDA))
 		return segment_error(where, which + ": device kind " + std::to_string(c.device_kind) + " unknown");
+	if (c.storage == XMEM_STORAGE_CUDA ? c.sync_mode != kSyncStreamMemOps && c.sync_mode != kSyncCpu
+					   : c.sync_mode != kSyncNone || c.device != 0 ||
+						     std::any_of(std::begin(c.device_uuid), std::end(c.device_uuid),
+								 [](uint8_t b) { return b != 0; }))
+		return segment_error(where, which + ": sync mode " + std::to_string(c.sync_mode) + " or device " +
+						    std::to_string(c.device) + " unknown for its memory");
 	if (c.first_slot != previous_end || c.count < 1 ||
 	    c.count > k.slot_count - std::min(c.first_slot, k.slot_count))
 		return segment_error(where, which + ": slots " + std::to_string(c.first_slot) + " + " +
@@ -76,7 +78,7 @@ Result<void> validate_class(const ClassRecord &c, uint32_t index, uint32_t previ
 	    c.slot_stride > (uint64_t{ 1 } << 41) || c.data_size != c.slot_stride * c.count)
 		return segment_error(where, which + ": slot sizes inconsistent");
 	if (index == 0 && (c.storage != k.storage_type || c.device != k.device_id || c.count != k.first_class_slots ||
-			   c.slot_size != k.slot_size || c.slot_stride != k.slot_stride ||
+			   c.slot_size != k.slot_size || c.slot_stride != k.slot_stride || c.sync_mode != k.sync_mode ||
 			   std::memcmp(c.device_uuid, k.device_uuid, sizeof(c.device_uuid)) != 0))
 		return segment_error(where, which + " is not the pool's first class");
 	return {};
@@ -115,7 +117,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.spill_bytes = p.spill_frames ? round_up(p.spill_bytes, 4096) : 0;
 	k.spill_size = layout::spill_size(k.spill_frames, k.spill_bytes);
 	k.consumer_record_size = layout::consumer_record_size(k.ring_capacity);
-	k.control_size = control_size(k.slot_count, k.max_consumers, k.ring_capacity, cuda);
+	k.control_size = control_size(k.slot_count, k.max_consumers, k.ring_capacity);
 	k.slot_size = p.slot_size;
 	k.slot_stride = p.slot_stride;
 	k.data_size = p.slot_stride * p.first_class_slots;
@@ -131,11 +133,9 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.block_timeout_ns = p.block_timeout_ns;
 	k.created_ns = monotonic_ns();
 	copy_string(k.producer, sizeof(k.producer), p.producer);
-	if (cuda) {
-		k.sync_mode = p.sync_mode;
-		k.sync_record_size = sync_record_size(k.max_consumers);
-		k.sync_offset = sync_offset(k.slot_count, k.max_consumers, k.ring_capacity);
-	}
+	k.sync_mode = cuda ? p.sync_mode : kSyncNone;
+	k.sync_record_size = sync_record_size(k.max_consumers);
+	k.sync_offset = sync_offset(k.slot_count, k.max_consumers, k.ring_capacity);
 
 	ControlSegment seg;
 	auto fd = make_sealed_memfd("xmem-control:" + name, k.control_size, p.mode, false);
@@ -156,6 +156,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	first.device = k.device_id;
 	std::memcpy(first.device_uuid, k.device_uuid, sizeof(first.device_uuid));
 	first.device_kind = k.device_kind;
+	first.sync_mode = k.sync_mode;
 	first.count = k.first_class_slots;
 	first.slot_size = k.slot_size;
 	first.slot_stride = k.slot_stride;

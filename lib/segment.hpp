@@ -80,6 +80,7 @@ public:
 	{
 		k_.sync_mode = mode;
 		header->sync_mode = mode;
+		classes[0].sync_mode = mode;
 	}
 
 private:

@@ -48,14 +48,12 @@ Subscriber::~Subscriber()
 	// Then it says so, and the owner reuses its record at once; otherwise (a stream
 	// stuck past the deadline) the owner keeps our GPU writes' targets out of use
 	// until this process has exited.
-	if (pool_.has_device_slots()) {
-		bool drained = true;
-		uint64_t deadline = deadline_after(kCloseDrainTimeoutNs);
-		pool_.each_sync(
-			[&](DeviceSync &sync) { drained = sync.drain_done(pool_.holder_bit, deadline) && drained; });
-		if (drained && self)
-			self->gpu_drained.store(1, std::memory_order_seq_cst);
-	}
+	// (Nothing to drain when this consumer met no device slot: it says so all the same.)
+	bool drained = true;
+	uint64_t deadline = deadline_after(kCloseDrainTimeoutNs);
+	pool_.each_sync([&](DeviceSync &sync) { drained = sync.drain_done(pool_.holder_bit, deadline) && drained; });
+	if (drained && self)
+		self->gpu_drained.store(1, std::memory_order_seq_cst);
 	if (owner_watch.joinable()) {
 		uint64_t one = 1;
 		[[maybe_unused]] ssize_t n = ::write(watch_stop.get(), &one, sizeof(one));
@@ -218,11 +216,46 @@ Result<layout::ClassRecord> Subscriber::class_record(uint32_t c) const
 	uint32_t previous_end = c == 0 ? 0 : pool_.classes[c - 1].first_slot + pool_.classes[c - 1].count;
 	if (auto valid = validate_class(record, c, previous_end, seg.constants(), pool_.where()); !valid)
 		return valid.error();
-	// One memory per pool, as the owner makes them (Publisher::preallocate).
-	if (c > 0 && (record.storage != seg.classes[0].storage ||
-		      std::memcmp(record.device_uuid, seg.constants().device_uuid, sizeof(record.device_uuid)) != 0))
-		return segment_error(pool_.where(), "size class " + std::to_string(c) + " is of another memory");
+	// One CUDA device per pool, as the owner makes them (Publisher::preallocate).
+	for (uint32_t e = 0; e < c && record.storage == XMEM_STORAGE_CUDA; e++) {
+		layout::ClassRecord earlier;
+		std::memcpy(&earlier, &seg.classes[e], sizeof(earlier));
+		if (earlier.storage == XMEM_STORAGE_CUDA &&
+		    std::memcmp(record.device_uuid, earlier.device_uuid, sizeof(record.device_uuid)) != 0)
+			return segment_error(pool_.where(), "size class " + std::to_string(c) +
+								    " is on a second CUDA device, which this library "
+								    "does not support");
+	}
 	return record;
+}
+
+Result<DeviceSync *> Subscriber::device_ordering(const layout::ClassRecord &record, uint32_t device,
+						 const Arena &memory)
+{
+	uint32_t n = pool_.classes_known.load(std::memory_order_relaxed);
+	for (uint32_t c = 0; c < n; c++)
+		if (pool_.classes[c].sync && pool_.classes[c].arena->device() == device)
+			return pool_.classes[c].sync;
+	std::string fallback;
+	bool mem_ops = record.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(device);
+	auto made = make_device_sync(seg, memory, mem_ops, &fallback);
+	if (!made)
+		return made.error();
+	if (!fallback.empty())
+		// A notice only: a failed write to stderr changes nothing.
+		(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
+				   pool_.where().c_str(), fallback.c_str());
+	bool first = !pool_.has_device_slots();
+	DeviceSync *sync = pool_.add_sync(std::move(made.value()));
+	// A consumer of a system pool meets device memory: from now on it waits for the
+	// producer's GPU writes, which the owner's death must release.
+	if (first && self) {
+		self->sync_mode = sync->mode();
+		if (!owner_watch.joinable())
+			if (auto watched = watch_owner(); !watched)
+				return watched.error();
+	}
+	return sync;
 }
 
 Result<uint32_t> Subscriber::device_here(const layout::ClassRecord &c) const
@@ -273,8 +306,15 @@ Result<void> Subscriber::import_classes()
 		auto memory = import_arena(spec, record->slot_stride, std::move(fds), which);
 		if (!memory)
 			return memory.error();
+		DeviceSync *sync = nullptr;
+		if (record->storage == XMEM_STORAGE_CUDA) {
+			auto ordering = device_ordering(*record, *device, **memory);
+			if (!ordering)
+				return make_error(ordering.code(), which + ": " + ordering.error().message);
+			sync = *ordering;
+		}
 		pool_.class_arenas.push_back(std::move(memory.value()));
-		pool_.add_class(c, *record, pool_.class_arenas.back().get(), pool_.classes[0].sync);
+		pool_.add_class(c, *record, pool_.class_arenas.back().get(), sync);
 	}
 	return {};
 }
@@ -316,7 +356,8 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	e.data.fd = sock.get();
 	if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, sock.get(), &e) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
-	if (pool_.has_device_slots()) {
+	{
+		// A device frame may come in any pool (a class of device memory added later).
 		retry_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
 		if (!retry_timer.valid())
 			return errno_error(pool_.where() + ": timerfd_create");
@@ -586,6 +627,7 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
 			}
+			pool_.know_class(index);
 			if (pool_.is_spill(index) ? pool_.first_sync() != nullptr : pool_.sync_of(index) != nullptr) {
 				// Device slots: parked until the producer's GPU writes are done
 				// (STREAM waits for them on the GPU, or the CPU does), or, for a

@@ -43,6 +43,10 @@ private:
 	Result<uint32_t> device_here(const layout::ClassRecord &c) const;
 	// Size class C's record, copied out and checked against the previous class's.
 	Result<layout::ClassRecord> class_record(uint32_t c) const;
+	// The GPU ordering of a class of device memory (RECORD, on DEVICE as this process
+	// numbers it): an earlier class's of that device, or one made now with MEMORY, its
+	// arena; the first one starts the owner watch (classes_lock held).
+	Result<DeviceSync *> device_ordering(const layout::ClassRecord &record, uint32_t device, const Arena &memory);
 	// wake=spin-before: notes a frame taken (for the period it learns), and polls the
 	// queue at H while NOW_NS is in the window near the expected arrival; true when a
 	// frame came. Before the window, sets *SLEEP_UNTIL to its start and arms the timer.

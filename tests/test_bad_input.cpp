@@ -448,6 +448,8 @@ struct FakeSegments {
 		header->mode = 0600;
 		header->owner_pid = uint32_t(::getpid());
 		header->owner_uid = uint32_t(::geteuid());
+		header->sync_record_size = layout::sync_record_size(kConsumers);
+		header->sync_offset = layout::sync_offset(kSlots, kConsumers, ring);
 		header->format_seq.store(1);
 		layout::ClassRecord *first = reinterpret_cast<layout::ClassRecord *>(base + layout::classes_offset());
 		first->storage = XMEM_STORAGE_SYSTEM;

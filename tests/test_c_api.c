@@ -576,7 +576,7 @@ static int size_classes(void)
 	uint32_t index = 0;
 	CHECK_STATUS(xmem_pool_preallocate(owner, 1 << 20, 2, XMEM_STORAGE_SYSTEM, 0, &index), XMEM_OK);
 	CHECK(index == 1);
-	CHECK_STATUS(xmem_pool_preallocate(owner, 4096, 1, XMEM_STORAGE_CUDA, 0, NULL), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_preallocate(owner, 4096, 1, XMEM_STORAGE_SYSTEM, 1, NULL), XMEM_EINVAL);
 	CHECK_STATUS(xmem_pool_preallocate(a, 4096, 1, XMEM_STORAGE_SYSTEM, 0, NULL), XMEM_EROLE);
 	CHECK_STATUS(xmem_pool_preallocate(NULL, 4096, 1, XMEM_STORAGE_SYSTEM, 0, NULL), XMEM_EINVAL);
 	CHECK(xmem_pool_class_count(owner) == 2 && xmem_pool_class_count(a) == 2);
@@ -596,6 +596,14 @@ static int size_classes(void)
 	REQUIRE(big != NULL);
 	CHECK(xmem_buffer_meta(big)->index == 1 && xmem_buffer_capacity(big) == (1 << 20));
 	xmem_buffer_release(w);
+	/* A memory named: system memory is this pool's; it has no class of CUDA memory. */
+	CHECK_STATUS(xmem_pool_acquire_memory(owner, 100, XMEM_STORAGE_SYSTEM, 0, 0, NULL, &w), XMEM_OK);
+	REQUIRE(w != NULL);
+	CHECK(xmem_buffer_meta(w)->index == 0);
+	xmem_buffer_release(w);
+	CHECK_STATUS(xmem_pool_acquire_memory(owner, 100, XMEM_STORAGE_CUDA, 0, 0, NULL, &w), XMEM_ERANGE);
+	CHECK_STATUS(xmem_pool_acquire_memory(owner, 100, XMEM_STORAGE_SYSTEM, 1, 0, NULL, &w), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_acquire_memory(a, 100, XMEM_STORAGE_SYSTEM, 0, 0, NULL, &w), XMEM_EROLE);
 	fill(xmem_buffer_data_mut(big), 1 << 20, 9);
 	xmem_buffer_meta_mut(big)->size = 1 << 20;
 	CHECK_STATUS(xmem_pool_publish(owner, big), XMEM_OK);

@@ -186,9 +186,12 @@ TEST(Classes, PreallocateRefusesWhatItCannotDo)
 	EXPECT_EQ(owner->preallocate(0, 1, Storage::system).code(), Errc::invalid_argument);
 	EXPECT_EQ(owner->preallocate(kSmall, 1, Storage::system, 1).code(), Errc::invalid_argument)
 		<< "a device is only for CUDA storage";
+	// Device memory needs a CUDA driver: this suite runs without one (the CUDA suites add
+	// classes of device memory to system pools on the simulator).
 	auto cuda = owner->preallocate(kSmall, 1, Storage::cuda);
-	EXPECT_EQ(cuda.code(), Errc::invalid_argument);
-	EXPECT_NE(cuda.error().message.find("system memory"), std::string::npos) << cuda.error().message;
+	EXPECT_FALSE(cuda.ok());
+	EXPECT_NE(cuda.error().message.find("CUDA"), std::string::npos) << cuda.error().message;
+	EXPECT_EQ(owner->classes().size(), 1u) << "a refused class was counted";
 	EXPECT_EQ(owner->preallocate(kSmall, 1, Storage(7)).code(), Errc::invalid_argument);
 	auto over = owner->preallocate(kSmall, 3, Storage::system);
 	EXPECT_EQ(over.code(), Errc::full);

@@ -1,8 +1,10 @@
 """test_classes.py - size classes from Python (issue 19): a class added with a consumer
 attached, acquire(size=...) taking the smallest class that fits, frames of every class
 received byte for byte with their dtype, the class table seen by both sides, and the
-refusals (another memory, past max_slots, a size no class holds)."""
+refusals (a device for system memory, past max_slots, a size no class holds); a pool of
+system memory taking a class of CUDA memory (on the driver simulator, as the suite runs)."""
 
+import os
 import uuid
 
 import numpy
@@ -38,7 +40,35 @@ def test_a_class_added_while_attached_carries_larger_frames():
         assert e.value.status == xmem._capi.ERANGE
         with pytest.raises(xmem.Error, match="room for 2 more slots"):
             p.preallocate(4096, 3)
-        with pytest.raises(xmem.Error, match="system memory"):
-            p.preallocate(4096, 1, storage="cuda")
+        with pytest.raises(xmem.Error, match="only for CUDA storage"):
+            p.preallocate(4096, 1, storage="system", device=1)
         with pytest.raises(ValueError):
             p.preallocate(4096, 1, storage="disk")
+
+
+@pytest.mark.skipif(not os.environ.get("XMEM_CUDA_DRIVER"), reason="no CUDA driver (simulated or real) configured")
+def test_a_system_pool_takes_a_class_of_cuda_memory():
+    pool = name()
+    with xmem.create(pool, 4096, slots=2) as p, xmem.open(pool, timeout=5) as c:
+        assert p.preallocate(1 << 16, 2, storage="cuda", device=0) == 1
+        assert [k["storage"] for k in c.classes()] == ["system", "cuda"]
+        with pytest.raises(xmem.Error) as e:
+            p.acquire(timeout=0, size=1 << 16)  # the first class's memory: no such slot
+        assert e.value.status == xmem._capi.ERANGE
+        with pytest.raises(ValueError):
+            p.acquire(timeout=0, size=16, storage="disk")
+        for storage in ("cuda", "system", "cuda"):
+            frame = p.acquire(timeout=5, size=256, storage=storage)
+            assert frame.storage == storage
+            if storage == "system":
+                frame.buffer[:4] = b"host"
+            p.publish(frame, size=256)
+            got = c.receive(timeout=5)
+            assert got.meta.storage == storage
+            if storage == "cuda":
+                assert got.cuda_ptr != 0
+                with pytest.raises(TypeError):
+                    got.cpu_ptr
+            else:
+                assert bytes(got.data[:4]) == b"host"
+            got.release()

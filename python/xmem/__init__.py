@@ -875,23 +875,33 @@ class Producer(_Handle):
         _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
         self._pool = _Pool(handle)
 
-    def acquire(self, timeout=None, stream=None, size=None):
+    def acquire(self, timeout=None, stream=None, size=None, storage=None, device=0):
         """A free slot, writable: fill frame.buffer (system memory) or write the device
         slot through frame.__cuda_array_interface__ / DLPack, then publish it. For a
-        device pool, STREAM (as for Consumer.receive) waits on the GPU until every
+        device slot, STREAM (as for Consumer.receive) waits on the GPU until every
         consumer's reads of the slot's last frame are done: write on it, or after it.
         SIZE: a slot of SIZE bytes or more, from the smallest size class with one free
-        (Error with code ERANGE when no class is that large); None: of class 0."""
+        (Error with code ERANGE when no class is that large); None: of class 0.
+        STORAGE ('system' or 'cuda', on DEVICE): a slot of that memory, in a pool that
+        holds classes of both (preallocate); None: the first class's memory."""
         buffer = ctypes.c_void_p()
         handle = _stream_handle(stream)
-        _check(lib.xmem_pool_acquire_size(self._get(), int(size or 0), _timeout_ns(timeout), handle,
-                                          ctypes.byref(buffer)), "acquire")
+        if storage is None:
+            _check(lib.xmem_pool_acquire_size(self._get(), int(size or 0), _timeout_ns(timeout), handle,
+                                              ctypes.byref(buffer)), "acquire")
+        else:
+            if storage not in _capi.STORAGES:
+                raise ValueError("storage must be 'system' or 'cuda'")
+            _check(lib.xmem_pool_acquire_memory(self._get(), int(size or 0), _capi.STORAGES[storage], int(device),
+                                                _timeout_ns(timeout), handle, ctypes.byref(buffer)), "acquire")
         return WritableFrame(buffer, self._pool)
 
     def preallocate(self, slot_size, count, storage=None, device=0):
         """Adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and returns
-        its index. STORAGE ('system' or 'cuda', by default the pool's) and DEVICE must be
-        the pool's. Consumers attached or to come take its frames like any other."""
+        its index. STORAGE ('system' or 'cuda', by default the pool's) and DEVICE may
+        differ from the first class's: system memory and one CUDA device side by side
+        (acquire(storage=...) takes their slots). Consumers attached or to come take its
+        frames like any other."""
         storage = storage or self.storage
         if storage not in _capi.STORAGES:
             raise ValueError("storage must be 'system' or 'cuda'")

@@ -232,6 +232,9 @@ _SIGNATURES = {
     ),
     "xmem_pool_get_ticket": (ctypes.c_int, [_P, ctypes.POINTER(Ticket), ctypes.POINTER(_P)]),
     "xmem_pool_get": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(_P)]),
+    "xmem_pool_acquire_memory": (
+        ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64, _P, ctypes.POINTER(_P)],
+    ),
     "xmem_pool_get_seq": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint64, ctypes.POINTER(_P)]),
     "xmem_pool_get_mut": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(_P)]),
     "xmem_ticket_format": (ctypes.c_int, [ctypes.POINTER(Ticket), ctypes.c_char_p, ctypes.c_size_t]),

@@ -125,7 +125,8 @@ int produce(const std::string &name, const xmem::test::Options &o)
 // pool is on (as this process numbers it), or on the CPU for a spilled frame delivered
 // as host memory; --work-us T takes T µs more per frame (a slow consumer). With --hold
 // it keeps a frame and a queued read of it forever (to be killed). --max-size S: frames of
-// up to S bytes (size classes larger than the first). Prints spilled=N.
+// up to S bytes (size classes larger than the first). --mixed: the pool holds classes of
+// system memory too, whose frames are read on the CPU. Prints spilled=N.
 int consume(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::OpenOptions options;
@@ -182,8 +183,11 @@ int consume(const std::string &name, const xmem::test::Options &o)
 				    " bytes: past --max-size or shorter than its tail");
 		spilled += f->spilled() ? 1 : 0;
 		if (f->storage() == xmem::Storage::system) {
-			// A spilled frame as the tier holds it (--spill-delivery host).
-			if (!f->spilled() || options.spill_delivery != xmem::SpillDelivery::host)
+			// A spilled frame as the tier holds it (--spill-delivery host), or a frame
+			// of a class of system memory (--mixed).
+			bool expected = f->spilled() ? options.spill_delivery == xmem::SpillDelivery::host
+						     : o.count("mixed") != 0;
+			if (!expected)
 				return fail("frame " + std::to_string(seq) + " in host memory, not spilled for host");
 			std::memcpy(host, f->data().data(), size);
 		} else if (f->device() != p.device())

@@ -1,7 +1,10 @@
 // test_cuda_classes.cpp - size classes of device pools: a class of larger device slots
 // added while consumers are attached, in this process and in another one that imports the
-// new class's VMM fds once, with its first frame; every word of every frame checked; a
-// class of another memory or device refused. Run as cuda-classes-sim against the driver
+// new class's VMM fds once, with its first frame; every word of every frame checked; pools
+// of mixed memories (a system pool taking a class of device memory, a device pool one of
+// system memory), in this process and in another one attached before, killed holding a
+// device frame; a second device, and another memory beside a spill tier, refused. Run as
+// cuda-classes-sim against the driver
 // simulator (tests/cudasim), which proves xmem's logic, not the driver's behaviour, and as
 // cuda-classes-gpu against the real driver (exits 77 without a GPU).
 #include "../common.hpp"
@@ -11,7 +14,10 @@
 #include "peer_frames.hpp"
 
 #include <csignal>
+#include <cstring>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using xmem::Errc;
@@ -57,10 +63,10 @@ struct Gpu {
 
 // Publishes frame SEQ (peer_frames.hpp: its words, then its tail) of SIZE bytes from a
 // slot of SIZE bytes or more, written on the GPU on G's stream.
-void publish_frame(xmem::BufferPool &owner, Gpu &g, uint64_t size)
+void publish_frame_in(xmem::BufferPool &owner, Gpu &g, uint64_t size, std::optional<Storage> memory)
 {
 	xmem::cuda::ContextScope scope(*g.ctx);
-	auto f = owner.acquire(size, 10s, g.stream);
+	auto f = memory ? owner.acquire(size, *memory, 0, 10s, g.stream) : owner.acquire(size, 10s, g.stream);
 	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
 	ASSERT_GE(f->capacity(), size);
 	uint64_t seq = owner.stats().published + 1;
@@ -73,6 +79,36 @@ void publish_frame(xmem::BufferPool &owner, Gpu &g, uint64_t size)
 	f->meta_mut().value()->size = size;
 	auto published = owner.publish(std::move(f.value()), g.stream);
 	ASSERT_TRUE(published.ok()) << xmem::test::why(published);
+}
+
+// The same in a slot of system memory (of a pool of mixed memories), written by the CPU.
+void publish_host_frame(xmem::BufferPool &owner, uint64_t size)
+{
+	auto f = owner.acquire(size, Storage::system, 0, 10s);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	ASSERT_EQ(f->storage(), Storage::system);
+	uint64_t seq = owner.stats().published + 1;
+	auto bytes = f->data_mut().value();
+	ASSERT_GE(bytes.size(), size);
+	auto *w = reinterpret_cast<uint32_t *>(bytes.data());
+	uint64_t body = (size - xmem::test::kFrameTail) / 4;
+	for (uint64_t i = 0; i < size / 4; i++)
+		w[i] = i < body ? xmem::test::frame_word(seq) : xmem::test::frame_tail_word(seq);
+	f->meta_mut().value()->size = size;
+	auto published = owner.publish(std::move(f.value()));
+	ASSERT_TRUE(published.ok()) << xmem::test::why(published);
+}
+
+std::string this_program()
+{
+	char path[4096] = {};
+	ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+	return std::string(path, n > 0 ? size_t(n) : 0);
+}
+
+void publish_frame(xmem::BufferPool &owner, Gpu &g, uint64_t size)
+{
+	publish_frame_in(owner, g, size, std::nullopt);
 }
 
 bool frame_is(const std::span<const std::byte> bytes, uint64_t seq)
@@ -94,11 +130,10 @@ TEST(CudaClasses, AClassAddedWhileAttachedIsDeviceMemoryLikeTheFirst)
 	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
 	auto consumer = xmem::BufferPool::open("cls");
 	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
-	// One memory per pool: system memory or another device is refused, with the reason.
-	auto system = (*owner)->preallocate(kLarge, 1, Storage::system);
-	EXPECT_EQ(system.code(), Errc::invalid_argument);
-	EXPECT_NE(system.error().message.find("CUDA device 0"), std::string::npos) << system.error().message;
-	EXPECT_EQ((*owner)->preallocate(kLarge, 1, Storage::cuda, 1).code(), Errc::invalid_argument);
+	// A device that does not exist is refused, with the reason.
+	auto missing = (*owner)->preallocate(kLarge, 1, Storage::cuda, 7);
+	EXPECT_FALSE(missing.ok());
+	EXPECT_EQ((*owner)->classes().size(), 1u) << "a refused class was counted";
 	auto added = (*owner)->preallocate(kLarge, 2, Storage::cuda, 0);
 	ASSERT_TRUE(added.ok()) << xmem::test::why(added);
 	EXPECT_EQ(*added, 1u);
@@ -156,4 +191,178 @@ TEST(CudaClasses, AnotherProcessImportsTheClassOnceAndReadsEveryWord)
 	holder.wait(10s);
 	EXPECT_TRUE(eventually([&] { return (*owner)->stats().slots_free == 5; }, 20s))
 		<< "the killed consumer's slot of the new class is free again";
+}
+
+// A system pool takes a class of device memory while a consumer is attached: acquire()
+// stays in system memory, acquire(size, cuda, 0) takes device slots, and the consumer
+// gets both kinds in order, every word checked (a device frame's by a copy to the host).
+TEST(CudaClasses, ASystemPoolTakesAClassOfDeviceMemory)
+{
+	RuntimeDir dir;
+	xmem::PoolConfig config;
+	config.slot_size = kSmall;
+	config.slot_count = 2;
+	auto owner = xmem::BufferPool::create("mixed", config);
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("mixed");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	EXPECT_STREQ((*consumer)->gpu_ordering(), "none");
+	auto none = (*owner)->acquire(kSmall, Storage::cuda, 0, 0s);
+	EXPECT_EQ(none.code(), Errc::out_of_range);
+	EXPECT_NE(none.error().message.find("no class of that memory"), std::string::npos) << none.error().message;
+	EXPECT_EQ((*owner)->preallocate(kLarge, 1, Storage::system, 1).code(), Errc::invalid_argument);
+	auto added = (*owner)->preallocate(kLarge, 2, Storage::cuda, 0);
+	ASSERT_TRUE(added.ok()) << xmem::test::why(added);
+	EXPECT_EQ(*added, 1u);
+	auto classes = (*consumer)->classes();
+	ASSERT_EQ(classes.size(), 2u);
+	EXPECT_EQ(classes[0].storage, Storage::system);
+	EXPECT_EQ(classes[1].storage, Storage::cuda);
+	EXPECT_EQ(classes[1].slot_size, kLarge);
+	// Without a memory, acquire keeps to the first class's: no system slot holds kLarge.
+	EXPECT_EQ((*owner)->acquire(kLarge, 0s).code(), Errc::out_of_range);
+
+	Gpu g;
+	for (uint64_t n = 0; n < 12; n++) {
+		bool device = n % 2 == 1;
+		uint64_t size = device ? (n % 4 == 1 ? kSmall : kLarge) : kSmall;
+		if (device)
+			publish_frame_in(**owner, g, size, Storage::cuda);
+		else
+			publish_host_frame(**owner, size);
+		auto r = (*consumer)->receive(5s);
+		ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+		SCOPED_TRACE("frame " + std::to_string(n));
+		EXPECT_EQ(r->storage(), device ? Storage::cuda : Storage::system);
+		EXPECT_EQ(r->meta().size, size);
+		if (device) {
+			EXPECT_EQ(r->capacity(), kLarge) << "a device frame comes from the device class";
+			auto host = r->copy_to_cpu();
+			ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+			EXPECT_TRUE(frame_is(host->data(), r->meta().seq));
+		} else {
+			EXPECT_TRUE(frame_is(r->data().first(size), r->meta().seq));
+		}
+	}
+	EXPECT_STRNE((*consumer)->gpu_ordering(), "") << "the consumer orders device frames since it met one";
+}
+
+// A device pool takes a class of system memory: acquire(size, system) frames are host
+// memory for the consumer, the device class goes on as before. Another memory beside a
+// spill tier is refused (its copies are of the first memory only).
+TEST(CudaClasses, ADevicePoolTakesAClassOfSystemMemory)
+{
+	RuntimeDir dir;
+	auto owner = xmem::BufferPool::create("mixed-dev", cuda_config(2));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("mixed-dev");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	auto added = (*owner)->preallocate(kLarge, 2, Storage::system);
+	ASSERT_TRUE(added.ok()) << xmem::test::why(added);
+	Gpu g;
+	for (uint64_t n = 0; n < 8; n++) {
+		bool host = n % 2 == 0;
+		uint64_t size = host ? kLarge : kSmall;
+		if (host)
+			publish_host_frame(**owner, size);
+		else
+			publish_frame(**owner, g, size);
+		auto r = (*consumer)->receive(5s);
+		ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+		SCOPED_TRACE("frame " + std::to_string(n));
+		EXPECT_EQ(r->storage(), host ? Storage::system : Storage::cuda);
+		if (host) {
+			EXPECT_TRUE(frame_is(r->data().first(size), r->meta().seq));
+		} else {
+			auto copy = r->copy_to_cpu();
+			ASSERT_TRUE(copy.ok()) << xmem::test::why(copy);
+			EXPECT_TRUE(frame_is(copy->data(), r->meta().seq));
+		}
+	}
+
+	for (Storage first : { Storage::cuda, Storage::system }) {
+		xmem::PoolConfig config = cuda_config(2);
+		config.storage = first;
+		config.spill_bytes = 4 * kSmall;
+		std::string name = first == Storage::cuda ? "spill-dev" : "spill-sys";
+		auto spilling = xmem::BufferPool::create(name, config);
+		ASSERT_TRUE(spilling.ok()) << xmem::test::why(spilling);
+		auto other =
+			(*spilling)->preallocate(kLarge, 1, first == Storage::cuda ? Storage::system : Storage::cuda);
+		EXPECT_EQ(other.code(), Errc::invalid_argument);
+		EXPECT_NE(other.error().message.find("spill tier"), std::string::npos) << other.error().message;
+	}
+}
+
+// Another process attached to a system pool before its class of device memory existed:
+// it imports the class with its first device frame, checks every word of frames of both
+// memories, then one killed holding a read of a device frame gives its slot back.
+TEST(CudaClasses, AnotherProcessTakesFramesOfBothMemories)
+{
+	RuntimeDir dir;
+	xmem::PoolConfig config;
+	config.slot_size = kSmall;
+	config.slot_count = 3;
+	config.policy = xmem::Policy::fifo;
+	config.block_timeout = 10s;
+	auto owner = xmem::BufferPool::create("mixed-mp", config);
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	Process consumer({ xmem::test::cuda_peer_path(), "consume", "mixed-mp", "--frames", "20", "--mixed",
+			   "--max-size", std::to_string(kLarge) });
+	ASSERT_TRUE(consumer.wait_output("attached")) << consumer.output();
+	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
+	Gpu g;
+	for (uint64_t n = 0; n < 20; n++) {
+		if (n == 5) {
+			ASSERT_TRUE((*owner)->preallocate(kLarge, 2, Storage::cuda, 0).ok());
+		}
+		if (n >= 5 && n % 2)
+			publish_frame_in(**owner, g, kLarge, Storage::cuda);
+		else
+			publish_host_frame(**owner, kSmall);
+		std::this_thread::sleep_for(2ms);
+	}
+	EXPECT_EQ(consumer.wait(60s), 0) << consumer.output();
+	EXPECT_NE(consumer.output().find("frames=20 bad=0"), std::string::npos) << consumer.output();
+
+	Process holder({ xmem::test::cuda_peer_path(), "consume", "mixed-mp", "--hold", "1", "--mixed", "--max-size",
+			 std::to_string(kLarge) });
+	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
+	publish_frame_in(**owner, g, kLarge, Storage::cuda);
+	ASSERT_TRUE(holder.wait_output("holding")) << holder.output();
+	holder.signal(SIGKILL);
+	holder.wait(10s);
+	EXPECT_TRUE(eventually([&] { return (*owner)->stats().slots_free == 5; }, 20s))
+		<< "the killed consumer's device slot is free again";
+}
+
+// One CUDA device per pool: on a machine of two simulated devices (the test below runs
+// itself so), a class on the second device is refused, whichever memory came first.
+TEST(CudaClasses, AClassOnASecondDeviceIsRefused)
+{
+	if (!xmem::test::on_cuda_simulator())
+		GTEST_SKIP() << "two devices are the simulator's (XMEM_CUDASIM_DEVICES=2)";
+	Process child({ "/usr/bin/env", "XMEM_CUDASIM_DEVICES=2", this_program(), "--gtest_also_run_disabled_tests",
+			"--gtest_filter=DISABLED_CudaClassesOnTwoSimulatedGpus.*" });
+	EXPECT_EQ(child.wait(60s), 0) << child.output();
+	EXPECT_NE(child.output().find("[  PASSED  ] 1 test"), std::string::npos) << child.output();
+}
+
+TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, ASecondDeviceIsRefused)
+{
+	RuntimeDir dir;
+	auto device = xmem::BufferPool::create("two-dev", cuda_config(1));
+	ASSERT_TRUE(device.ok()) << xmem::test::why(device);
+	auto second = (*device)->preallocate(kLarge, 1, Storage::cuda, 1);
+	EXPECT_EQ(second.code(), Errc::invalid_argument);
+	EXPECT_NE(second.error().message.find("second device"), std::string::npos) << second.error().message;
+	EXPECT_TRUE((*device)->preallocate(kLarge, 1, Storage::cuda, 0).ok()) << "its own device is not refused";
+
+	xmem::PoolConfig config;
+	config.slot_size = kSmall;
+	config.slot_count = 1;
+	auto system = xmem::BufferPool::create("two-sys", config);
+	ASSERT_TRUE(system.ok()) << xmem::test::why(system);
+	ASSERT_TRUE((*system)->preallocate(kLarge, 1, Storage::cuda, 1).ok());
+	EXPECT_EQ((*system)->preallocate(kLarge, 1, Storage::cuda, 0).code(), Errc::invalid_argument);
 }

@@ -320,14 +320,21 @@ int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
  * XMEM_ETIMEDOUT, XMEM_ECLOSED, XMEM_ESYSTEM. */
 int xmem_pool_acquire_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
 /* Owner: as xmem_pool_acquire_on_stream (CUDA_STREAM may be NULL), a slot of SIZE bytes
- * or more, from the smallest size class with one free; SIZE 0: of the first class.
- * XMEM_ERANGE when no class is that large. */
+ * or more in the first class's memory, from the smallest size class with one free;
+ * SIZE 0: of the first class. XMEM_ERANGE when no class of that memory is that large. */
 int xmem_pool_acquire_size(xmem_pool *pool, uint64_t size, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
-/* Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, of the
- * pool's memory (STORAGE and DEVICE as the pool's, else XMEM_EINVAL); its index in
- * *CLASS_INDEX (may be NULL). Attached consumers take its frames like any other.
+/* Owner: the same in STORAGE (for XMEM_STORAGE_CUDA, device DEVICE; 0 for system memory):
+ * a pool may hold classes of system memory and of a CUDA device side by side. SIZE 0:
+ * that memory's first class. */
+int xmem_pool_acquire_memory(xmem_pool *pool, uint64_t size, uint32_t storage, uint32_t device, int64_t timeout_ns,
+			     void *cuda_stream, xmem_buffer **out);
+/* Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and its
+ * index in *CLASS_INDEX (may be NULL). STORAGE and DEVICE may differ from the first
+ * class's: system memory and one CUDA device side by side (a second CUDA device, another
+ * memory in a pool with a spill tier, or a device for system memory: XMEM_EINVAL).
+ * Attached consumers take its frames like any other.
  * Errors: XMEM_EINVAL, XMEM_EROLE, XMEM_EFULL (max_slots or 32 classes reached),
- * XMEM_ENOMEM, XMEM_ESYSTEM, XMEM_ECLOSED. */
+ * XMEM_ENOMEM, XMEM_ESYSTEM, XMEM_ECLOSED, XMEM_ENOENT (no such CUDA device). */
 int xmem_pool_preallocate(xmem_pool *pool, uint64_t slot_size, uint32_t count, uint32_t storage, uint32_t device,
 			  uint32_t *class_index);
 /* Any role: the size classes the owner has added so far (class 0 included), and one

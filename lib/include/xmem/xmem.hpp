@@ -363,14 +363,21 @@ public:
 	// device pool, STREAM waits (on the GPU) until every consumer's GPU reads of the
 	// slot's last frame are done; without a stream the CPU waits for them.
 	Result<BufferGuard> acquire(std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
-	// Owner: as acquire(), a slot of SIZE bytes or more: of the smallest size class
-	// that has one free. Errc::out_of_range when no class is that large.
+	// Owner: as acquire(), a slot of SIZE bytes or more in the first class's memory: of
+	// the smallest size class that has one free. Errc::out_of_range when no class of
+	// that memory is that large.
 	Result<BufferGuard> acquire(uint64_t size, std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
+	// Owner: the same in STORAGE (for CUDA, device DEVICE): a pool may hold classes of
+	// system memory and of a CUDA device side by side (preallocate()). SIZE 0: a slot of
+	// that memory's first class.
+	Result<BufferGuard> acquire(uint64_t size, Storage storage, uint32_t device, std::chrono::nanoseconds timeout,
+				    CudaStream stream = nullptr);
 	// Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and
 	// returns its index. Consumers attached or to come take its frames like any other
-	// (they import its memory once, with its first frame). STORAGE and DEVICE must be
-	// the pool's (Errc::invalid_argument otherwise); Errc::full past max_slots or 32
-	// classes.
+	// (they import its memory once, with its first frame). STORAGE and DEVICE may differ
+	// from the first class's: system memory and one CUDA device side by side. A second
+	// CUDA device, or another memory in a pool with a spill tier, is
+	// Errc::invalid_argument; Errc::full past max_slots or 32 classes.
 	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device = 0);
 	// Owner: publishes FRAME to every consumer and consumes the guard. For a device
 	// pool the frame is ready once the work queued on STREAM so far is done; it is
