@@ -338,6 +338,18 @@ int xmem_pool_acquire_memory(xmem_pool *pool, uint64_t size, uint32_t storage, u
 	});
 }
 
+int xmem_pool_copy(xmem_pool *pool, const xmem_buffer *frame, uint32_t storage, uint32_t device, int64_t timeout_ns,
+		   void *cuda_stream, xmem_buffer **out)
+{
+	if (!pool || !frame || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_copy: null argument");
+	return guarded([&] {
+		return put_buffer(
+			pool->pool->copy(frame->guard, xmem::Storage(storage), device, ns(timeout_ns), cuda_stream),
+			out);
+	});
+}
+
 int xmem_pool_preallocate(xmem_pool *pool, uint64_t slot_size, uint32_t count, uint32_t storage, uint32_t device,
 			  uint32_t *class_index)
 {

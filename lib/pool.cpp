@@ -746,6 +746,49 @@ Result<BufferGuard> BufferPool::acquire(uint64_t size, Storage storage, uint32_t
 	return g;
 }
 
+Result<BufferGuard> BufferPool::copy(const BufferGuard &frame, Storage storage, uint32_t device,
+				     std::chrono::nanoseconds timeout, CudaStream stream)
+{
+	if (!frame.valid())
+		return make_error(Errc::invalid_argument, impl_->where() + ": copy of an empty buffer");
+	// An acquired frame whose size is not set yet: its whole slot.
+	uint64_t bytes = frame.meta_.size ? std::min<uint64_t>(frame.meta_.size, frame.capacity_) : frame.capacity_;
+	auto slot = acquire(bytes, storage, device, timeout, stream);
+	if (!slot)
+		return slot.error();
+	BufferGuard &to = slot.value();
+	uint32_t from_device = frame.meta_.device_id;
+	Result<void> copied;
+	if (storage == Storage::system) {
+		if (frame.data_) {
+			std::memcpy(to.data_, frame.data_, bytes);
+		} else {
+			// Complete on return: the CPU owns the slot's bytes from here on.
+			copied = device_copy(from_device, uint64_t(uintptr_t(to.data_)), false, frame.device_, true,
+					     bytes, stream);
+			if (copied && stream)
+				copied = device_synchronize(from_device, stream);
+		}
+	} else if (frame.data_) {
+		copied = device_copy(device, to.device_, true, uint64_t(uintptr_t(frame.data_)), false, bytes, stream);
+	} else {
+		copied = device_copy(device, to.device_, true, frame.device_, true, bytes, stream);
+	}
+	if (!copied)
+		// The slot goes back unpublished when TO does.
+		return make_error(copied.code(), impl_->where() + ": copy into slot " + std::to_string(to.index_) +
+							 ": " + copied.error().message);
+	// The frame's metadata, in the slot's place and memory (publish stamps seq and format).
+	FrameMeta m = frame.meta_;
+	m.index = to.meta_.index;
+	m.storage_type = to.meta_.storage_type;
+	m.device_id = to.meta_.device_id;
+	m.size = bytes;
+	to.meta_ = m;
+	to.side_data_ = frame.side_data_;
+	return slot;
+}
+
 Result<uint32_t> BufferPool::preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device)
 {
 	if (!impl_->publisher)

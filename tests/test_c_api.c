@@ -620,6 +620,16 @@ static int size_classes(void)
 	xmem_buffer_release(again);
 	CHECK_STATUS(xmem_pool_get_seq(b, 1, seq + 1, &again), XMEM_ENOTHELD);
 	CHECK_STATUS(xmem_pool_get_seq(NULL, 1, seq, &again), XMEM_EINVAL);
+	/* A copy that is a buffer of the pool: another slot of a class that holds it. */
+	xmem_buffer *copy = NULL;
+	CHECK_STATUS(xmem_pool_copy(owner, r, XMEM_STORAGE_SYSTEM, 0, 1000000000, NULL, &copy), XMEM_OK);
+	REQUIRE(copy != NULL);
+	CHECK(xmem_buffer_meta(copy)->index == 2 && xmem_buffer_meta(copy)->size == (1 << 20) &&
+	      intact(xmem_buffer_data(copy), 1 << 20, 9) && xmem_buffer_data_mut(copy) != NULL);
+	xmem_buffer_release(copy);
+	CHECK_STATUS(xmem_pool_copy(owner, r, XMEM_STORAGE_CUDA, 0, 0, NULL, &copy), XMEM_ERANGE);
+	CHECK_STATUS(xmem_pool_copy(b, r, XMEM_STORAGE_SYSTEM, 0, 0, NULL, &copy), XMEM_EROLE);
+	CHECK_STATUS(xmem_pool_copy(owner, NULL, XMEM_STORAGE_SYSTEM, 0, 0, NULL, &copy), XMEM_EINVAL);
 	xmem_buffer_release(r);
 	xmem_pool_close(a);
 	xmem_pool_close(b);

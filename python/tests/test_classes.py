@@ -72,3 +72,30 @@ def test_a_system_pool_takes_a_class_of_cuda_memory():
             else:
                 assert bytes(got.data[:4]) == b"host"
             got.release()
+
+
+@pytest.mark.skipif(not os.environ.get("XMEM_CUDA_DRIVER"), reason="no CUDA driver (simulated or real) configured")
+def test_copies_across_memories_are_buffers_of_the_pool():
+    pool = name()
+    with xmem.create(pool, 4096, slots=2) as p, xmem.open(pool, timeout=5) as c:
+        p.preallocate(4096, 2, storage="cuda")
+        frame = p.acquire(timeout=5, size=64)
+        data = numpy.arange(16, dtype=numpy.float32)
+        frame.buffer[:data.nbytes] = data.tobytes()
+        device = p.copy(frame, "cuda")  # the source's whole slot: its size is not set yet
+        assert device.storage == "cuda" and device.meta_index >= 2
+        frame.release()
+        p.publish(device, size=data.nbytes, dtype="float32", shape=(16,))
+        got = c.receive(timeout=5)
+        assert got.meta.storage == "cuda" and got.meta.shape == (16,)
+        # Back into host memory, from the consumer's frame: a slot again, ticketed.
+        host = p.copy(got, "system")
+        got.release()
+        assert host.storage == "system"
+        ticket = p.publish_ticket(host, redemptions=1, ttl=5.0)
+        back = c.get(ticket)
+        assert back.meta.storage == "system"
+        assert numpy.array_equal(numpy.asarray(back), data)
+        with pytest.raises(xmem.Error) as e:
+            p.copy(back, "cuda", device=3)
+        assert e.value.status == xmem._capi.ERANGE

@@ -896,6 +896,19 @@ class Producer(_Handle):
                                                 _timeout_ns(timeout), handle, ctypes.byref(buffer)), "acquire")
         return WritableFrame(buffer, self._pool)
 
+    def copy(self, frame, storage, device=0, timeout=None, stream=None):
+        """A copy of FRAME (a received or acquired frame) that is a slot of this pool, of
+        STORAGE ('system' or 'cuda', on DEVICE), with its bytes and metadata: publish it
+        or make a ticket of it like an acquired frame. Into device memory the copy is
+        queued on STREAM (publish on the same stream); into system memory it is complete
+        on return. Error (ERANGE) when no class of that memory holds the payload."""
+        if storage not in _capi.STORAGES:
+            raise ValueError("storage must be 'system' or 'cuda'")
+        buffer = ctypes.c_void_p()
+        _check(lib.xmem_pool_copy(self._get(), frame._live_buffer(), _capi.STORAGES[storage], int(device),
+                                  _timeout_ns(timeout), _stream_handle(stream), ctypes.byref(buffer)), "copy")
+        return WritableFrame(buffer, self._pool)
+
     def preallocate(self, slot_size, count, storage=None, device=0):
         """Adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and returns
         its index. STORAGE ('system' or 'cuda', by default the pool's) and DEVICE may
@@ -982,7 +995,8 @@ class Producer(_Handle):
         meta = lib.xmem_buffer_meta_mut(buffer).contents
         if dtype is not None or shape is not None:
             size = self._set_tensor(frame, size, dtype, shape, strides)
-        meta.size = frame.capacity if size is None else size
+        # Without a size: a copy's own (Producer.copy), else the whole slot.
+        meta.size = (meta.size or frame.capacity) if size is None else size
         for key, value in times.items():
             setattr(meta, key, value)
         if flags is not None:

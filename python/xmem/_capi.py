@@ -232,6 +232,9 @@ _SIGNATURES = {
     ),
     "xmem_pool_get_ticket": (ctypes.c_int, [_P, ctypes.POINTER(Ticket), ctypes.POINTER(_P)]),
     "xmem_pool_get": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(_P)]),
+    "xmem_pool_copy": (
+        ctypes.c_int, [_P, _P, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64, _P, ctypes.POINTER(_P)],
+    ),
     "xmem_pool_acquire_memory": (
         ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64, _P, ctypes.POINTER(_P)],
     ),

@@ -366,3 +366,86 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, ASecondDeviceIsRefused)
 	ASSERT_TRUE((*system)->preallocate(kLarge, 1, Storage::cuda, 1).ok());
 	EXPECT_EQ((*system)->preallocate(kLarge, 1, Storage::cuda, 0).code(), Errc::invalid_argument);
 }
+
+// Copies that are buffers of the pool: a host frame copied into a device slot and
+// published on the copy's stream, a device frame copied into a host slot and handed over
+// as a ticket; their bytes and metadata arrive; a memory the pool has no class of, and a
+// consumer's copy, are refused.
+TEST(CudaClasses, CopiesAcrossMemoriesAreBuffersOfThePool)
+{
+	RuntimeDir dir;
+	xmem::PoolConfig config;
+	config.slot_size = kLarge;
+	config.slot_count = 2;
+	auto owner = xmem::BufferPool::create("copies", config);
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("copies");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	ASSERT_TRUE((*owner)->preallocate(kLarge, 2, Storage::cuda, 0).ok());
+	Gpu g;
+
+	// Host to device: the source is an acquired slot, written by the CPU.
+	auto src = (*owner)->acquire(kSmall, 10s);
+	ASSERT_TRUE(src.ok()) << xmem::test::why(src);
+	uint64_t seq = (*owner)->stats().published + 1;
+	auto *w = reinterpret_cast<uint32_t *>(src->data_mut().value().data());
+	for (uint64_t i = 0; i < kSmall / 4; i++)
+		w[i] = i < (kSmall - xmem::test::kFrameTail) / 4 ? xmem::test::frame_word(seq)
+								 : xmem::test::frame_tail_word(seq);
+	src->meta_mut().value()->size = kSmall;
+	src->meta_mut().value()->pts = 1234;
+	auto device = (*owner)->copy(*src, Storage::cuda, 0, 10s, g.stream);
+	ASSERT_TRUE(device.ok()) << xmem::test::why(device);
+	EXPECT_EQ(device->storage(), Storage::cuda);
+	EXPECT_TRUE(device->writable()) << "a pool buffer, ready to publish";
+	EXPECT_NE(device->index(), src->index());
+	src->reset();
+	ASSERT_TRUE((*owner)->publish(std::move(*device), g.stream).ok());
+	auto r = (*consumer)->receive(5s);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	EXPECT_EQ(r->storage(), Storage::cuda);
+	EXPECT_EQ(r->meta().size, kSmall);
+	EXPECT_EQ(r->meta().pts, 1234u);
+	EXPECT_EQ(r->meta().seq, seq);
+	auto back = r->copy_to_cpu();
+	ASSERT_TRUE(back.ok()) << xmem::test::why(back);
+	EXPECT_TRUE(frame_is(back->data(), seq)) << "the device copy's bytes";
+	r->reset();
+
+	// Device to host, as a ticket: the source is a device slot written on the GPU.
+	auto dsrc = (*owner)->acquire(kLarge, Storage::cuda, 0, 10s, g.stream);
+	ASSERT_TRUE(dsrc.ok()) << xmem::test::why(dsrc);
+	seq = (*owner)->stats().published + 1;
+	{
+		xmem::cuda::ContextScope scope(*g.ctx);
+		uint64_t body = kLarge - xmem::test::kFrameTail;
+		ASSERT_EQ(g.d->cuMemsetD32Async(dsrc->device_ptr(), xmem::test::frame_word(seq), body / 4, g.stream),
+			  CUDA_SUCCESS);
+		ASSERT_EQ(g.d->cuMemsetD32Async(dsrc->device_ptr() + body, xmem::test::frame_tail_word(seq),
+						xmem::test::kFrameTail / 4, g.stream),
+			  CUDA_SUCCESS);
+	}
+	dsrc->meta_mut().value()->size = kLarge;
+	auto host = (*owner)->copy(*dsrc, Storage::system, 0, 10s, g.stream);
+	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+	EXPECT_EQ(host->storage(), Storage::system);
+	EXPECT_TRUE(frame_is(host->data(), seq)) << "complete on return";
+	ASSERT_TRUE(dsrc->release(g.stream).ok());
+	auto ticket = (*owner)->publish_ticket(std::move(*host), 1, 5s);
+	ASSERT_TRUE(ticket.ok()) << xmem::test::why(ticket);
+	auto redeemed = (*consumer)->get(*ticket);
+	ASSERT_TRUE(redeemed.ok()) << xmem::test::why(redeemed);
+	EXPECT_EQ(redeemed->storage(), Storage::system);
+	EXPECT_TRUE(frame_is(redeemed->data(), seq));
+	redeemed->reset();
+	while ((*consumer)->receive(0s).ok()) {
+	}
+
+	auto plain = (*owner)->acquire(kSmall, 10s);
+	ASSERT_TRUE(plain.ok());
+	plain->meta_mut().value()->size = kSmall;
+	EXPECT_EQ((*owner)->copy(*plain, Storage::cuda, 3, 0s).code(), Errc::out_of_range) << "no class on device 3";
+	EXPECT_EQ((*owner)->copy(*plain, Storage::cuda, 0, 0s, g.stream).ok(), true);
+	EXPECT_EQ((*consumer)->copy(*plain, Storage::cuda, 0, 0s).code(), Errc::wrong_role);
+	EXPECT_EQ((*owner)->copy(xmem::BufferGuard(), Storage::cuda, 0, 0s).code(), Errc::invalid_argument);
+}

@@ -328,6 +328,13 @@ int xmem_pool_acquire_size(xmem_pool *pool, uint64_t size, int64_t timeout_ns, v
  * that memory's first class. */
 int xmem_pool_acquire_memory(xmem_pool *pool, uint64_t size, uint32_t storage, uint32_t device, int64_t timeout_ns,
 			     void *cuda_stream, xmem_buffer **out);
+/* Owner: a copy of FRAME (any buffer this process holds) that is a buffer of this pool:
+ * a free slot of STORAGE (DEVICE) that holds its payload, taken as
+ * xmem_pool_acquire_memory takes one, with its bytes and metadata; publish it or make a
+ * ticket of it. Into device memory the copy is queued on CUDA_STREAM; into system memory
+ * it is complete on return. XMEM_ERANGE when no class of that memory is large enough. */
+int xmem_pool_copy(xmem_pool *pool, const xmem_buffer *frame, uint32_t storage, uint32_t device, int64_t timeout_ns,
+		   void *cuda_stream, xmem_buffer **out);
 /* Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and its
  * index in *CLASS_INDEX (may be NULL). STORAGE and DEVICE may differ from the first
  * class's: system memory and one CUDA device side by side (a second CUDA device, another

@@ -379,6 +379,16 @@ public:
 	// CUDA device, or another memory in a pool with a spill tier, is
 	// Errc::invalid_argument; Errc::full past max_slots or 32 classes.
 	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device = 0);
+	// Owner: a copy of FRAME (any frame this process holds, of this pool or another)
+	// that is a buffer of this pool: a free slot of STORAGE (for CUDA, device DEVICE)
+	// that holds its payload, taken as acquire(size, storage, device, TIMEOUT, STREAM)
+	// takes one, with its bytes and metadata (size, times, flags, layout, tensor, side
+	// data). Publish it or make a ticket of it like any acquired slot. Into device
+	// memory the copy is queued on STREAM (publish on that stream: consumers' reads wait
+	// for it); into system memory it is complete on return. Errc::out_of_range when the
+	// pool has no class of that memory large enough (preallocate() adds one).
+	Result<BufferGuard> copy(const BufferGuard &frame, Storage storage, uint32_t device,
+				 std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
 	// Owner: publishes FRAME to every consumer and consumes the guard. For a device
 	// pool the frame is ready once the work queued on STREAM so far is done; it is
 	// published at once, without waiting (without a stream: after every stream of this
