@@ -99,8 +99,10 @@ void fuzz_owner(std::span<const uint8_t> payload, uint32_t nfds, uint32_t kind)
 					(answer.ok() ? std::string("welcome") : answer.error().message));
 		return;
 	}
-	// A consumer's request of how it is served must be one the owner can serve.
-	bool serve_ok = inspector || protocol::serve_of(*parsed).ok();
+	// A consumer's request of how it is served must be one the owner can serve: this
+	// pool has no spill tier, so no fifo-spill consumer.
+	auto serve = protocol::serve_of(*parsed);
+	bool serve_ok = inspector || (serve.ok() && serve->policy != xmem::Policy::fifo_spill);
 	bool fds_ok = (inspector ? nfds == 0 : nfds == 1 && kind == 0) && serve_ok;
 	XMEM_FUZZ_CHECK(answer.ok() == fds_ok || (full && !inspector),
 			"owner's answer " + (answer.ok() ? std::string("welcome") : answer.error().message) + " with " +
