@@ -22,6 +22,7 @@ import grp
 import operator
 import re
 import sys
+import weakref
 
 from . import _capi, _dlpack
 from ._capi import lib
@@ -39,6 +40,7 @@ __all__ = [
     "LayoutError",
     "BadTicket",
     "NotHeld",
+    "BufferPool",
     "Ticket",
     "open",
     "create",
@@ -874,6 +876,8 @@ class Producer(_Handle):
         self.name = name
         _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
         self._pool = _Pool(handle)
+        # Frames acquired and not yet published, by slot (BufferPool.set_ref_count).
+        self._acquired = weakref.WeakValueDictionary()
 
     def acquire(self, timeout=None, stream=None, size=None, storage=None, device=0):
         """A free slot, writable: fill frame.buffer (system memory) or write the device
@@ -894,7 +898,12 @@ class Producer(_Handle):
                 raise ValueError("storage must be 'system' or 'cuda'")
             _check(lib.xmem_pool_acquire_memory(self._get(), int(size or 0), _capi.STORAGES[storage], int(device),
                                                 _timeout_ns(timeout), handle, ctypes.byref(buffer)), "acquire")
-        return WritableFrame(buffer, self._pool)
+        return self._writable(buffer)
+
+    def _writable(self, buffer):
+        frame = WritableFrame(buffer, self._pool, self)
+        self._acquired[frame.meta_index] = frame
+        return frame
 
     def copy(self, frame, storage, device=0, timeout=None, stream=None):
         """A copy of FRAME (a received or acquired frame) that is a slot of this pool, of
@@ -907,7 +916,7 @@ class Producer(_Handle):
         buffer = ctypes.c_void_p()
         _check(lib.xmem_pool_copy(self._get(), frame._live_buffer(), _capi.STORAGES[storage], int(device),
                                   _timeout_ns(timeout), _stream_handle(stream), ctypes.byref(buffer)), "copy")
-        return WritableFrame(buffer, self._pool)
+        return self._writable(buffer)
 
     def preallocate(self, slot_size, count, storage=None, device=0):
         """Adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and returns
@@ -1042,9 +1051,12 @@ class Producer(_Handle):
 class WritableFrame(_Pointers):
     """A slot acquired for writing: ``buffer`` is a writable memoryview of it."""
 
-    def __init__(self, buffer, pool):
+    def __init__(self, buffer, pool, producer=None):
         self._raw = buffer
         self._pool = pool
+        self._producer = producer
+        # The ticket it was published as (publish_ticket, BufferPool.set_ref_count).
+        self.ticket = None
         self.capacity = lib.xmem_buffer_capacity(buffer)
         self.storage = "cuda" if lib.xmem_buffer_storage(buffer) == _capi.STORAGE_CUDA else "system"
         self._views = []
@@ -1110,6 +1122,28 @@ class WritableFrame(_Pointers):
         return _dlpack.capsule(address, (self.capacity,), None, ("u", 1), self.__dlpack_device__(), self, versioned,
                                read_only=False)
 
+    def copy_to_cuda(self, device_id=0, timeout=None, stream=None):
+        """The seed's copy: a slot of the pool on CUDA device DEVICE_ID with this frame's
+        bytes and metadata (Producer.copy), to publish or ticket in turn."""
+        return self._copy("cuda", device_id, timeout, stream)
+
+    def copy_to_cpu(self, timeout=None, stream=None):
+        """The same into a slot of system memory (complete on return)."""
+        return self._copy("system", 0, timeout, stream)
+
+    def _copy(self, storage, device, timeout, stream):
+        if self._producer is None:
+            raise Error("copy: this frame has no producer to copy it into its pool", _capi.EROLE)
+        return self._producer.copy(self, storage, device=device, timeout=timeout, stream=stream)
+
+    def forget(self):
+        """The seed's forget(): once the frame is published as a ticket (BufferPool.
+        set_ref_count, publish_ticket) or published, nothing is left to give back. Error
+        before: a slot forgotten unpublished would stay taken until the pool closes."""
+        if self._raw is not None:
+            raise Error("forget: the frame is not published: set_ref_count() (a ticket) or publish() it first, "
+                        "or release() it", _capi.EINVAL)
+
     def release(self):
         """Gives the slot back unpublished."""
         if self._raw is not None:
@@ -1144,3 +1178,6 @@ def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="s
     SLOTS + 64."""
     return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device,
                     mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames, max_slots=max_slots)
+
+
+from .seed import BufferPool  # noqa: E402 (it builds on the classes above)
