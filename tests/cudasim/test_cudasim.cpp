@@ -2025,6 +2025,11 @@ TEST_F(Sim, StreamCallbacksRunInOrderAndHearOfAFault)
 	expect_illegal("cuMemsetD8Async", [&] {
 		ASSERT_EQ(cu().cuMemsetD8Async(freed, 0, 1, stream_), CUDA_SUCCESS);
 		ASSERT_EQ(cu().cuStreamAddCallback(stream_, record_callback, &faulted, 0), CUDA_SUCCESS);
+		// The stream's thread calls it after the fault, while a synchronize may already
+		// return the sticky error: waited for here, before expect_illegal() resets the
+		// context (a slow machine, ThreadSanitizer, took longer than the synchronize).
+		for (int i = 0; i < 10000 && faulted.calls.load(std::memory_order_acquire) == 0; i++)
+			std::this_thread::sleep_for(std::chrono::milliseconds(1));
 	});
 	EXPECT_EQ(faulted.calls.load(std::memory_order_acquire), 1);
 	EXPECT_EQ(faulted.status.load(), CUDA_ERROR_ILLEGAL_ADDRESS);
