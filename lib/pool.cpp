@@ -129,10 +129,14 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 	return g;
 }
 
-void PoolImpl::know_class(uint32_t index)
+DeviceSync *PoolImpl::ordering_of(uint32_t index)
 {
-	if (subscriber && !is_spill(index) && !class_of(index))
-		(void)subscriber->import_classes();
+	if (is_spill(index))
+		return nullptr;
+	auto c = class_of(index);
+	if (!c && subscriber && subscriber->import_classes())
+		c = class_of(index);
+	return c ? classes[*c].sync : nullptr;
 }
 
 Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
@@ -271,8 +275,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable, std::optional<u
 							  std::to_string(now) + " now, not frame " +
 							  std::to_string(*seq));
 	}
-	know_class(index);
-	if (DeviceSync *sync = sync_of(index)) {
+	if (DeviceSync *sync = ordering_of(index)) {
 		// A frame taken by index is ready for any stream: the CPU waits for the
 		// producer's GPU writes (bounded; they were queued before publish).
 		auto ready = sync->wait_ready(index, slot.meta.seq, nullptr, deadline_after(kGetReadyTimeoutNs));

@@ -104,10 +104,10 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 		auto c = class_of(index);
 		return c ? classes[*c].sync : nullptr;
 	}
-	// A consumer about to order slot INDEX (a frame it holds): its class imported first,
-	// if the owner added it since, so that sync_of() knows the slot's memory. A failed
-	// import is reported by checked_guard(), which refuses the frame.
-	void know_class(uint32_t index);
+	// sync_of(INDEX) for a frame this process holds and is about to order: a consumer
+	// imports the slot's class first if the owner added it since (one class lookup when
+	// it is known). A failed import is reported by checked_guard(), which refuses it.
+	DeviceSync *ordering_of(uint32_t index);
 	// The spill tier (spill.hpp), when the pool has one: the owner's, and a consumer's
 	// mapping of it. Its buffers follow the slots in the index space of references.
 	std::unique_ptr<SpillTier> spill;

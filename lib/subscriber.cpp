@@ -627,8 +627,8 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
 			}
-			pool_.know_class(index);
-			if (pool_.is_spill(index) ? pool_.first_sync() != nullptr : pool_.sync_of(index) != nullptr) {
+			if (pool_.is_spill(index) ? pool_.first_sync() != nullptr
+						  : pool_.ordering_of(index) != nullptr) {
 				// Device slots: parked until the producer's GPU writes are done
 				// (STREAM waits for them on the GPU, or the CPU does), or, for a
 				// spilled frame, until the owner's copy into the tier is (the CPU

@@ -106,8 +106,7 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 	seg.header->tickets_redeemed.fetch_add(1, std::memory_order_relaxed);
 	if (left == 1)
 		notify_owner(); // the last one: the owner's hold can go
-	know_class(t.slot);
-	if (DeviceSync *sync = sync_of(t.slot)) {
+	if (DeviceSync *sync = ordering_of(t.slot)) {
 		auto ready = sync->wait_ready(t.slot, seq, nullptr, deadline_after(kRedeemReadyTimeoutNs));
 		if (!ready) {
 			undo();
