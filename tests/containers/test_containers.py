@@ -471,8 +471,13 @@ def case_gst_abstract_across_pid_namespaces(c):
         # of its namespace, LeakSanitizer's stop-the-world at exit never returned (the
         # sink hung past its 60 frames in CI's AddressSanitizer stage).
         env["ASAN_OPTIONS"] = "detect_leaks=0"
-    sink = c.start(PIDNS + [GST_LAUNCH, "-q"] + (src + " ! xmemsink pool-name=%s wait-for-consumers=1" % name).split(),
-                   env)
+    # Every frame must arrive: policy=block with a long block-timeout. The default,
+    # drop-oldest, drops frames a slow consumer has not taken yet, as it should; in CI's
+    # AddressSanitizer stage xmemsrc lost frame 1 that way while its streaming thread
+    # started.
+    sink = c.start(PIDNS + [GST_LAUNCH, "-q"] +
+                   (src + " ! xmemsink pool-name=%s wait-for-consumers=1 policy=block block-timeout=%d" %
+                    (name, 30 * 10**9)).split(), env)
     src_proc = c.start(PIDNS + [GST_LAUNCH, "-q"] + ("xmemsrc pool-name=%s ! checksumsink" % name).split(), env)
     assert sink.finish(60) == 0, sink.stderr()
     assert src_proc.finish(60) == 0, src_proc.stderr()
