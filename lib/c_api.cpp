@@ -378,7 +378,9 @@ int xmem_pool_class_info(const xmem_pool *pool, uint32_t index, xmem_size_class 
 	if (index >= classes.size())
 		return fail(XMEM_ERANGE, "xmem_pool_class_info: no size class of that index");
 	const xmem::SizeClass &c = classes[index];
-	*out = xmem_size_class{ c.index, uint32_t(c.storage), c.device, c.first_slot, c.count, 0, c.slot_size };
+	*out = xmem_size_class{
+		c.index, uint32_t(c.storage), c.device, c.first_slot, c.count, c.sync_mode, c.slot_size
+	};
 	return XMEM_OK;
 }
 

@@ -808,7 +808,8 @@ std::vector<SizeClass> BufferPool::classes() const
 	for (uint32_t c = 0; c < n; c++) {
 		ClassRecord r;
 		std::memcpy(&r, &seg.classes[c], sizeof(r));
-		out.push_back(SizeClass{ c, Storage(r.storage), r.device, r.slot_size, r.first_slot, r.count });
+		out.push_back(
+			SizeClass{ c, Storage(r.storage), r.device, r.slot_size, r.first_slot, r.count, r.sync_mode });
 	}
 	return out;
 }

@@ -511,9 +511,8 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 	std::lock_guard lock(pool_.classes_lock);
 	uint32_t n = pool_.classes_known.load(std::memory_order_relaxed);
 	// CUDA memory: its device found by UUID in other processes, and ordered by the
-	// DeviceSync of that device's first class here. One CUDA device per pool: each
-	// DeviceSync page-locks the whole control segment for its device's streams, and
-	// the driver pins a range once.
+	// DeviceSync of that device's first class here (each device's own, sharing the
+	// control segment's one registration: cuda/ordering.cpp).
 	DeviceUuid uuid{};
 	DeviceSync *sync = nullptr;
 	if (storage == Storage::cuda) {
@@ -521,16 +520,11 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 		if (!id)
 			return id.error();
 		uuid = *id;
-		for (uint32_t c = 0; c < n; c++) {
+		for (uint32_t c = 0; c < n && !sync; c++) {
 			const ClassRecord &other = seg.classes[c];
-			if (other.storage != XMEM_STORAGE_CUDA)
-				continue;
-			if (std::memcmp(other.device_uuid, uuid.data(), uuid.size()) != 0)
-				return make_error(Errc::invalid_argument,
-						  where + ": this pool's device memory is on CUDA device " +
-							  std::to_string(other.device) +
-							  "; classes on a second device are not built yet");
-			sync = pool_.classes[c].sync;
+			if (other.storage == XMEM_STORAGE_CUDA &&
+			    std::memcmp(other.device_uuid, uuid.data(), uuid.size()) == 0)
+				sync = pool_.classes[c].sync;
 		}
 	}
 	if (n == kMaxClasses)

@@ -216,16 +216,6 @@ Result<layout::ClassRecord> Subscriber::class_record(uint32_t c) const
 	uint32_t previous_end = c == 0 ? 0 : pool_.classes[c - 1].first_slot + pool_.classes[c - 1].count;
 	if (auto valid = validate_class(record, c, previous_end, seg.constants(), pool_.where()); !valid)
 		return valid.error();
-	// One CUDA device per pool, as the owner makes them (Publisher::preallocate).
-	for (uint32_t e = 0; e < c && record.storage == XMEM_STORAGE_CUDA; e++) {
-		layout::ClassRecord earlier;
-		std::memcpy(&earlier, &seg.classes[e], sizeof(earlier));
-		if (earlier.storage == XMEM_STORAGE_CUDA &&
-		    std::memcmp(record.device_uuid, earlier.device_uuid, sizeof(record.device_uuid)) != 0)
-			return segment_error(pool_.where(), "size class " + std::to_string(c) +
-								    " is on a second CUDA device, which this library "
-								    "does not support");
-	}
 	return record;
 }
 

@@ -330,6 +330,7 @@ void print_json(const xmem::PoolSnapshot &v)
 		j.key("slot_size").number(c.slot_size);
 		j.key("first_slot").number(c.first_slot);
 		j.key("count").number(c.count);
+		j.key("gpu_ordering").string(xmem::gpu_ordering_name(c.sync_mode));
 		j.end_object();
 	}
 	j.end_array();
@@ -440,10 +441,15 @@ void print_text(const xmem::PoolSnapshot &v)
 		in_classes += c.count;
 	std::printf("  slots            %u in %zu size class%s, records for %u\n", in_classes, v.classes.size(),
 		    v.classes.size() == 1 ? "" : "es", h.slot_count);
-	for (const xmem::SizeClass &c : v.classes)
-		std::printf("  class %-10u %u of %llu bytes (slots %u..%u)%s\n", c.index, c.count,
+	for (const xmem::SizeClass &c : v.classes) {
+		std::string memory = c.storage == xmem::Storage::cuda
+					     ? "CUDA device " + std::to_string(c.device) + ", GPU ordering " +
+						       xmem::gpu_ordering_name(c.sync_mode)
+					     : "system memory";
+		std::printf("  class %-10u %u of %llu bytes (slots %u..%u)%s, %s\n", c.index, c.count,
 			    (unsigned long long)c.slot_size, c.first_slot, c.first_slot + c.count - 1,
-			    c.index == 0 ? (", stride " + std::to_string(h.slot_stride)).c_str() : "");
+			    c.index == 0 ? (", stride " + std::to_string(h.slot_stride)).c_str() : "", memory.c_str());
+	}
 	std::printf("  consumers        up to %u, rings of %u entries\n", h.max_consumers, h.ring_capacity);
 	if (h.storage_type == XMEM_STORAGE_CUDA)
 		std::printf("  storage          CUDA device %u (%s) in its producer, GPU ordering %s\n", h.device_id,

@@ -2,6 +2,7 @@
 #include "ordering.hpp"
 #include "contexts.hpp"
 
+#include <map>
 #include <thread>
 
 namespace xmem::cuda {
@@ -18,21 +19,72 @@ Ordering::Ordering(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ct
 {
 }
 
+namespace {
+
+// The control segment's page-locked registration, one per process and segment: the
+// driver pins a range once (registering it again fails with
+// CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), so the Orderings of a pool's devices
+// share it. PORTABLE makes it pinned for every context; each Ordering asks for the
+// device address in its own.
+struct SegmentPin {
+	size_t size = 0;
+	std::shared_ptr<PrimaryContext> ctx; // the context it was registered in
+	uint32_t users = 0;
+	bool keep = false; // a queued write may still land: never unregistered
+};
+
+std::mutex pins_lock;
+std::map<void *, SegmentPin> pins;
+
+CUresult pin_segment(const Driver &d, void *base, size_t size, const std::shared_ptr<PrimaryContext> &ctx)
+{
+	std::lock_guard lock(pins_lock);
+	if (auto it = pins.find(base); it != pins.end()) {
+		it->second.users++;
+		return CUDA_SUCCESS;
+	}
+	ContextScope scope(*ctx);
+	CUresult r = d.cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+	if (r == CUDA_SUCCESS)
+		pins[base] = SegmentPin{ size, ctx, 1, false };
+	return r;
+}
+
+// LANDED: every write the caller queued to the segment has landed.
+void unpin_segment(const Driver &d, void *base, bool landed)
+{
+	std::lock_guard lock(pins_lock);
+	auto it = pins.find(base);
+	if (it == pins.end())
+		return;
+	SegmentPin &pin = it->second;
+	pin.keep |= !landed;
+	if (--pin.users != 0)
+		return;
+	if (!pin.keep) {
+		ContextScope scope(*pin.ctx);
+		d.cuMemHostUnregister(base);
+	}
+	pins.erase(it);
+}
+
+} // namespace
+
 std::unique_ptr<Ordering> Ordering::create(const ControlSegment &seg, std::shared_ptr<PrimaryContext> ctx,
 					   bool use_mem_ops, std::string *fallback)
 {
 	std::unique_ptr<Ordering> o(new Ordering(seg, std::move(ctx)));
 	if (!use_mem_ops)
 		return o;
-	ContextScope scope(*o->ctx_);
 	// The whole segment: the words sit between other records, and registration is
 	// by page. Device-mapped, so streams can wait on and write them.
 	// The segment is mapped read-write (the driver pins pages for the device to write
 	// them, and refuses a read-only mapping). Pinning can fail where the device supports
 	// it (the kernel locks no more pages: CUDA_ERROR_OUT_OF_MEMORY); then the CPU orders.
+	// A pool with classes on two devices registers it once, for both (pin_segment).
 	void *base = const_cast<std::byte *>(seg.bytes().data());
 	size_t size = seg.bytes().size();
-	CUresult r = o->d_->cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+	CUresult r = pin_segment(*o->d_, base, size, o->ctx_);
 	if (r != CUDA_SUCCESS) {
 		if (fallback)
 			*fallback = "the pool's control segment (" + std::to_string(size) +
@@ -40,6 +92,7 @@ std::unique_ptr<Ordering> Ordering::create(const ControlSegment &seg, std::share
 				    o->d_->describe("cuMemHostRegister", r);
 		return o;
 	}
+	ContextScope scope(*o->ctx_);
 	CUdeviceptr dev = 0;
 	r = o->d_->cuMemHostGetDevicePointer(&dev, base, 0);
 	if (r != CUDA_SUCCESS) {
@@ -47,7 +100,7 @@ std::unique_ptr<Ordering> Ordering::create(const ControlSegment &seg, std::share
 			*fallback = "the pool's control segment has no device address: " +
 				    o->d_->describe("cuMemHostGetDevicePointer", r);
 		// Nothing was queued on it: no stream needs the registration.
-		o->d_->cuMemHostUnregister(base);
+		unpin_segment(*o->d_, base, true);
 		return o;
 	}
 	o->registered_ = base;
@@ -75,13 +128,14 @@ Ordering::~Ordering()
 				 [this](uint32_t i) -> std::atomic<uint64_t> & { return seg_.done(i, queued_holder_); },
 				 deadline_after(kTeardownTimeoutNs));
 	}
-	ContextScope scope(*ctx_);
-	synchronize_contexts(*ctx_);
+	{
+		ContextScope scope(*ctx_);
+		synchronize_contexts(*ctx_);
+	}
 	// A write that never landed (its stream stuck, or its context faulted) may still
 	// run: the pages stay registered until the process exits rather than have the GPU
 	// write to an address that is gone.
-	if (landed)
-		d_->cuMemHostUnregister(registered_);
+	unpin_segment(*d_, registered_, landed);
 }
 
 bool Ordering::drain(std::vector<uint64_t> &queued, const std::function<std::atomic<uint64_t> &(uint32_t)> &word,

@@ -24,7 +24,7 @@ def test_a_class_added_while_attached_carries_larger_frames():
         assert p.preallocate(1 << 20, 2) == 1
         assert p.classes() == c.classes()
         assert p.classes()[1] == {"index": 1, "storage": "system", "device": 0, "slot_size": 1 << 20,
-                                  "first_slot": 2, "count": 2}
+                                  "first_slot": 2, "count": 2, "gpu_ordering": "none"}
         for value, shape in ((1.5, (4, 8)), (2.5, (512, 256)), (3.5, (8, 8))):
             data = numpy.full(shape, value, numpy.float32)
             frame = p.acquire(timeout=5, size=data.nbytes)
@@ -52,6 +52,7 @@ def test_a_system_pool_takes_a_class_of_cuda_memory():
     with xmem.create(pool, 4096, slots=2) as p, xmem.open(pool, timeout=5) as c:
         assert p.preallocate(1 << 16, 2, storage="cuda", device=0) == 1
         assert [k["storage"] for k in c.classes()] == ["system", "cuda"]
+        assert c.classes()[1]["gpu_ordering"] == "stream-memops"
         with pytest.raises(xmem.Error) as e:
             p.acquire(timeout=0, size=1 << 16)  # the first class's memory: no such slot
         assert e.value.status == xmem._capi.ERANGE

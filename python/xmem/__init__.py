@@ -556,6 +556,9 @@ class Frame(_Pointers):
 
 
 # format: one (horizontal subsampling, vertical subsampling, channels) per plane.
+# xmem_size_class.sync_mode, as xmem::gpu_ordering_name() names it.
+_GPU_ORDERING = {0: "none", 1: "stream-memops", 2: "cpu"}
+
 _PLANES = {
     "NV12": [(1, 1, 1), (2, 2, 2)],
     "NV21": [(1, 1, 1), (2, 2, 2)],
@@ -687,14 +690,15 @@ class _Handle:
 
     def classes(self):
         """The pool's size classes, class 0 (the one it was created with) first: dicts of
-        index, storage ('system' or 'cuda'), device, slot_size, first_slot, count."""
+        index, storage ('system' or 'cuda'), device, slot_size, first_slot, count, and
+        gpu_ordering ('stream-memops', 'cpu'; 'none' for system memory)."""
         out = []
         for i in range(lib.xmem_pool_class_count(self._get())):
             c = _capi.SizeClass()
             _check(lib.xmem_pool_class_info(self._get(), i, ctypes.byref(c)), "classes")
             out.append({"index": c.index, "storage": "cuda" if c.storage == _capi.STORAGE_CUDA else "system",
                         "device": c.device, "slot_size": c.slot_size, "first_slot": c.first_slot,
-                        "count": c.count})
+                        "count": c.count, "gpu_ordering": _GPU_ORDERING.get(c.sync_mode, "invalid")})
         return out
 
     def get(self, what, seq=None):
@@ -921,7 +925,7 @@ class Producer(_Handle):
     def preallocate(self, slot_size, count, storage=None, device=0):
         """Adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and returns
         its index. STORAGE ('system' or 'cuda', by default the pool's) and DEVICE may
-        differ from the first class's: system memory and one CUDA device side by side
+        differ from the first class's: system memory and CUDA devices side by side
         (acquire(storage=...) takes their slots). Consumers attached or to come take its
         frames like any other."""
         storage = storage or self.storage

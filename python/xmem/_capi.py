@@ -90,7 +90,7 @@ class SizeClass(ctypes.Structure):
         ("device", ctypes.c_uint32),
         ("first_slot", ctypes.c_uint32),
         ("count", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("sync_mode", ctypes.c_uint32),
         ("slot_size", ctypes.c_uint64),
     ]
 

@@ -22,7 +22,7 @@ Where the design changed, and why (docs/design.md, "Frame tickets"):
   holds it.
 - Slots are preallocated: acquire_* of a size no class of that memory holds is an
   Error (ERANGE), not an allocation (growth on demand is not built).
-- One pool holds system memory and one CUDA device; copy_to_cuda/copy_to_cpu return
+- One pool holds system memory and CUDA devices; copy_to_cuda/copy_to_cpu return
   slots of the pool (owner), as the seed's guards did.
 """
 

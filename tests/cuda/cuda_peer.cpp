@@ -126,7 +126,9 @@ int produce(const std::string &name, const xmem::test::Options &o)
 // as host memory; --work-us T takes T µs more per frame (a slow consumer). With --hold
 // it keeps a frame and a queued read of it forever (to be killed). --max-size S: frames of
 // up to S bytes (size classes larger than the first). --mixed: the pool holds classes of
-// system memory too, whose frames are read on the CPU. Prints spilled=N.
+// system memory too, whose frames are read on the CPU. --any-device: classes on several
+// devices; each frame is received without a stream (ready for any stream once taken) and
+// read and released on a stream of its own device. Prints spilled=N.
 int consume(const std::string &name, const xmem::test::Options &o)
 {
 	xmem::OpenOptions options;
@@ -151,7 +153,10 @@ int consume(const std::string &name, const xmem::test::Options &o)
 	std::printf("attached ordering=%s device=%u\n", p.gpu_ordering(), p.device());
 	std::fflush(stdout);
 	bool use_stream = !o.count("no-stream");
-	CUstream stream = use_stream ? g.stream : nullptr;
+	bool any_device = o.count("any-device") != 0;
+	CUstream stream = use_stream && !any_device ? g.stream : nullptr;
+	// --any-device: a stream on each further device, made when its first frame comes.
+	std::map<uint32_t, Gpu> others;
 	uint64_t frames = 0, bad = 0, last = 0, limit = number_option(o, "frames", UINT64_MAX);
 	xmem::cuda::ContextScope scope(*g.ctx);
 	// Page-locked, so the copy stays queued on the stream: into pageable memory a GPU
@@ -164,7 +169,8 @@ int consume(const std::string &name, const xmem::test::Options &o)
 		return fail("mmap");
 	std::vector<uint32_t> pageable;
 	auto *host = static_cast<uint32_t *>(pinned);
-	if (g.d->cuMemHostRegister(pinned, capacity, 0) != CUDA_SUCCESS) {
+	// PORTABLE: page-locked for the streams of every device too (--any-device).
+	if (g.d->cuMemHostRegister(pinned, capacity, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
 		munmap(pinned, capacity);
 		pageable.resize(capacity / 4);
 		host = pageable.data();
@@ -190,10 +196,20 @@ int consume(const std::string &name, const xmem::test::Options &o)
 			if (!expected)
 				return fail("frame " + std::to_string(seq) + " in host memory, not spilled for host");
 			std::memcpy(host, f->data().data(), size);
-		} else if (f->device() != p.device())
+		} else if (f->device() != p.device() && !any_device) {
 			return fail("frame " + std::to_string(seq) + " says device " + std::to_string(f->device()) +
 				    ", the pool is on " + std::to_string(p.device()));
-		else if (g.d->cuMemcpyDtoHAsync(host, f->device_ptr(), size, g.stream) != CUDA_SUCCESS)
+		}
+		Gpu *on = &g;
+		if (f->storage() == xmem::Storage::cuda && f->device() != p.device()) {
+			on = &others[f->device()];
+			if (!on->ctx)
+				if (auto e = gpu_init(*on, f->device()); !e.empty())
+					return fail(e);
+		}
+		xmem::cuda::ContextScope frame_scope(*on->ctx);
+		if (f->storage() == xmem::Storage::cuda &&
+		    on->d->cuMemcpyDtoHAsync(host, f->device_ptr(), size, on->stream) != CUDA_SUCCESS)
 			return fail("cuMemcpyDtoHAsync");
 		if (o.count("hold")) {
 			// A read still queued on the GPU when the process is killed.
@@ -205,10 +221,10 @@ int consume(const std::string &name, const xmem::test::Options &o)
 					std::this_thread::sleep_for(1s);
 			continue;
 		}
-		auto released = use_stream ? f->release(g.stream) : (f->reset(), xmem::Result<void>());
+		auto released = use_stream ? f->release(on->stream) : (f->reset(), xmem::Result<void>());
 		if (!released)
 			return fail("release: " + released.error().message);
-		if (g.d->cuStreamSynchronize(g.stream) != CUDA_SUCCESS)
+		if (on->d->cuStreamSynchronize(on->stream) != CUDA_SUCCESS)
 			return fail("cuStreamSynchronize");
 		bool ok = seq > last;
 		for (uint64_t i = 0; ok && i < (size - kTail) / 4; i++)

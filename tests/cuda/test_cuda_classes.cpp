@@ -13,6 +13,8 @@
 #include "cuda/driver.hpp"
 #include "peer_frames.hpp"
 
+#include <xmem/snapshot.hpp>
+
 #include <csignal>
 #include <cstring>
 #include <thread>
@@ -47,10 +49,10 @@ struct Gpu {
 	std::shared_ptr<xmem::cuda::PrimaryContext> ctx;
 	CUstream stream = nullptr;
 
-	Gpu()
+	explicit Gpu(uint32_t device = 0)
 	{
 		d = xmem::cuda::driver().value();
-		ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+		ctx = xmem::cuda::PrimaryContext::retain(device, "test").value();
 		xmem::cuda::ContextScope scope(*ctx);
 		EXPECT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
 	}
@@ -61,22 +63,29 @@ struct Gpu {
 	}
 };
 
+// Writes frame SEQ (peer_frames.hpp: its words, then its tail) into the SIZE bytes of
+// device slot F on the GPU, queued on G's stream, and sets the frame's size.
+void write_frame(xmem::BufferGuard &f, Gpu &g, uint64_t size, uint64_t seq)
+{
+	xmem::cuda::ContextScope scope(*g.ctx);
+	uint64_t body = size - xmem::test::kFrameTail;
+	ASSERT_EQ(g.d->cuMemsetD32Async(f.device_ptr(), xmem::test::frame_word(seq), body / 4, g.stream), CUDA_SUCCESS);
+	ASSERT_EQ(g.d->cuMemsetD32Async(f.device_ptr() + body, xmem::test::frame_tail_word(seq),
+					xmem::test::kFrameTail / 4, g.stream),
+		  CUDA_SUCCESS);
+	f.meta_mut().value()->size = size;
+}
+
 // Publishes frame SEQ (peer_frames.hpp: its words, then its tail) of SIZE bytes from a
 // slot of SIZE bytes or more, written on the GPU on G's stream.
 void publish_frame_in(xmem::BufferPool &owner, Gpu &g, uint64_t size, std::optional<Storage> memory)
 {
 	xmem::cuda::ContextScope scope(*g.ctx);
-	auto f = memory ? owner.acquire(size, *memory, 0, 10s, g.stream) : owner.acquire(size, 10s, g.stream);
+	uint32_t device = uint32_t(g.ctx->device());
+	auto f = memory ? owner.acquire(size, *memory, device, 10s, g.stream) : owner.acquire(size, 10s, g.stream);
 	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
 	ASSERT_GE(f->capacity(), size);
-	uint64_t seq = owner.stats().published + 1;
-	uint64_t body = size - xmem::test::kFrameTail;
-	ASSERT_EQ(g.d->cuMemsetD32Async(f->device_ptr(), xmem::test::frame_word(seq), body / 4, g.stream),
-		  CUDA_SUCCESS);
-	ASSERT_EQ(g.d->cuMemsetD32Async(f->device_ptr() + body, xmem::test::frame_tail_word(seq),
-					xmem::test::kFrameTail / 4, g.stream),
-		  CUDA_SUCCESS);
-	f->meta_mut().value()->size = size;
+	write_frame(*f, g, size, owner.stats().published + 1);
 	auto published = owner.publish(std::move(f.value()), g.stream);
 	ASSERT_TRUE(published.ok()) << xmem::test::why(published);
 }
@@ -336,27 +345,45 @@ TEST(CudaClasses, AnotherProcessTakesFramesOfBothMemories)
 		<< "the killed consumer's device slot is free again";
 }
 
-// One CUDA device per pool: on a machine of two simulated devices (the test below runs
-// itself so), a class on the second device is refused, whichever memory came first.
-TEST(CudaClasses, AClassOnASecondDeviceIsRefused)
+// Classes on two devices, on a machine of two simulated devices: the tests below run
+// themselves so, in a child.
+TEST(CudaClasses, ClassesOnTwoDevices)
 {
 	if (!xmem::test::on_cuda_simulator())
 		GTEST_SKIP() << "two devices are the simulator's (XMEM_CUDASIM_DEVICES=2)";
 	Process child({ "/usr/bin/env", "XMEM_CUDASIM_DEVICES=2", this_program(), "--gtest_also_run_disabled_tests",
 			"--gtest_filter=DISABLED_CudaClassesOnTwoSimulatedGpus.*" });
-	EXPECT_EQ(child.wait(60s), 0) << child.output();
-	EXPECT_NE(child.output().find("[  PASSED  ] 1 test"), std::string::npos) << child.output();
+	EXPECT_EQ(child.wait(120s), 0) << child.output();
+	EXPECT_NE(child.output().find("[  PASSED  ] 3 tests"), std::string::npos) << child.output();
 }
 
-TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, ASecondDeviceIsRefused)
+// A device pool takes a class on the other device, and a second class there shares that
+// device's ordering; a system pool takes classes on both, in either order. Each device's
+// slots come out of its own classes.
+TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, EachDeviceHasItsClasses)
 {
 	RuntimeDir dir;
 	auto device = xmem::BufferPool::create("two-dev", cuda_config(1));
 	ASSERT_TRUE(device.ok()) << xmem::test::why(device);
-	auto second = (*device)->preallocate(kLarge, 1, Storage::cuda, 1);
-	EXPECT_EQ(second.code(), Errc::invalid_argument);
-	EXPECT_NE(second.error().message.find("second device"), std::string::npos) << second.error().message;
-	EXPECT_TRUE((*device)->preallocate(kLarge, 1, Storage::cuda, 0).ok()) << "its own device is not refused";
+	ASSERT_TRUE((*device)->preallocate(kLarge, 1, Storage::cuda, 1).ok());
+	ASSERT_TRUE((*device)->preallocate(kSmall, 1, Storage::cuda, 1).ok());
+	auto classes = (*device)->classes();
+	ASSERT_EQ(classes.size(), 3u);
+	EXPECT_EQ(classes[1].device, 1u);
+	EXPECT_EQ(classes[2].device, 1u);
+	// Both devices' streams order the slots themselves: the control segment's one
+	// registration serves both (a second registration of it would fail, and fall back
+	// to CPU synchronization).
+	for (const xmem::SizeClass &c : classes)
+		EXPECT_STREQ(xmem::gpu_ordering_name(c.sync_mode), "stream-memops") << "class " << c.index;
+	for (uint32_t d : { 1u, 0u, 1u }) {
+		auto f = (*device)->acquire(kSmall, Storage::cuda, d, 0s);
+		ASSERT_TRUE(f.ok()) << "device " << d << ": " << xmem::test::why(f);
+		EXPECT_EQ(f->storage(), Storage::cuda);
+		EXPECT_EQ(f->device(), d);
+		EXPECT_EQ(f->meta().device_id, d);
+	}
+	EXPECT_EQ((*device)->acquire(kLarge + 1, Storage::cuda, 1, 0s).code(), Errc::out_of_range);
 
 	xmem::PoolConfig config;
 	config.slot_size = kSmall;
@@ -364,7 +391,119 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, ASecondDeviceIsRefused)
 	auto system = xmem::BufferPool::create("two-sys", config);
 	ASSERT_TRUE(system.ok()) << xmem::test::why(system);
 	ASSERT_TRUE((*system)->preallocate(kLarge, 1, Storage::cuda, 1).ok());
-	EXPECT_EQ((*system)->preallocate(kLarge, 1, Storage::cuda, 0).code(), Errc::invalid_argument);
+	ASSERT_TRUE((*system)->preallocate(kLarge, 1, Storage::cuda, 0).ok());
+	auto on0 = (*system)->acquire(0, Storage::cuda, 0, 0s);
+	ASSERT_TRUE(on0.ok()) << xmem::test::why(on0);
+	EXPECT_EQ(on0->device(), 0u);
+	EXPECT_EQ((*system)->acquire(0, Storage::cuda, 2, 0s).code(), Errc::out_of_range) << "no device 2";
+}
+
+// Another process attached to a pool of device 0 before its class on device 1 existed:
+// it imports the class with its first frame and checks every word of frames written on
+// both GPUs, each read and released on its own device's stream; then one killed holding
+// a read of a device-1 frame gives its slot back.
+TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, AnotherProcessTakesFramesOfBothDevices)
+{
+	RuntimeDir dir;
+	xmem::PoolConfig config = cuda_config(2);
+	config.policy = xmem::Policy::fifo;
+	config.block_timeout = 10s;
+	auto owner = xmem::BufferPool::create("two-mp", config);
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	Process consumer({ xmem::test::cuda_peer_path(), "consume", "two-mp", "--frames", "20", "--any-device",
+			   "--max-size", std::to_string(kLarge) });
+	ASSERT_TRUE(consumer.wait_output("attached")) << consumer.output();
+	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
+	Gpu g0(0), g1(1);
+	for (uint64_t n = 0; n < 20; n++) {
+		if (n == 5) {
+			ASSERT_TRUE((*owner)->preallocate(kLarge, 2, Storage::cuda, 1).ok());
+		}
+		if (n >= 5 && n % 2)
+			publish_frame_in(**owner, g1, kLarge, Storage::cuda);
+		else
+			publish_frame_in(**owner, g0, kSmall, Storage::cuda);
+		std::this_thread::sleep_for(2ms);
+	}
+	EXPECT_EQ(consumer.wait(60s), 0) << consumer.output();
+	EXPECT_NE(consumer.output().find("frames=20 bad=0"), std::string::npos) << consumer.output();
+	EXPECT_EQ(consumer.output().find("falls back"), std::string::npos)
+		<< "the consumer's streams order device 1's slots too: " << consumer.output();
+
+	Process holder({ xmem::test::cuda_peer_path(), "consume", "two-mp", "--hold", "1", "--any-device", "--max-size",
+			 std::to_string(kLarge) });
+	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
+	publish_frame_in(**owner, g1, kLarge, Storage::cuda);
+	ASSERT_TRUE(holder.wait_output("holding")) << holder.output();
+	holder.signal(SIGKILL);
+	holder.wait(10s);
+	EXPECT_TRUE(eventually([&] { return (*owner)->stats().slots_free == 4; }, 20s))
+		<< "the killed consumer's device-1 slot is free again";
+	// Its slot is written again: the owner's wait for the dead reader's done word ends.
+	publish_frame_in(**owner, g1, kLarge, Storage::cuda);
+	publish_frame_in(**owner, g1, kLarge, Storage::cuda);
+}
+
+// Copies to the other GPU that are buffers of the pool: a frame written on device 0,
+// copied into a device-1 slot and published; a device-1 frame copied into a device-0
+// slot and handed over as a ticket; a consumer's private copy of a device-0 frame on
+// device 1. Every word arrives.
+TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, CopiesToTheOtherDeviceArePoolBuffers)
+{
+	RuntimeDir dir;
+	auto owner = xmem::BufferPool::create("two-copies", cuda_config(2));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("two-copies");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	ASSERT_TRUE((*owner)->preallocate(kSmall, 2, Storage::cuda, 1).ok());
+	Gpu g0(0), g1(1);
+	auto write = [&](xmem::BufferGuard &f, Gpu &g, uint64_t seq) {
+		write_frame(f, g, kSmall, seq);
+		// The copy below runs on the other device's stream: these writes are over first.
+		xmem::cuda::ContextScope scope(*g.ctx);
+		ASSERT_EQ(g.d->cuStreamSynchronize(g.stream), CUDA_SUCCESS);
+	};
+
+	auto src = (*owner)->acquire(kSmall, Storage::cuda, 0, 10s, g0.stream);
+	ASSERT_TRUE(src.ok()) << xmem::test::why(src);
+	uint64_t seq = (*owner)->stats().published + 1;
+	write(*src, g0, seq);
+	src->meta_mut().value()->pts = 77;
+	auto on1 = (*owner)->copy(*src, Storage::cuda, 1, 10s, g1.stream);
+	ASSERT_TRUE(on1.ok()) << xmem::test::why(on1);
+	EXPECT_EQ(on1->device(), 1u);
+	EXPECT_TRUE(on1->writable()) << "a pool buffer, ready to publish";
+	ASSERT_TRUE(src->release(g0.stream).ok());
+	ASSERT_TRUE((*owner)->publish(std::move(*on1), g1.stream).ok());
+	auto r = (*consumer)->receive(5s);
+	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+	EXPECT_EQ(r->device(), 1u);
+	EXPECT_EQ(r->meta().pts, 77u);
+	EXPECT_EQ(r->meta().seq, seq);
+	auto back = r->copy_to_cpu();
+	ASSERT_TRUE(back.ok()) << xmem::test::why(back);
+	EXPECT_TRUE(frame_is(back->data(), seq)) << "the device-1 copy's bytes";
+	r->reset();
+
+	auto dsrc = (*owner)->acquire(kSmall, Storage::cuda, 1, 10s, g1.stream);
+	ASSERT_TRUE(dsrc.ok()) << xmem::test::why(dsrc);
+	seq = (*owner)->stats().published + 1;
+	write(*dsrc, g1, seq);
+	auto on0 = (*owner)->copy(*dsrc, Storage::cuda, 0, 10s, g0.stream);
+	ASSERT_TRUE(on0.ok()) << xmem::test::why(on0);
+	EXPECT_EQ(on0->device(), 0u);
+	ASSERT_TRUE(dsrc->release(g1.stream).ok());
+	auto ticket = (*owner)->publish_ticket(std::move(*on0), 1, 5s, g0.stream);
+	ASSERT_TRUE(ticket.ok()) << xmem::test::why(ticket);
+	auto redeemed = (*consumer)->get(*ticket);
+	ASSERT_TRUE(redeemed.ok()) << xmem::test::why(redeemed);
+	EXPECT_EQ(redeemed->device(), 0u);
+	auto private_copy = redeemed->copy_to_device(1);
+	ASSERT_TRUE(private_copy.ok()) << xmem::test::why(private_copy);
+	EXPECT_EQ(private_copy->device(), 1u);
+	auto host = private_copy->copy_to_cpu();
+	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+	EXPECT_TRUE(frame_is(host->data(), seq)) << "device 1 -> pool slot on device 0 -> private copy on device 1";
 }
 
 // Copies that are buffers of the pool: a host frame copied into a device slot and
@@ -416,16 +555,7 @@ TEST(CudaClasses, CopiesAcrossMemoriesAreBuffersOfThePool)
 	auto dsrc = (*owner)->acquire(kLarge, Storage::cuda, 0, 10s, g.stream);
 	ASSERT_TRUE(dsrc.ok()) << xmem::test::why(dsrc);
 	seq = (*owner)->stats().published + 1;
-	{
-		xmem::cuda::ContextScope scope(*g.ctx);
-		uint64_t body = kLarge - xmem::test::kFrameTail;
-		ASSERT_EQ(g.d->cuMemsetD32Async(dsrc->device_ptr(), xmem::test::frame_word(seq), body / 4, g.stream),
-			  CUDA_SUCCESS);
-		ASSERT_EQ(g.d->cuMemsetD32Async(dsrc->device_ptr() + body, xmem::test::frame_tail_word(seq),
-						xmem::test::kFrameTail / 4, g.stream),
-			  CUDA_SUCCESS);
-	}
-	dsrc->meta_mut().value()->size = kLarge;
+	write_frame(*dsrc, g, kLarge, seq);
 	auto host = (*owner)->copy(*dsrc, Storage::system, 0, 10s, g.stream);
 	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 	EXPECT_EQ(host->storage(), Storage::system);

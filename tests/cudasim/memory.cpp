@@ -274,6 +274,16 @@ bool resolve_device(State &s, uintptr_t addr, size_t size, int device, Access ac
 				fault = { pos, "a write to host memory registered read-only" };
 				return false;
 			}
+			// Strict: memory registered without PORTABLE is pinned for the registering
+			// context only (cuMemHostRegister), so only its streams may touch it.
+			if (!(reg.flags & CU_MEMHOSTREGISTER_PORTABLE) && executing_context &&
+			    reg.owner != executing_context) {
+				fault = { pos, "host memory " + describe(*reg.owner) +
+						       " registered without CU_MEMHOSTREGISTER_PORTABLE, touched by a "
+						       "stream of " +
+						       describe(*executing_context) };
+				return false;
+			}
 			size_t n = std::min<uintptr_t>(end - pos, reg.dptr + reg.size - pos);
 			out.push_back({ reinterpret_cast<char *>(a->second.host + (pos - reg.dptr)), n, nullptr });
 			pos += n;
@@ -1038,6 +1048,10 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned
 		auto it = find_containing(s.host_registrations, host);
 		if (it == s.host_registrations.end())
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "%p is not registered host memory", p);
+		// Strict: without PORTABLE the memory is pinned for the registering context only.
+		if (!(it->second.flags & CU_MEMHOSTREGISTER_PORTABLE) && it->second.owner != ctx)
+			return fail(CUDA_ERROR_INVALID_VALUE, call,
+				    "%p was registered without CU_MEMHOSTREGISTER_PORTABLE by another context", p);
 		*pdptr = it->second.dptr + (host - it->first);
 		return CUDA_SUCCESS;
 	});

@@ -479,26 +479,42 @@ CUresult finish_synchronous(const char *call, Stream &stream, uint64_t ticket)
 	return CUDA_SUCCESS;
 }
 
-// Bytes from pos to the end of the entry of map (keyed by start, with a size) that holds
-// pos; 0 when none does.
+unsigned portable_flags(const HostRegistration &reg)
+{
+	return reg.flags;
+}
+
+unsigned portable_flags(const HostAllocation &)
+{
+	return 0; // cuMemAllocHost: no flags, so not portable
+}
+
+// The first entry of MAP that covers POS, as pinned memory for CTX: how many bytes from
+// POS on (0: none). Memory registered or allocated without PORTABLE is page-locked for
+// the context that made it only; to any other it is pageable (cuMemHostRegister,
+// cuMemHostAlloc).
 template<typename Map>
-uintptr_t covered(const Map &map, uintptr_t pos)
+uintptr_t pinned_for(const Map &map, uintptr_t pos, const Context *ctx)
 {
 	auto it = map.upper_bound(pos);
 	if (it == map.begin())
 		return 0;
 	--it;
-	return pos - it->first < it->second.size ? it->first + it->second.size - pos : 0;
+	if (pos - it->first >= it->second.size)
+		return 0;
+	if (it->second.owner != ctx && !(portable_flags(it->second) & CU_MEMHOSTREGISTER_PORTABLE))
+		return 0;
+	return it->first + it->second.size - pos;
 }
 
-// Whether every byte of [addr, addr + size) is page-locked: cuMemAllocHost memory or a
-// cuMemHostRegister range. Caller holds State::lock.
-bool page_locked(const State &s, uintptr_t addr, size_t size)
+// Whether every byte of [addr, addr + size) is page-locked for CTX: cuMemAllocHost memory
+// or a cuMemHostRegister range, its own or PORTABLE. Caller holds State::lock.
+bool page_locked(const State &s, uintptr_t addr, size_t size, const Context *ctx)
 {
 	for (uintptr_t pos = addr, end = addr + size; pos < end;) {
-		uintptr_t n = covered(s.host_allocations, pos);
+		uintptr_t n = pinned_for(s.host_allocations, pos, ctx);
 		if (!n)
-			n = covered(s.host_registrations, pos);
+			n = pinned_for(s.host_registrations, pos, ctx);
 		if (!n)
 			return false;
 		pos += std::min(n, end - pos);
@@ -513,12 +529,12 @@ struct Side {
 	bool pageable = false;
 };
 
-Side side_of(const State &s, const Endpoint &e, size_t width, size_t height)
+Side side_of(const State &s, const Endpoint &e, size_t width, size_t height, const Context *ctx)
 {
 	size_t span = (height - 1) * e.pitch + width;
 	Side side;
 	side.host = e.space == Space::host || (e.space == Space::unified && !in_device_space(s, e.addr, span));
-	side.pageable = side.host && !page_locked(s, e.addr, span);
+	side.pageable = side.host && !page_locked(s, e.addr, span, ctx);
 	return side;
 }
 
@@ -544,8 +560,8 @@ CUresult submit_copy(const char *call, Stream &stream, Endpoint dst, Endpoint sr
 	std::shared_ptr<std::atomic<bool>> staged;
 	{
 		std::lock_guard<std::mutex> guard(s.lock);
-		Side to = side_of(s, dst, width, height);
-		Side from = side_of(s, src, width, height);
+		Side to = side_of(s, dst, width, height, stream.ctx);
+		Side from = side_of(s, src, width, height, stream.ctx);
 		if (from.pageable && !to.host) {
 			size_t bytes;
 			if (__builtin_mul_overflow(width, height, &bytes))

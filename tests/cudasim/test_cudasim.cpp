@@ -277,6 +277,8 @@ void free_vmm(const VmmBuffer &buffer)
 
 // A page of host memory registered with the simulator: words another thread (or
 // process) writes and stream memory operations use through the page's device address.
+// PORTABLE: the streams of every context may use it (the simulator refuses a registration
+// without it to other contexts than the registering one).
 class HostPage
 {
 public:
@@ -285,7 +287,9 @@ public:
 		void *mem = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		EXPECT_NE(mem, MAP_FAILED);
 		mem_ = static_cast<char *>(mem);
-		EXPECT_EQ(cu().cuMemHostRegister(mem_, size_, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+		EXPECT_EQ(
+			cu().cuMemHostRegister(mem_, size_, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
+			CUDA_SUCCESS);
 		EXPECT_EQ(cu().cuMemHostGetDevicePointer(&dptr_, mem_, 0), CUDA_SUCCESS);
 	}
 	~HostPage()

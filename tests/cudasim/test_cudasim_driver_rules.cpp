@@ -373,6 +373,73 @@ TEST(DISABLED_Child, PinNothing)
 	EXPECT_EQ(cu().cuMemAllocHost(&host, 4096), CUDA_ERROR_OUT_OF_MEMORY);
 }
 
+// --- registrations seen by several contexts -------------------------------------------
+
+// A registration is one per range, whichever context asks: a second one, from another
+// device's context too, is CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED. Without PORTABLE it
+// is pinned for its own context only: another context gets no device address and its
+// streams fault on the first one's; with PORTABLE every context gets one and uses it.
+TEST(HostPinning, RegistrationsAreSharedAcrossContextsOnlyWhenPortable)
+{
+	ChildResult child = run_child("PortableAcrossDevices", { "XMEM_CUDASIM_DEVICES=2" });
+	EXPECT_TRUE(exited_cleanly(child)) << child.output;
+}
+
+TEST(DISABLED_Child, PortableAcrossDevices)
+{
+	ASSERT_EQ(cu().cuInit(0), CUDA_SUCCESS);
+	CUcontext ctx[2];
+	CUstream stream[2];
+	for (int d = 0; d < 2; d++) {
+		ASSERT_EQ(cu().cuDevicePrimaryCtxRetain(&ctx[d], d), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuCtxPushCurrent(ctx[d]), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamCreate(&stream[d], CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+		CUcontext popped;
+		ASSERT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+	}
+	auto on = [&](int d, auto f) {
+		EXPECT_EQ(cu().cuCtxPushCurrent(ctx[d]), CUDA_SUCCESS);
+		f();
+		CUcontext popped;
+		EXPECT_EQ(cu().cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+	};
+	Pages plain(1), portable(1);
+	auto *plain_word = reinterpret_cast<uint64_t *>(plain.data());
+	auto *portable_word = reinterpret_cast<uint64_t *>(portable.data());
+	CUdeviceptr plain_dev = 0, portable_dev[2] = {};
+	on(0, [&] {
+		ASSERT_EQ(cu().cuMemHostRegister(plain.data(), 8, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemHostGetDevicePointer(&plain_dev, plain.data(), 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemHostRegister(portable.data(), 8,
+						 CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
+			  CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuMemHostGetDevicePointer(&portable_dev[0], portable.data(), 0), CUDA_SUCCESS);
+	});
+	on(1, [&] {
+		EXPECT_EQ(cu().cuMemHostRegister(portable.data(), 8,
+						 CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
+			  CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+			<< "registered once, for every context";
+		CUdeviceptr none = 0;
+		EXPECT_EQ(cu().cuMemHostGetDevicePointer(&none, plain.data(), 0), CUDA_ERROR_INVALID_VALUE);
+		ASSERT_EQ(cu().cuMemHostGetDevicePointer(&portable_dev[1], portable.data(), 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamWriteValue64(stream[1], portable_dev[1], 7, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamSynchronize(stream[1]), CUDA_SUCCESS);
+		EXPECT_EQ(*portable_word, 7u) << "device 1's stream wrote the portable word";
+		// Device 1's stream on device 0's non-portable registration: an illegal address.
+		ASSERT_EQ(cu().cuStreamWriteValue64(stream[1], plain_dev, 7, 0), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuStreamSynchronize(stream[1]), CUDA_ERROR_ILLEGAL_ADDRESS);
+		EXPECT_EQ(*plain_word, 0u);
+	});
+	on(0, [&] {
+		ASSERT_EQ(cu().cuStreamWriteValue64(stream[0], plain_dev, 9, 0), CUDA_SUCCESS);
+		ASSERT_EQ(cu().cuStreamSynchronize(stream[0]), CUDA_SUCCESS);
+		EXPECT_EQ(*plain_word, 9u) << "its own context's stream";
+		EXPECT_EQ(cu().cuMemHostUnregister(plain.data()), CUDA_SUCCESS);
+		EXPECT_EQ(cu().cuMemHostUnregister(portable.data()), CUDA_SUCCESS);
+	});
+}
+
 // --- stream memory operation flags -----------------------------------------------------
 
 // A registered page whose first word is 1: every wait condition with value 1 (GEQ, EQ, AND,

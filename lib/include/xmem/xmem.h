@@ -178,7 +178,8 @@ typedef struct xmem_size_class {
 	uint32_t device; /* the owner's CUDA ordinal, 0 for system memory */
 	uint32_t first_slot;
 	uint32_t count;
-	uint32_t reserved; /* zero */
+	uint32_t sync_mode; /* how GPU work on its slots is ordered: 1 stream memory operations,
+			     * 2 the CPU; 0 for system memory */
 	uint64_t slot_size;
 } xmem_size_class;
 
@@ -337,8 +338,8 @@ int xmem_pool_copy(xmem_pool *pool, const xmem_buffer *frame, uint32_t storage, 
 		   void *cuda_stream, xmem_buffer **out);
 /* Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and its
  * index in *CLASS_INDEX (may be NULL). STORAGE and DEVICE may differ from the first
- * class's: system memory and one CUDA device side by side (a second CUDA device, another
- * memory in a pool with a spill tier, or a device for system memory: XMEM_EINVAL).
+ * class's: system memory and CUDA devices side by side (another memory in a pool with a
+ * spill tier, or a device for system memory: XMEM_EINVAL).
  * Attached consumers take its frames like any other.
  * Errors: XMEM_EINVAL, XMEM_EROLE, XMEM_EFULL (max_slots or 32 classes reached),
  * XMEM_ENOMEM, XMEM_ESYSTEM, XMEM_ECLOSED, XMEM_ENOENT (no such CUDA device). */

@@ -160,6 +160,9 @@ struct SizeClass {
 	uint64_t slot_size = 0;
 	uint32_t first_slot = 0;
 	uint32_t count = 0;
+	// How the owner orders GPU work on its slots (gpu_ordering_name(): stream memory
+	// operations, or the CPU); 0 for system memory.
+	uint32_t sync_mode = 0;
 };
 
 struct OpenOptions {
@@ -375,9 +378,9 @@ public:
 	// Owner: adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and
 	// returns its index. Consumers attached or to come take its frames like any other
 	// (they import its memory once, with its first frame). STORAGE and DEVICE may differ
-	// from the first class's: system memory and one CUDA device side by side. A second
-	// CUDA device, or another memory in a pool with a spill tier, is
-	// Errc::invalid_argument; Errc::full past max_slots or 32 classes.
+	// from the first class's: system memory and CUDA devices side by side. Another memory
+	// in a pool with a spill tier is Errc::invalid_argument; Errc::full past max_slots or
+	// 32 classes.
 	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device = 0);
 	// Owner: a copy of FRAME (any frame this process holds, of this pool or another)
 	// that is a buffer of this pool: a free slot of STORAGE (for CUDA, device DEVICE)
@@ -385,8 +388,11 @@ public:
 	// takes one, with its bytes and metadata (size, times, flags, layout, tensor, side
 	// data). Publish it or make a ticket of it like any acquired slot. Into device
 	// memory the copy is queued on STREAM (publish on that stream: consumers' reads wait
-	// for it); into system memory it is complete on return. Errc::out_of_range when the
-	// pool has no class of that memory large enough (preallocate() adds one).
+	// for it); into system memory it is complete on return. From a frame on another GPU
+	// the copy is staged through host memory: it reads FRAME after STREAM's earlier work
+	// (a stream of DEVICE; FRAME's own writes must be over or ordered before that) and is
+	// complete on return. Errc::out_of_range when the pool has no class of that memory
+	// large enough (preallocate() adds one).
 	Result<BufferGuard> copy(const BufferGuard &frame, Storage storage, uint32_t device,
 				 std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
 	// Owner: publishes FRAME to every consumer and consumes the guard. For a device
