@@ -112,3 +112,57 @@ def test_bad_indices_are_refused():
             a.get("xmem-ticket:0:1:1", seq=1)
         publish(p, 0.5)
         assert p.get(0).meta.seq == 1  # the owner takes its own frames by index too
+
+
+def test_add_ref_keeps_a_slot_past_its_frame_until_release():
+    """The seed's add_ref/release by index: a reference with no object keeps the slot
+    from the producer after the Frame is gone, and release gives it back."""
+    pool = name()
+    with xmem.create(pool, 256, slots=1, policy="drop-oldest") as p, xmem.open(pool, timeout=5) as c:
+        publish(p, 2.5)
+        frame = c.receive(timeout=5)
+        index = frame.meta_index
+        assert c.ref_count(index) == 1
+        c.add_ref(index)
+        assert c.ref_count(index) == 2
+        frame.release()
+        del frame
+        gc.collect()
+        assert c.ref_count(index) == 1
+        with pytest.raises(xmem.Timeout):
+            p.acquire(timeout=0.2)  # the pool's one slot is still the consumer's
+        again = c.get(index)
+        assert numpy.asarray(again).tolist() == [[2.5] * 3] * 2
+        again.release()
+        del again  # numpy's array above kept the frame (its base) until both went
+        gc.collect()
+        assert c.ref_count(index) == 1
+        c.release(index)
+        assert c.ref_count(index) == 0
+        p.acquire(timeout=5).release()  # back in the pool
+        with pytest.raises(xmem.NotHeld):
+            c.release(index)
+        with pytest.raises(xmem.NotHeld):
+            c.add_ref(index)
+        with pytest.raises(ValueError):
+            c.add_ref(-1)
+        with pytest.raises(xmem.Error) as e:
+            c.add_ref(7)
+        assert e.value.status == xmem._capi.ERANGE
+
+
+def test_the_seed_pool_has_add_ref_and_release():
+    pool = name()
+    with xmem.create(pool, 256, slots=2) as p:
+        seed = xmem.BufferPool(pool)
+        assert seed.role == "consumer"
+        publish(p, 3.5)
+        frame = seed._handle.receive(timeout=5)
+        seed.add_ref(frame.meta_index)
+        assert seed.ref_count(frame.meta_index) == 2
+        seed.release(frame.meta_index)
+        assert seed.ref_count(frame.meta_index) == 1
+        frame.release()
+        seed.close()
+        with pytest.raises(xmem.Error):
+            xmem.BufferPool(name()).add_ref(0)

@@ -653,6 +653,12 @@ class _Pool:
         self.close()
 
 
+def _slot_index(index, what):
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < 2**32:
+        raise ValueError("%s: a slot index, 0 to 2**32 - 1" % what)
+    return index
+
+
 class _Handle:
     def _get(self):
         if self._pool.handle is None:
@@ -733,11 +739,30 @@ class _Handle:
         processes' get() refuse it), else a private copy of its payload (meta.size
         bytes) that is not a pool buffer. Frame.writable() says which arrays may
         write. Errors as get(index)."""
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < 2**32:
-            raise ValueError("get_mut: a slot index, 0 to 2**32 - 1")
         buffer = ctypes.c_void_p()
-        _check(lib.xmem_pool_get_mut(self._get(), index, ctypes.byref(buffer)), "get_mut")
+        _check(lib.xmem_pool_get_mut(self._get(), _slot_index(index, "get_mut"), ctypes.byref(buffer)), "get_mut")
         return Frame(buffer, self._pool)
+
+    def add_ref(self, index):
+        """One more reference of this process's on slot INDEX, which it holds already (a
+        Frame of it is alive, or an earlier add_ref()): kept with no object until
+        release(INDEX), so the slot outlives the Frame (the seed's add_ref(meta_index)).
+        Like every reference it is this process's own: given back when it dies. NotHeld
+        when this process holds no reference on the slot; Error (ERANGE) for an index out
+        of range."""
+        _check(lib.xmem_pool_add_ref(self._get(), _slot_index(index, "add_ref")), "add_ref")
+
+    def release(self, index):
+        """Gives back one reference add_ref(INDEX) made; the slot goes back to the pool
+        with this process's last reference. A Frame's own reference goes with the Frame
+        (Frame.release()), never through this call. NotHeld when this process holds no
+        reference on the slot."""
+        _check(lib.xmem_pool_release(self._get(), _slot_index(index, "release")), "release")
+
+    def ref_count(self, index):
+        """This process's references on slot INDEX: its Frames' and add_ref()'s (0 when
+        it holds none)."""
+        return lib.xmem_pool_ref_count(self._get(), _slot_index(index, "ref_count"))
 
     def close(self):
         """Closes the handle; frames still held stay valid until they go."""

@@ -113,6 +113,24 @@ class BufferPool:
         frame.ticket = owner.publish_ticket(frame, redemptions=int(count), ttl=ttl)
         return frame.ticket
 
+    def _attached(self, what):
+        if self._handle is None:
+            raise Error("%s: pool '%s' is not attached" % (what, self.name), _capi.ENOENT)
+        return self._handle
+
+    def add_ref(self, meta_index):
+        """One more reference of this process's on slot META_INDEX, which it holds: kept
+        until release(META_INDEX). See Consumer.add_ref."""
+        self._attached("add_ref").add_ref(meta_index)
+
+    def release(self, meta_index):
+        """Gives back a reference add_ref(META_INDEX) made. See Consumer.release."""
+        self._attached("release").release(meta_index)
+
+    def ref_count(self, meta_index):
+        """This process's references on slot META_INDEX."""
+        return self._attached("ref_count").ref_count(meta_index)
+
     def stats(self):
         if self._handle is None:
             raise Error("stats: pool '%s' is not attached" % self.name, _capi.ENOENT)
