@@ -8,6 +8,7 @@
 #include <xmem/snapshot.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -379,6 +380,22 @@ bool PoolImpl::take_exclusive(uint32_t index)
 	}
 	slot.state.store(kSlotPublished, std::memory_order_seq_cst);
 	return false;
+}
+
+Result<DeviceSync *> PoolImpl::add_sync(const Arena &memory, bool mem_ops)
+{
+	std::string fallback;
+	auto made = make_device_sync(seg, memory, mem_ops, &fallback);
+	if (!made)
+		return made.error();
+	if (!fallback.empty())
+		// A notice only: a failed write to stderr changes nothing.
+		(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
+				   where().c_str(), fallback.c_str());
+	uint32_t n = sync_count.load(std::memory_order_relaxed);
+	syncs[n] = std::move(made.value());
+	sync_count.store(n + 1, std::memory_order_release);
+	return syncs[n].get();
 }
 
 Result<void> PoolImpl::add_ref(uint32_t index)

@@ -72,14 +72,11 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// Destroyed before the arenas: each synchronizes this process's streams first.
 	std::array<std::unique_ptr<DeviceSync>, layout::kMaxClasses> syncs;
 	std::atomic<uint32_t> sync_count{ 0 };
-	// Adds SYNC (classes_lock held); returns it.
-	DeviceSync *add_sync(std::unique_ptr<DeviceSync> sync)
-	{
-		uint32_t n = sync_count.load(std::memory_order_relaxed);
-		syncs[n] = std::move(sync);
-		sync_count.store(n + 1, std::memory_order_release);
-		return syncs[n].get();
-	}
+	// Makes and adds (classes_lock held) the DeviceSync of the device MEMORY is on:
+	// stream memory operations when MEM_OPS allows them and the control segment can be
+	// page-locked, else CPU synchronization, which a notice on stderr explains. Every
+	// role's each device's first class comes through here.
+	Result<DeviceSync *> add_sync(const Arena &memory, bool mem_ops);
 	// Calls F on every DeviceSync of this process's.
 	template<typename F>
 	void each_sync(F f) const

@@ -545,15 +545,10 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 	if (storage == Storage::cuda && !sync) {
 		// The pool's first class of device memory: its device's GPU ordering, chosen as
 		// create() chooses a device pool's.
-		std::string fallback;
-		auto ordering = make_device_sync(seg, *memory, gpu_ordering_wanted(device), &fallback);
+		auto ordering = pool_.add_sync(*memory, gpu_ordering_wanted(device));
 		if (!ordering)
 			return make_error(ordering.code(), where + ": " + ordering.error().message);
-		if (!fallback.empty())
-			// A notice only: a failed write to stderr changes nothing.
-			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
-					   where.c_str(), fallback.c_str());
-		sync = pool_.add_sync(std::move(ordering.value()));
+		sync = *ordering;
 	}
 
 	ClassRecord record{};
@@ -1757,18 +1752,13 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	}
 	DeviceSync *sync = nullptr;
 	if (cuda) {
-		std::string fallback;
-		auto made = make_device_sync(impl->seg, *impl->arena, params.sync_mode == kSyncStreamMemOps, &fallback);
-		if (!made)
-			return made.error();
 		{
 			std::lock_guard lock(impl->classes_lock);
-			sync = impl->add_sync(std::move(made.value()));
+			auto made = impl->add_sync(*impl->arena, params.sync_mode == kSyncStreamMemOps);
+			if (!made)
+				return made.error();
+			sync = *made;
 		}
-		if (!fallback.empty())
-			// A notice only: a failed write to stderr changes nothing.
-			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
-					   impl->where().c_str(), fallback.c_str());
 		// No consumer has seen the segment yet: record what this owner really does.
 		impl->seg.set_sync_mode(sync->mode());
 		if (impl->spill) {

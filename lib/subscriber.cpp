@@ -190,17 +190,12 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	pool_.arena = std::move(arena.value());
 	DeviceSync *sync = nullptr;
 	if (storage == Storage::cuda) {
-		std::string fallback;
 		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(*device);
-		auto made = make_device_sync(seg, *pool_.arena, mem_ops, &fallback);
+		std::lock_guard lock(pool_.classes_lock);
+		auto made = pool_.add_sync(*pool_.arena, mem_ops);
 		if (!made)
 			return made.error();
-		if (!fallback.empty())
-			// A notice only: a failed write to stderr changes nothing.
-			(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
-					   pool_.where().c_str(), fallback.c_str());
-		std::lock_guard lock(pool_.classes_lock);
-		sync = pool_.add_sync(std::move(made.value()));
+		sync = *made;
 	}
 	{
 		std::lock_guard lock(pool_.classes_lock);
@@ -226,17 +221,12 @@ Result<DeviceSync *> Subscriber::device_ordering(const layout::ClassRecord &reco
 	for (uint32_t c = 0; c < n; c++)
 		if (pool_.classes[c].sync && pool_.classes[c].arena->device() == device)
 			return pool_.classes[c].sync;
-	std::string fallback;
 	bool mem_ops = record.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(device);
-	auto made = make_device_sync(seg, memory, mem_ops, &fallback);
+	bool first = !pool_.has_device_slots();
+	auto made = pool_.add_sync(memory, mem_ops);
 	if (!made)
 		return made.error();
-	if (!fallback.empty())
-		// A notice only: a failed write to stderr changes nothing.
-		(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
-				   pool_.where().c_str(), fallback.c_str());
-	bool first = !pool_.has_device_slots();
-	DeviceSync *sync = pool_.add_sync(std::move(made.value()));
+	DeviceSync *sync = *made;
 	// A consumer of a system pool meets device memory: from now on it waits for the
 	// producer's GPU writes, which the owner's death must release.
 	if (first && self) {
