@@ -2,9 +2,14 @@
 attached, acquire(size=...) taking the smallest class that fits, frames of every class
 received byte for byte with their dtype, the class table seen by both sides, and the
 refusals (a device for system memory, past max_slots, a size no class holds); a pool of
-system memory taking a class of CUDA memory (on the driver simulator, as the suite runs)."""
+system memory taking a class of CUDA memory (on the driver simulator, as the suite runs),
+and a consumer process without CUDA attached to such a pool."""
 
 import os
+import subprocess
+import sys
+import textwrap
+import time
 import uuid
 
 import numpy
@@ -100,3 +105,60 @@ def test_copies_across_memories_are_buffers_of_the_pool():
         with pytest.raises(xmem.Error) as e:
             p.copy(back, "cuda", device=3)
         assert e.value.status == xmem._capi.ERANGE
+
+
+@pytest.mark.skipif(not os.environ.get("XMEM_CUDA_DRIVER"), reason="no CUDA driver (simulated or real) configured")
+def test_a_consumer_without_cuda_is_refused_device_frames_and_keeps_the_rest():
+    """A recorder process with no CUDA driver, attached to a system pool before the owner
+    added a class of device memory: each device frame is refused with the reason and
+    given back; frames of the classes before it still come; a class added after it is
+    refused too (classes are imported in order), and the slots all come back."""
+    pool = name()
+    child = textwrap.dedent("""
+        import sys
+        import xmem
+        with xmem.open(sys.argv[1], timeout=5, policy="fifo", block_timeout=10) as c:
+            print("attached", flush=True)
+            for _ in range(5):
+                try:
+                    f = c.receive(timeout=10)
+                    print("ok", int(f.data[0]), f.meta.storage, flush=True)
+                    f.release()
+                except xmem.Error as e:
+                    print("refused", str(e).replace("\\n", " "), flush=True)
+            print("frames_refused", c.frames_refused(), flush=True)
+        """)
+    env = dict(os.environ, XMEM_CUDA_DRIVER="/nonexistent/libcuda.so.1")
+    with xmem.create(pool, 4096, slots=2) as p:
+        proc = subprocess.Popen([sys.executable, "-c", child, pool], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env)
+        try:
+            assert proc.stdout.readline().strip() == "attached", proc.stderr.read()
+
+            def host_frame(value, size=4096):
+                f = p.acquire(timeout=5, size=size, storage="system")
+                f.buffer[0] = value
+                p.publish(f, size=16)
+
+            host_frame(1)
+            assert p.preallocate(1 << 16, 1, storage="cuda", device=0) == 1
+            f = p.acquire(timeout=5, size=1 << 16, storage="cuda")
+            p.publish(f, size=16)
+            host_frame(3)
+            assert p.preallocate(1 << 20, 1) == 2  # system memory, after the device class
+            host_frame(4, size=1 << 20)
+            host_frame(5)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        lines = out.splitlines()
+        assert proc.returncode == 0, (lines, err)
+        assert lines[0] == "ok 1 system" and lines[2] == "ok 3 system" and lines[4] == "ok 5 system", lines
+        assert lines[1].startswith("refused") and "no CUDA driver" in lines[1], lines[1]
+        assert lines[3].startswith("refused") and "no CUDA driver" in lines[3], lines[3]
+        assert lines[5] == "frames_refused 2", lines
+        # Every slot is free again: the refused frames went back unread.
+        deadline = time.monotonic() + 10
+        while p.stats()["slots_free"] != 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.stats()["slots_free"] == 4
