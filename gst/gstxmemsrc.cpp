@@ -20,8 +20,10 @@
  * memory otherwise (one download, e.g. for videoconvert). CUDA output is the slot
  * itself on GStreamer 1.24 and later; on 1.22, one device-to-device copy into a
  * GstCudaBufferPool buffer, after which the slot goes back at once. Either way the
- * source's stream waits for the producer's writes on the GPU. `stats` counts
- * frames received zero-copy and copied.
+ * source's stream waits for the producer's writes on the GPU. A pool that also holds
+ * classes of system memory (the library allows both memories in one pool) has those
+ * frames uploaded once when the output is CUDA memory, and each device frame of a
+ * system-first pool downloaded. `stats` counts frames received zero-copy and copied.
  *
  * ## Example launch lines
  * |[
@@ -673,8 +675,8 @@ static GstXmemPlanes frame_planes(const xmem::BufferGuard &frame, const GstVideo
 {
 	const xmem::FrameMeta &m = frame.meta();
 	GstXmemPlanes planes;
-	planes.base = frame.device_ptr();
-	planes.device = true;
+	planes.device = frame.storage() == xmem::Storage::cuda;
+	planes.base = planes.device ? frame.device_ptr() : guint64(uintptr_t(frame.data().data()));
 	planes.n_planes =
 		m.n_planes ? std::min<guint>(m.n_planes, GST_VIDEO_MAX_PLANES) : GST_VIDEO_INFO_N_PLANES(&info);
 	for (guint p = 0; p < planes.n_planes; p++) {
@@ -718,8 +720,15 @@ static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, 
 static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
 {
 	SrcState *s = self->state;
+	if (!s->out_pool) {
+		/* GStreamer 1.24 and later wrap device slots and need no pool of their own: one is
+		 * made for the first frame of system memory (a pool of mixed memories). */
+		g_autoptr(GstCaps) caps = gst_pad_get_current_caps(GST_BASE_SRC_PAD(self));
+		if (caps)
+			s->out_pool = s->cuda->new_buffer_pool(caps, guint(s->info.size));
+	}
 	g_autoptr(GstBuffer) buf = nullptr;
-	if (gst_buffer_pool_acquire_buffer(s->out_pool, &buf, nullptr) != GST_FLOW_OK) {
+	if (!s->out_pool || gst_buffer_pool_acquire_buffer(s->out_pool, &buf, nullptr) != GST_FLOW_OK) {
 		*error = { xmem::Errc::no_memory, "no buffer from the CUDA buffer pool" };
 		return nullptr;
 	}
@@ -738,7 +747,9 @@ static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&fram
 		dst.offset[p] = layout.offset[p];
 		dst.stride[p] = layout.stride[p];
 	}
-	guint device = frame.device();
+	/* A device frame's own device; a system frame (of a pool of mixed memories) is
+	 * uploaded on our context's. */
+	guint device = frame.storage() == xmem::Storage::cuda ? frame.device() : guint(s->cuda->device());
 	xmem::CudaStream stream = s->cuda->stream();
 	auto r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame, s->info), device, stream);
 	/* The slot is the producer's again once our copy has read it (on the GPU). */
@@ -794,8 +805,11 @@ static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::
 	SrcState *s = self->state;
 	xmem::FrameMeta m = frame.meta();
 	GstBuffer *buf;
-	bool own_layout = frame.storage() == xmem::Storage::cuda;
-	if (own_layout && s->out_cuda && GstXmemCuda::can_wrap()) {
+	bool device_frame = frame.storage() == xmem::Storage::cuda;
+	/* Negotiated to CUDA memory, a frame of system memory (a pool of mixed memories
+	 * may hold both) is uploaded: CUDA caps never carry system memory. */
+	bool own_layout = device_frame || s->out_cuda;
+	if (device_frame && s->out_cuda && GstXmemCuda::can_wrap()) {
 		if (!(buf = wrap_cuda_memory(self, std::move(frame), error)))
 			return nullptr;
 		s->zero_copy++;

@@ -1133,3 +1133,66 @@ TEST_F(CudaElements, CapsChangesInDevicePools)
 	xmem::gsttest::run_caps_changes("devgrow", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, 0, 2, "memory=cuda",
 					"video/x-raw");
 }
+
+// A device pool that also holds a class of system memory (a C++ producer made it: the
+// sink never does), taken by xmemsrc as CUDA memory: its device frames are wrapped or
+// copied as always, and its system frames are uploaded, never passed on as system
+// memory under CUDA caps. Every byte arrives, in order.
+TEST_F(Nvcodec, CudaOutputOfAMixedPoolUploadsItsSystemFrames)
+{
+	constexpr guint width = 64, height = 48, size = width * height * 3 / 2;
+	xmem::PoolConfig config;
+	config.storage = xmem::Storage::cuda;
+	config.slot_size = size;
+	config.slot_count = 3;
+	config.policy = xmem::Policy::fifo;
+	config.block_timeout = 10s;
+	auto owner = xmem::BufferPool::create("mixedout", config);
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	ASSERT_TRUE((*owner)->preallocate(size, 3, xmem::Storage::system).ok());
+	ASSERT_TRUE((*owner)->set_format("video/x-raw,format=NV12,width=64,height=48,framerate=30/1").ok());
+
+	const int n = 6;
+	Pipeline consumer("xmemsrc name=src pool-name=mixedout is-live=false num-buffers=" + std::to_string(n) +
+			  " ! video/x-raw(memory:CUDAMemory) ! cudadownload ! video/x-raw,format=NV12 ! "
+			  "appsink name=sink sync=false");
+	ASSERT_TRUE(consumer);
+	ASSERT_NE(consumer.play(), GST_STATE_CHANGE_FAILURE);
+	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
+	for (int i = 1; i <= n; i++) {
+		auto host = (*owner)->acquire(size, xmem::Storage::system, 0, 10s);
+		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+		auto bytes = host->data_mut().value();
+		std::memset(bytes.data(), 10 * i, size);
+		host->meta_mut().value()->size = size;
+		if (i % 2 == 0) {
+			// A device frame: the same bytes, copied into a device slot.
+			auto device = (*owner)->copy(*host, xmem::Storage::cuda, 0, 10s);
+			ASSERT_TRUE(device.ok()) << xmem::test::why(device);
+			host->reset();
+			ASSERT_TRUE((*owner)->publish(std::move(*device)).ok());
+		} else {
+			ASSERT_TRUE((*owner)->publish(std::move(*host)).ok());
+		}
+	}
+	auto *appsink = GST_APP_SINK(consumer.by_name("sink"));
+	for (int i = 1; i <= n; i++) {
+		GstSample *sample = gst_app_sink_try_pull_sample(appsink, 20 * GST_SECOND);
+		ASSERT_NE(sample, nullptr) << "frame " << i << " never arrived";
+		GstMapInfo map;
+		ASSERT_TRUE(gst_buffer_map(gst_sample_get_buffer(sample), &map, GST_MAP_READ));
+		std::vector<guint8> want(size, guint8(10 * i));
+		EXPECT_EQ(map.size, gsize(size));
+		EXPECT_TRUE(map.size >= size && std::memcmp(map.data, want.data(), size) == 0) << "frame " << i;
+		gst_buffer_unmap(gst_sample_get_buffer(sample), &map);
+		gst_sample_unref(sample);
+	}
+	EXPECT_EQ(stat_string(consumer.by_name("src"), "memory"), "cuda");
+	// Three system frames uploaded; the device ones wrapped (1.24 and later) or copied.
+#if GST_CHECK_VERSION(1, 24, 0)
+	EXPECT_EQ(stat_u64(consumer.by_name("src"), "copied"), 3u);
+	EXPECT_EQ(stat_u64(consumer.by_name("src"), "zero-copy"), 3u);
+#else
+	EXPECT_EQ(stat_u64(consumer.by_name("src"), "copied"), guint64(n));
+#endif
+}
