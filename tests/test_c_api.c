@@ -583,7 +583,7 @@ static int size_classes(void)
 	xmem_size_class c;
 	CHECK_STATUS(xmem_pool_class_info(a, 1, &c), XMEM_OK);
 	CHECK(c.index == 1 && c.slot_size == (1 << 20) && c.count == 2 && c.first_slot == 1 &&
-	      c.storage == XMEM_STORAGE_SYSTEM);
+	      c.storage == XMEM_STORAGE_SYSTEM && c.sync_mode == 0);
 	CHECK_STATUS(xmem_pool_class_info(a, 2, &c), XMEM_ERANGE);
 	CHECK(xmem_pool_slot_count(owner) == 3);
 

@@ -27,7 +27,6 @@ namespace {
 // share it. PORTABLE makes it pinned for every context; each Ordering asks for the
 // device address in its own.
 struct SegmentPin {
-	size_t size = 0;
 	std::shared_ptr<PrimaryContext> ctx; // the context it was registered in
 	uint32_t users = 0;
 	bool keep = false; // a queued write may still land: never unregistered
@@ -46,7 +45,7 @@ CUresult pin_segment(const Driver &d, void *base, size_t size, const std::shared
 	ContextScope scope(*ctx);
 	CUresult r = d.cuMemHostRegister(base, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
 	if (r == CUDA_SUCCESS)
-		pins[base] = SegmentPin{ size, ctx, 1, false };
+		pins[base] = SegmentPin{ ctx, 1, false };
 	return r;
 }
 

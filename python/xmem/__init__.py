@@ -720,8 +720,7 @@ class _Handle:
         (the CPU waited for its writes)."""
         buffer = ctypes.c_void_p()
         if isinstance(what, int) and not isinstance(what, bool):
-            if not 0 <= what < 2**32:
-                raise ValueError("get: slot index %d out of range" % what)
+            _slot_index(what, "get")
             if seq is None:
                 _check(lib.xmem_pool_get(self._get(), what, ctypes.byref(buffer)), "get")
             else:

@@ -16,6 +16,7 @@
 #include <xmem/snapshot.hpp>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -376,6 +377,19 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, EachDeviceHasItsClasses)
 	// to CPU synchronization).
 	for (const xmem::SizeClass &c : classes)
 		EXPECT_STREQ(xmem::gpu_ordering_name(c.sync_mode), "stream-memops") << "class " << c.index;
+	// xmem-inspect, from another process, names each class's memory and its ordering.
+	const char *inspect = std::getenv("XMEM_INSPECT");
+	ASSERT_TRUE(inspect) << "XMEM_INSPECT must name the built xmem-inspect";
+	Process tool({ inspect, "two-dev" });
+	EXPECT_EQ(tool.wait(10s), 0) << tool.output();
+	EXPECT_NE(tool.output().find("(slots 1..1), CUDA device 1, GPU ordering stream-memops"), std::string::npos)
+		<< tool.output();
+	Process json({ inspect, "--json", "two-dev" });
+	EXPECT_EQ(json.wait(10s), 0) << json.output();
+	EXPECT_NE(json.output().find("\"device_id\":1,\"slot_size\":1048576,\"first_slot\":1,\"count\":1,"
+				     "\"gpu_ordering\":\"stream-memops\""),
+		  std::string::npos)
+		<< json.output();
 	for (uint32_t d : { 1u, 0u, 1u }) {
 		auto f = (*device)->acquire(kSmall, Storage::cuda, d, 0s);
 		ASSERT_TRUE(f.ok()) << "device " << d << ": " << xmem::test::why(f);
