@@ -205,7 +205,7 @@ bool Publisher::trim_spill(std::unique_lock<std::mutex> &lock)
 	return true;
 }
 
-bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes)
+bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes, bool ahead)
 {
 	if (!pool_.spill)
 		return false;
@@ -305,7 +305,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 		// The tier is full.
 		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
 		let_go_spilled_slot(best);
-		return spill_refused(best, best_queued);
+		return !ahead && spill_refused(best, best_queued);
 	}
 	std::vector<uint64_t> generations;
 	generations.reserve(best_queued.size());
@@ -336,7 +336,7 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 			to.spill_ready.store(to.spill_seq, std::memory_order_release);
 			pool_.spill->free(*r);
 			let_go_spilled_slot(best);
-			return spill_refused(best, best_queued);
+			return !ahead && spill_refused(best, best_queued);
 		}
 	} else {
 		// The copy without publish_lock: publish, attach and reap go on meanwhile. The
@@ -1117,7 +1117,7 @@ void Publisher::spill_loop()
 			for (uint32_t i = 0; i < seg.slot_count; i++)
 				free += slot_is_free(seg.slots[i]) ? 1 : 0;
 			if (free >= kSpillReserve || shut.load(std::memory_order_acquire) ||
-			    !spill_one(lock, deadline_after(kSpillAheadTimeoutNs)))
+			    !spill_one(lock, deadline_after(kSpillAheadTimeoutNs), kAllClasses, true))
 				break;
 		}
 	}

@@ -71,8 +71,12 @@ private:
 	// DEADLINE_NS bounds a CPU wait for the frame's GPU writes (device pools whose GPU
 	// work is ordered on the CPU). LOCK (publish_lock, held) is let go during a system
 	// pool's copy, the slot held by the owner's bit meanwhile.
-	// Only slots of the classes in mask CLASSES are spilled.
-	bool spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes = kAllClasses);
+	// Only slots of the classes in mask CLASSES are spilled. The spill thread spills
+	// AHEAD of any acquire: a full tier (or a failed copy) then moves nothing, since no
+	// acquire waits yet and a consumer catching up may empty the tier meanwhile; the
+	// producer's next acquire applies the fallbacks if it still needs a slot.
+	bool spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes = kAllClasses,
+		       bool ahead = false);
 	// The owner's hold on a slot it spilled (or failed to) goes.
 	void let_go_spilled_slot(uint32_t index);
 	// Where a fifo-spill consumer's queue holds a slot's frame (spill_one's candidates).

@@ -336,6 +336,41 @@ TEST(Spill, PastTheCapTheFallbackApplies)
 	}
 }
 
+// The spill thread spills ahead of the producer's next acquire, and a full tier stops
+// it there: it drops nothing, since no acquire needs a slot yet and a consumer catching
+// up may empty the tier meanwhile. Before, it applied the fallback at once, and a
+// recorder that had read up to frame 29 lost frame 30, the newest, to drop-oldest (CI,
+// stop 29; tests/model/README.md, Finding 11).
+TEST(Spill, AFullTierCostsNoFrameUntilTheProducerNeedsASlot)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("ahead", 2, 4 * 8192);
+	ASSERT_TRUE(owner);
+	auto recorder = attach("ahead", Policy::fifo_spill, 0, Policy::drop_oldest);
+	ASSERT_TRUE(recorder);
+	publish(*owner, 30, 0ns);
+	uint64_t dropped = recorder->consumer_stats()->dropped;
+	EXPECT_GT(dropped, 0u);
+	// The last publish left no slot free and woke the spill thread, which finds the
+	// tier full. Time for it to act, were it to drop anything.
+	std::this_thread::sleep_for(200ms);
+	EXPECT_EQ(recorder->consumer_stats()->dropped, dropped) << "dropped with no acquire waiting";
+	uint64_t corrupt = 0;
+	std::vector<uint64_t> got = drain(*recorder, &corrupt);
+	EXPECT_EQ(corrupt, 0u);
+	EXPECT_EQ(got.size() + dropped, 30u);
+	ASSERT_FALSE(got.empty());
+	EXPECT_EQ(got.back(), 30u);
+	EXPECT_EQ(recorder->consumer_stats()->dropped, dropped);
+	// The producer's next acquire still applies the fallback when the tier is full.
+	publish(*owner, 30, 0ns);
+	std::vector<uint64_t> more = drain(*recorder, &corrupt);
+	EXPECT_EQ(corrupt, 0u);
+	ASSERT_FALSE(more.empty());
+	EXPECT_EQ(more.back(), 60u);
+	EXPECT_EQ(got.size() + more.size() + recorder->consumer_stats()->dropped, 60u);
+}
+
 // The tier is shared: a recorder that stopped reading fills it, and past the cap it is
 // the one that loses frames (it will read the most of the tier last), not a slow
 // recorder beside it that stays within half the tier, whatever the stuck one's fallback

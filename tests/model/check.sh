@@ -170,14 +170,16 @@ mutants=(
 	"no-spill-wait|-DMUTATION_NO_SPILL_WAIT $GSPILL -DNF=1"
 	"close-loses-frames|$GSPILL -DNF=1 -DGPU_SETTLED -DOWNER_CLOSES"
 	# The spill thread, seeded bugs (acquire-ignores-spill: the code before 2c34312);
-	# and Findings 8, 9 and 10, the code as it is (the other two fixes on).
+	# and Findings 8, 9 and 10, the code as it is (the other two fixes on); Finding 9
+	# with the spill thread refusing as before Finding 11's fix (AHEAD_REFUSES), the only
+	# caller of spill_refused after the last publish.
 	"spill-skips-generation|-DMUTATION_SPILL_SKIPS_GENERATION $SAHEAD $SAFIX -DNF=1 -DKILL=0"
 	"spill-no-owner-bit|-DMUTATION_SPILL_NO_OWNER_BIT $SAHEAD $SAFIX -DNF=1 -DKILL=0"
 	"spill-no-notify|-DMUTATION_SPILL_NO_NOTIFY $SAHEAD $SAFIX -DNF=1 -DKILL=0"
 	"acquire-ignores-spill|-DMUTATION_ACQUIRE_IGNORES_SPILL $SAHEAD $SAFIX -DNF=1 -DKILL=0"
 	"drop-by-store|-DMUTATION_DROP_BY_STORE $SAHEAD $SAFIX -DNF=1 -DKILL=0"
 	"acquire-misses-spill|$SAHEAD -DFALLBACK_DROPS_FRAMES -DSPILL_RECHECKS_STATE -DNF=1 -DKILL=0"
-	"fallback-takes-eos|$SAHEAD -DACQUIRE_LOADS_IN_FLIGHT_FIRST -DSPILL_RECHECKS_STATE -DNF=1 -DKILL=0"
+	"fallback-takes-eos|$SAHEAD -DAHEAD_REFUSES -DACQUIRE_LOADS_IN_FLIGHT_FIRST -DSPILL_RECHECKS_STATE -DNF=1 -DKILL=0"
 	"spill-holds-reclaimed-slot|$SAHEAD -DACQUIRE_LOADS_IN_FLIGHT_FIRST -DFALLBACK_DROPS_FRAMES -DNF=2 -DKILL=0"
 	# Frame tickets, seeded bugs (tickets.pml names each).
 	"ticket-no-seq-check|--model=tickets.pml -DM_NO_SEQ_CHECK"

@@ -70,7 +70,8 @@
  * loads spills_in_flight before it looks for a free slot), FALLBACK_DROPS_FRAMES
  * (spill_refused's drop-oldest fallback drops the oldest queued frame in place, never
  * the end of stream), SPILL_RECHECKS_STATE (spill_one looks at the slot's state after
- * setting the owner's bit). Seeded bugs: MUTATION_SPILL_SKIPS_GENERATION (the moves
+ * setting the owner's bit). The spill thread's full tier moves nothing (Finding 11);
+ * AHEAD_REFUSES: the code before that fix, spill_refused there too. Seeded bugs: MUTATION_SPILL_SKIPS_GENERATION (the moves
  * after the unlocked copy ignore the generations), MUTATION_SPILL_NO_OWNER_BIT (the
  * slot is not held during the copy), MUTATION_SPILL_NO_NOTIFY (let_go_spilled_slot
  * wakes no acquire), MUTATION_ACQUIRE_IGNORES_SPILL (acquire(0) gives up with a spill
@@ -959,8 +960,8 @@ inline spill_copy(me)
 #endif
 
 /* Publisher::spill_one(lock, deadline), publish_lock held by ME (1: the producer's
- * acquire, 3: the spill thread). Sets res: true when a frame was spilled or
- * spill_refused moved one. */
+ * acquire, 3: the spill thread, which spills ahead: a full tier moves nothing there).
+ * Sets res: true when a frame was spilled or spill_refused moved one. */
 inline spill_one(me)
 {
 	COLLECT_SPILL;
@@ -983,8 +984,15 @@ inline spill_one(me)
 		:: r = NONE
 		fi;
 		if
-		:: r == NONE -> /* spill_one: the tier is full: spill_refused(best, best_queued) */
+#ifndef AHEAD_REFUSES
+		:: r == NONE && me == 3 -> /* spill_one(ahead): the tier is full: nothing moves */
+			res = 0
+		:: r == NONE && me != 3 -> /* spill_one: the tier is full: spill_refused(best, best_queued) */
 			spill_refused()
+#else
+		:: r == NONE -> /* before Finding 11's fix: spill_refused on the spill thread too */
+			spill_refused()
+#endif
 		:: else ->
 #ifdef GPU
 			d_step { /* spill_one: spills_in_flight.fetch_add, slot.holders[0].fetch_or(owner
