@@ -43,6 +43,11 @@ public:
 	// The file descriptors a consumer imports this arena from, in order. Owned by the
 	// arena; sent with SCM_RIGHTS at attach.
 	virtual std::vector<int> fds() const = 0;
+	// Whether streams on CUDA device DEVICE may read and write this arena's device memory
+	// in this process: its own device, or a peer of it (cuDeviceCanAccessPeer) given access
+	// to this process's mapping, at the first ask; false for a device that is no peer, and
+	// for system memory. An Error when the driver refused the access between peers.
+	virtual Result<bool> reach_from(uint32_t /*device*/) const { return false; }
 };
 
 // How many fds a consumer receives for an arena of STORAGE with SLOT_COUNT slots.

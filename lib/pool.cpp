@@ -305,6 +305,20 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable, std::optional<u
 	return copy; // `shared` releases the slot reference: the copy needs it no more
 }
 
+void PoolImpl::reach(const BufferGuard &frame, uint32_t device) const
+{
+	if (frame.data_ || frame.copy_ || frame.meta_.device_id == device || is_spill(frame.index_))
+		return;
+	auto c = class_of(frame.index_);
+	if (!c || !classes[*c].arena)
+		return;
+	if (auto reached = classes[*c].arena->reach_from(device); !reached)
+		// A notice only: the copy goes through host memory, as between devices that
+		// are no peers.
+		(void)std::fprintf(stderr, "xmem: %s: slot %u copied through host memory: %s\n", where().c_str(),
+				   frame.index_, reached.error().message.c_str());
+}
+
 // A private copy of FRAME's payload: in host memory (TO system; complete when this
 // returns), or on CUDA device DEVICE (TO cuda; queued on STREAM, or complete when
 // this returns without one). No slot reference: the copy lives on its own.
@@ -350,6 +364,7 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to,
 	auto memory = device_allocate(device, bytes, &address, stream);
 	if (!memory)
 		return failed(memory.error());
+	reach(frame, device);
 	auto copied =
 		frame.data_ ? device_copy(device, address, true, uint64_t(uintptr_t(frame.data_)), false, bytes, stream)
 			    : device_copy(device, address, true, frame.device_, true, bytes, stream);
@@ -792,6 +807,7 @@ Result<BufferGuard> BufferPool::copy(const BufferGuard &frame, Storage storage, 
 	} else if (frame.data_) {
 		copied = device_copy(device, to.device_, true, uint64_t(uintptr_t(frame.data_)), false, bytes, stream);
 	} else {
+		impl_->reach(frame, device);
 		copied = device_copy(device, to.device_, true, frame.device_, true, bytes, stream);
 	}
 	if (!copied)

@@ -238,6 +238,11 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// the reference given back and counted in frames_refused.
 	Result<BufferGuard> checked_guard(uint32_t index, bool writable);
 	Result<BufferGuard> private_copy(const BufferGuard &frame, Storage to, uint32_t device, void *stream = nullptr);
+	// Before a copy of FRAME's device memory by CUDA device DEVICE: lets DEVICE read the
+	// frame's slot in place where its device is a peer (the class's arena grants it once),
+	// so the copy is one device-to-device copy; elsewhere (no peers, a private copy, the
+	// driver refusing: a notice) device_copy stages it through host memory.
+	void reach(const BufferGuard &frame, uint32_t device) const;
 	bool take_exclusive(uint32_t index); // refs_lock held
 	void clear_holder_bit(uint32_t index, uint32_t bit);
 	void notify_owner();

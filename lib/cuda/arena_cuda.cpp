@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 namespace xmem {
@@ -85,6 +87,38 @@ public:
 		for (const UniqueFd &fd : exported_)
 			out.push_back(fd.get());
 		return out;
+	}
+	Result<bool> reach_from(uint32_t device) const override
+	{
+		if (device == ordinal_)
+			return true;
+		std::lock_guard guard(reach_lock_);
+		if (auto it = reach_.find(device); it != reach_.end())
+			return it->second;
+		const std::string where = "CUDA device " + std::to_string(device) + " reading device " +
+					  std::to_string(ordinal_) + "'s slots";
+		CUdevice peer = 0;
+		if (CUresult r = d_->cuDeviceGet(&peer, int(device)); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuDeviceGet", r);
+		int can = 0;
+		if (CUresult r = d_->cuDeviceCanAccessPeer(&can, peer, ctx_->device()); r != CUDA_SUCCESS)
+			return cuda_error(where, "cuDeviceCanAccessPeer", r);
+		if (can) {
+			// Access is set on this process's mapping, for the whole range cuMemMap
+			// mapped (cuMemSetAccess takes no part of one), read-write as for its own
+			// device (the flags documented for device memory). It ends with the mapping.
+			ContextScope scope(*ctx_);
+			CUmemAccessDesc access{};
+			access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			access.location.id = peer;
+			access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+			if (CUresult r = d_->cuMemSetAccess(base_, size(), &access, 1); r != CUDA_SUCCESS) {
+				reach_.emplace(device, false); // refused once: not asked again
+				return cuda_error(where, "cuMemSetAccess", r);
+			}
+		}
+		reach_.emplace(device, can != 0);
+		return can != 0;
 	}
 	std::shared_ptr<PrimaryContext> context() const { return ctx_; }
 	void set_pitch_alignment(uint32_t a) { pitch_alignment_ = std::max(a, kMinPitchAlignment); }
@@ -181,6 +215,9 @@ private:
 	uint32_t pitch_alignment_ = kMinPitchAlignment;
 	std::vector<CUmemGenericAllocationHandle> handles_; // owner only
 	std::vector<UniqueFd> exported_; // owner only
+	// Other devices asked about by reach_from: whether they reach this mapping.
+	mutable std::mutex reach_lock_;
+	mutable std::map<uint32_t, bool> reach_;
 };
 
 } // namespace

@@ -1,5 +1,7 @@
 // copy.cpp - private device copies of frames (copy-on-write and the copy_to_* calls),
-// each on the target device's primary context; another device's memory through host memory.
+// each on the target device's primary context; another device's memory directly where this
+// process's mapping of it gives the target device access (a peer: PoolImpl::reach), else
+// through host memory.
 #include "../device_sync.hpp"
 #include "contexts.hpp"
 #include "driver.hpp"

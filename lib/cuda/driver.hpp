@@ -21,6 +21,7 @@ struct Driver {
 	X(cuGetErrorString)                                                                                            \
 	X(cuDeviceGetCount)                                                                                            \
 	X(cuDeviceGet)                                                                                                 \
+	X(cuDeviceCanAccessPeer)                                                                                       \
 	X(cuDeviceGetAttribute)                                                                                        \
 	X(cuDeviceGetName)                                                                                             \
 	X(cuDeviceGetUuid)                                                                                             \

@@ -3,7 +3,8 @@
 // new class's VMM fds once, with its first frame; every word of every frame checked; pools
 // of mixed memories (a system pool taking a class of device memory, a device pool one of
 // system memory), in this process and in another one attached before, killed holding a
-// device frame; a second device, and another memory beside a spill tier, refused. Run as
+// device frame; classes on two simulated devices, peers or not, with copies between them
+// that are pool buffers; another memory beside a spill tier refused. Run as
 // cuda-classes-sim against the driver
 // simulator (tests/cudasim), which proves xmem's logic, not the driver's behaviour, and as
 // cuda-classes-gpu against the real driver (exits 77 without a GPU).
@@ -358,6 +359,19 @@ TEST(CudaClasses, ClassesOnTwoDevices)
 	EXPECT_NE(child.output().find("[  PASSED  ] 3 tests"), std::string::npos) << child.output();
 }
 
+// The same on two simulated GPUs that are each other's peers (XMEM_CUDASIM_PEER=all): a
+// copy to the other device reads the slot in place, given access once, instead of
+// staging it through host memory.
+TEST(CudaClasses, ClassesOnTwoPeerDevices)
+{
+	if (!xmem::test::on_cuda_simulator())
+		GTEST_SKIP() << "two devices are the simulator's (XMEM_CUDASIM_DEVICES=2)";
+	Process child({ "/usr/bin/env", "XMEM_CUDASIM_DEVICES=2", "XMEM_CUDASIM_PEER=all", this_program(),
+			"--gtest_also_run_disabled_tests", "--gtest_filter=DISABLED_CudaClassesOnTwoSimulatedGpus.*" });
+	EXPECT_EQ(child.wait(120s), 0) << child.output();
+	EXPECT_NE(child.output().find("[  PASSED  ] 3 tests"), std::string::npos) << child.output();
+}
+
 // A device pool takes a class on the other device, and a second class there shares that
 // device's ordering; a system pool takes classes on both, in either order. Each device's
 // slots come out of its own classes.
@@ -478,13 +492,31 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, CopiesToTheOtherDeviceArePoolBuffer
 		ASSERT_EQ(g.d->cuStreamSynchronize(g.stream), CUDA_SUCCESS);
 	};
 
+	// Where the devices are peers, the copies read the source slot in place: this
+	// process's mapping of it has been given access for the copying device. Elsewhere
+	// they go through host memory, and no access is given.
+	int peers = 0;
+	ASSERT_EQ(g0.d->cuDeviceCanAccessPeer(&peers, 1, 0), CUDA_SUCCESS);
+	auto access = [&](const xmem::BufferGuard &f, int device) {
+		CUmemLocation at{};
+		at.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		at.id = device;
+		unsigned long long flags = ~0ull;
+		xmem::cuda::ContextScope scope(*g0.ctx);
+		EXPECT_EQ(g0.d->cuMemGetAccess(&flags, &at, f.device_ptr()), CUDA_SUCCESS);
+		return flags;
+	};
+	const unsigned long long reached = peers ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+
 	auto src = (*owner)->acquire(kSmall, Storage::cuda, 0, 10s, g0.stream);
 	ASSERT_TRUE(src.ok()) << xmem::test::why(src);
 	uint64_t seq = (*owner)->stats().published + 1;
 	write(*src, g0, seq);
 	src->meta_mut().value()->pts = 77;
+	EXPECT_EQ(access(*src, 1), CU_MEM_ACCESS_FLAGS_PROT_NONE) << "no access before a copy needs it";
 	auto on1 = (*owner)->copy(*src, Storage::cuda, 1, 10s, g1.stream);
 	ASSERT_TRUE(on1.ok()) << xmem::test::why(on1);
+	EXPECT_EQ(access(*src, 1), reached) << (peers ? "peers: read in place" : "no peers: through host memory");
 	EXPECT_EQ(on1->device(), 1u);
 	EXPECT_TRUE(on1->writable()) << "a pool buffer, ready to publish";
 	ASSERT_TRUE(src->release(g0.stream).ok());
@@ -506,15 +538,18 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, CopiesToTheOtherDeviceArePoolBuffer
 	auto on0 = (*owner)->copy(*dsrc, Storage::cuda, 0, 10s, g0.stream);
 	ASSERT_TRUE(on0.ok()) << xmem::test::why(on0);
 	EXPECT_EQ(on0->device(), 0u);
+	EXPECT_EQ(access(*dsrc, 0), reached);
 	ASSERT_TRUE(dsrc->release(g1.stream).ok());
 	auto ticket = (*owner)->publish_ticket(std::move(*on0), 1, 5s, g0.stream);
 	ASSERT_TRUE(ticket.ok()) << xmem::test::why(ticket);
 	auto redeemed = (*consumer)->get(*ticket);
 	ASSERT_TRUE(redeemed.ok()) << xmem::test::why(redeemed);
 	EXPECT_EQ(redeemed->device(), 0u);
+	EXPECT_EQ(access(*redeemed, 1), CU_MEM_ACCESS_FLAGS_PROT_NONE) << "the consumer's own mapping";
 	auto private_copy = redeemed->copy_to_device(1);
 	ASSERT_TRUE(private_copy.ok()) << xmem::test::why(private_copy);
 	EXPECT_EQ(private_copy->device(), 1u);
+	EXPECT_EQ(access(*redeemed, 1), reached) << "given by the consumer, in its own mapping";
 	auto host = private_copy->copy_to_cpu();
 	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 	EXPECT_TRUE(frame_is(host->data(), seq)) << "device 1 -> pool slot on device 0 -> private copy on device 1";

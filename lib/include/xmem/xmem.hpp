@@ -290,8 +290,11 @@ public:
 	// driver does, for STREAM's earlier work before it returns; the device write stays
 	// queued. Read-only, like the frame; freed with the last guard on it, once STREAM's
 	// work is done (so STREAM must outlive the copy: a destroyed stream's handle dangles).
-	// From a frame on another GPU, whose mapping DEVICE may not read, the copy goes
-	// through host memory: it waits for STREAM's earlier work and is complete on return.
+	// From a slot on another GPU that is a peer of DEVICE (cuDeviceCanAccessPeer), DEVICE
+	// is given access to this process's mapping of the slot's class once and the copy is
+	// queued like one on the same GPU; from other memory of another GPU (no peer, a
+	// private copy) it goes through host memory: it waits for STREAM's earlier work and
+	// is complete on return.
 	Result<BufferGuard> copy_to_cuda(uint32_t device, CudaStream stream = nullptr) const;
 	// The seed API's name for the same copy.
 	Result<BufferGuard> copy_to_device(uint32_t device, CudaStream stream = nullptr) const;
@@ -389,9 +392,10 @@ public:
 	// data). Publish it or make a ticket of it like any acquired slot. Into device
 	// memory the copy is queued on STREAM (publish on that stream: consumers' reads wait
 	// for it); into system memory it is complete on return. From a frame on another GPU
-	// the copy is staged through host memory: it reads FRAME after STREAM's earlier work
-	// (a stream of DEVICE; FRAME's own writes must be over or ordered before that) and is
-	// complete on return. Errc::out_of_range when the pool has no class of that memory
+	// the copy reads FRAME after STREAM's earlier work (a stream of DEVICE; FRAME's own
+	// writes must be over or ordered before that): where the GPUs are peers it is queued
+	// on STREAM (DEVICE is given access to this process's mapping of FRAME's class once);
+	// where they are not it is staged through host memory and complete on return. Errc::out_of_range when the pool has no class of that memory
 	// large enough (preallocate() adds one).
 	Result<BufferGuard> copy(const BufferGuard &frame, Storage storage, uint32_t device,
 				 std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
