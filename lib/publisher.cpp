@@ -302,10 +302,12 @@ bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_
 	uint64_t size = std::min<uint64_t>(slot.meta.size, cls.slot_size);
 	auto r = pool_.spill->allocate(size);
 	if (!r) {
-		// The tier is full.
-		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
+		// The tier is full: counted where the fallbacks then apply (an acquire's spill).
 		let_go_spilled_slot(best);
-		return !ahead && spill_refused(best, best_queued);
+		if (ahead)
+			return false;
+		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
+		return spill_refused(best, best_queued);
 	}
 	std::vector<uint64_t> generations;
 	generations.reserve(best_queued.size());

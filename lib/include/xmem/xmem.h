@@ -240,7 +240,9 @@ typedef struct xmem_spill_stats {
 	uint64_t bytes; /* host memory they take now (whole pages) */
 	uint64_t peak_bytes; /* the most they took at once */
 	uint64_t spilled; /* frames copied into the tier since the pool was created */
-	uint64_t full; /* times a frame could not be spilled: the tier was full */
+	uint64_t full; /* times a frame could not be spilled for an acquire: the tier was
+			* full, and the consumers' fallbacks applied (the spill thread,
+			* spilling ahead, stops at a full tier and counts nothing) */
 	uint64_t resident_bytes; /* memory the tier holds: freed buffers' pages are kept for
 				  * the next spill until the tier has been idle for 5 s */
 	uint64_t reserved[3];
