@@ -395,8 +395,9 @@ public:
 	// the copy reads FRAME after STREAM's earlier work (a stream of DEVICE; FRAME's own
 	// writes must be over or ordered before that): where the GPUs are peers it is queued
 	// on STREAM (DEVICE is given access to this process's mapping of FRAME's class once);
-	// where they are not it is staged through host memory and complete on return. Errc::out_of_range when the pool
-	// has no class of that memory large enough (preallocate() adds one).
+	// where they are not it is staged through host memory and complete on return.
+	// Errc::out_of_range when the pool has no class of that memory large enough
+	// (preallocate() adds one).
 	Result<BufferGuard> copy(const BufferGuard &frame, Storage storage, uint32_t device,
 				 std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
 	// Owner: publishes FRAME to every consumer and consumes the guard. For a device
