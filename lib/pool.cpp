@@ -1,6 +1,7 @@
 // pool.cpp - references to slots (guards, add_ref/release, get/get_mut with
 // copy-on-write) and the BufferPool facade shared by owner and consumers.
 #include "frame_check.hpp"
+#include "guest.hpp"
 #include "pool_impl.hpp"
 #include "publisher.hpp"
 #include "subscriber.hpp"
@@ -423,6 +424,9 @@ Result<void> PoolImpl::add_ref(uint32_t index)
 	if (local_refs[index] == 0)
 		return make_error(Errc::not_held, where() + ": add_ref on slot " + std::to_string(index) +
 							  ", which this process does not hold (use get())");
+	if (index < leased.size() && leased[index])
+		return make_error(Errc::invalid_argument, where() + ": add_ref on slot " + std::to_string(index) +
+								  ", which this process is writing (publish it first)");
 	if (local_refs[index] == UINT32_MAX)
 		return make_error(Errc::out_of_range, where() + ": reference count overflow");
 	local_refs[index]++;
@@ -435,10 +439,19 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads, voi
 		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
 	if (!in_range(index))
 		return make_error(Errc::out_of_range, where() + ": slot " + std::to_string(index) + " out of range");
-	std::lock_guard lock(refs_lock);
+	std::unique_lock lock(refs_lock);
 	if (local_refs[index] == 0)
 		return make_error(Errc::not_held, where() + ": release of slot " + std::to_string(index) +
 							  ", which this process does not hold");
+	if (index < leased.size() && leased[index]) {
+		// A slot leased to this process, dropped unpublished: it goes back to the owner,
+		// which holds it (no bit of this process's to clear).
+		local_refs[index] = 0;
+		leased[index] = 0;
+		lock.unlock();
+		guest->give_back(index, stream, also);
+		return {};
+	}
 	Result<void> done;
 	if (--local_refs[index] == 0) {
 		// Done before the bit goes: the owner reuses the slot once it sees no bit,
@@ -460,6 +473,9 @@ Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
 	if (local_refs[index] == 0)
 		return make_error(Errc::not_held, where() + ": set_ref_count on slot " + std::to_string(index) +
 							  ", which this process does not hold");
+	if (index < leased.size() && leased[index])
+		return make_error(Errc::invalid_argument, where() + ": set_ref_count on slot " + std::to_string(index) +
+								  ", which this process is writing (publish it first)");
 	local_refs[index] = count;
 	if (count == 0) {
 		if (DeviceSync *sync = sync_of(index))
@@ -588,7 +604,7 @@ Result<void> BufferGuard::set_side_data(std::span<const std::byte> bytes)
 {
 	// Only a frame on its way to publish() has side data to set: the record of a
 	// published frame is read-only, and a private copy is never published.
-	if (!valid() || !writable_ || copy_ || pool_->role != Role::owner)
+	if (!valid() || !writable_ || copy_ || (pool_->role != Role::owner && !pool_->leased_here(index_)))
 		return make_error(Errc::read_only, "side data of a buffer not from acquire()");
 	if (bytes.size() > kSideDataMax)
 		return make_error(Errc::out_of_range, pool_->where() + ": side data of " +
@@ -757,8 +773,10 @@ Result<BufferGuard> BufferPool::acquire(std::chrono::nanoseconds timeout, CudaSt
 
 Result<BufferGuard> BufferPool::acquire(uint64_t size, std::chrono::nanoseconds timeout, CudaStream stream)
 {
+	if (impl_->guest)
+		return impl_->guest->acquire(size, std::nullopt, timeout.count(), stream);
 	if (!impl_->publisher)
-		return wrong_role(*impl_, "acquires slots");
+		return make_error(Errc::wrong_role, impl_->where() + ": an inspector acquires no slots");
 	auto g = impl_->publisher->acquire(size, std::nullopt, timeout.count(), stream);
 	if (g)
 		g->stream_ = stream;
@@ -768,13 +786,15 @@ Result<BufferGuard> BufferPool::acquire(uint64_t size, std::chrono::nanoseconds 
 Result<BufferGuard> BufferPool::acquire(uint64_t size, Storage storage, uint32_t device,
 					std::chrono::nanoseconds timeout, CudaStream stream)
 {
-	if (!impl_->publisher)
-		return wrong_role(*impl_, "acquires slots");
+	if (!impl_->publisher && !impl_->guest)
+		return make_error(Errc::wrong_role, impl_->where() + ": an inspector acquires no slots");
 	if (storage != Storage::system && storage != Storage::cuda)
 		return make_error(Errc::invalid_argument,
 				  impl_->where() + ": unknown storage type " + std::to_string(uint32_t(storage)));
 	if (storage == Storage::system && device != 0)
 		return make_error(Errc::invalid_argument, impl_->where() + ": a device is only for CUDA storage");
+	if (impl_->guest)
+		return impl_->guest->acquire(size, GuestProducer::Memory{ storage, device }, timeout.count(), stream);
 	auto g = impl_->publisher->acquire(size, Publisher::Memory{ storage, device }, timeout.count(), stream);
 	if (g)
 		g->stream_ = stream;
@@ -848,9 +868,11 @@ std::vector<SizeClass> BufferPool::classes() const
 }
 Result<void> BufferPool::publish(BufferGuard &&frame, CudaStream stream)
 {
+	if (impl_->guest)
+		return impl_->guest->publish(std::move(frame), stream);
 	if (!impl_->publisher) {
 		BufferGuard dropped = std::move(frame);
-		return wrong_role(*impl_, "publishes");
+		return make_error(Errc::wrong_role, impl_->where() + ": an inspector publishes nothing");
 	}
 	return impl_->publisher->publish(std::move(frame), stream);
 }

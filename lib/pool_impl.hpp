@@ -51,6 +51,7 @@ private:
 
 class Publisher;
 class Subscriber;
+class GuestProducer;
 
 struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	PoolImpl();
@@ -131,6 +132,15 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// Slots this process took EXCLUSIVE (take_exclusive), under refs_lock: only it
 	// moves them back to PUBLISHED. Sized with local_refs.
 	std::vector<uint8_t> exclusive;
+	// Slots the owner leased to this process (a guest, GuestProducer), under refs_lock:
+	// being written here, held by the owner's bit, not this process's. Sized with
+	// local_refs in a consumer; empty in the owner.
+	std::vector<uint8_t> leased;
+	bool leased_here(uint32_t index) const
+	{
+		std::lock_guard lock(refs_lock);
+		return index < leased.size() && leased[index];
+	}
 
 	// Format: the owner's current one, or the newest a consumer has seen. `format`
 	// is read without format_lock (BufferPool::format(), the owner's publish); it is
@@ -192,6 +202,8 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// owner's I/O thread is joined before the segment and arena go.
 	std::unique_ptr<Publisher> publisher;
 	std::unique_ptr<Subscriber> subscriber;
+	// A consumer's producing side (guest.hpp); none in the owner and an inspector.
+	std::unique_ptr<GuestProducer> guest;
 
 	std::string where() const { return "pool '" + name + "'"; }
 

@@ -55,7 +55,8 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes)
 	Hello hello{};
 	std::memcpy(&hello, bytes.data(), bytes.size());
 	hello.client[sizeof(hello.client) - 1] = '\0';
-	if (hello.role != PeerRole::consumer && hello.role != PeerRole::inspector && hello.role != PeerRole::classes)
+	if (hello.role != PeerRole::consumer && hello.role != PeerRole::inspector && hello.role != PeerRole::classes &&
+	    hello.role != PeerRole::producer)
 		return refusal(XMEM_ENOTPOOL, "unknown peer role");
 	return hello;
 }
@@ -124,6 +125,65 @@ Result<Welcome> parse_reply(std::span<const std::byte> bytes, const std::string 
 	std::memcpy(&w, bytes.data(), sizeof(w));
 	w.format[sizeof(w.format) - 1] = '\0';
 	return w;
+}
+
+Request make_request(RequestOp op)
+{
+	Request r{};
+	r.header = make_header(MessageType::request, sizeof(r));
+	r.op = op;
+	return r;
+}
+
+Result<Request> parse_request(std::span<const std::byte> bytes)
+{
+	MessageHeader mh{};
+	if (bytes.size() != sizeof(Request))
+		return refusal(XMEM_EINVAL, "malformed request (" + std::to_string(bytes.size()) + " bytes)");
+	std::memcpy(&mh, bytes.data(), sizeof(mh));
+	if (mh.magic != kWireMagic || mh.version != kVersion || mh.type != MessageType::request ||
+	    mh.size != sizeof(Request))
+		return refusal(XMEM_EINVAL, "malformed request header");
+	Request r;
+	std::memcpy(&r, bytes.data(), sizeof(r));
+	if (r.op != RequestOp::lease && r.op != RequestOp::publish && r.op != RequestOp::give_back)
+		return refusal(XMEM_EINVAL, "unknown request " + std::to_string(uint32_t(r.op)));
+	if (r.side_data_size > sizeof(r.side_data))
+		return refusal(XMEM_ERANGE,
+			       "side data of " + std::to_string(r.side_data_size) + " bytes exceeds the budget");
+	r.meta.content_type[sizeof(r.meta.content_type) - 1] = '\0';
+	r.meta.producer[sizeof(r.meta.producer) - 1] = '\0';
+	return r;
+}
+
+Answer make_answer(const Error *error)
+{
+	Answer a{};
+	a.header = make_header(MessageType::answer, sizeof(a));
+	if (error) {
+		a.code = int32_t(error->code);
+		copy_string(a.message, sizeof(a.message), error->message);
+	}
+	return a;
+}
+
+Result<Answer> parse_answer(std::span<const std::byte> bytes, const std::string &where)
+{
+	MessageHeader mh{};
+	if (bytes.size() != sizeof(Answer))
+		return make_error(Errc::not_a_pool, where + ": malformed answer from the owner");
+	std::memcpy(&mh, bytes.data(), sizeof(mh));
+	if (mh.magic != kWireMagic || mh.version != kVersion || mh.type != MessageType::answer ||
+	    mh.size != sizeof(Answer))
+		return make_error(Errc::not_a_pool, where + ": malformed answer from the owner");
+	Answer a;
+	std::memcpy(&a, bytes.data(), sizeof(a));
+	a.message[sizeof(a.message) - 1] = '\0';
+	if (a.code != 0) {
+		Errc code = a.code < 0 && a.code >= XMEM_EBADTICKET ? Errc(a.code) : Errc::not_a_pool;
+		return make_error(code, std::string(a.message));
+	}
+	return a;
 }
 
 } // namespace xmem::protocol

@@ -17,10 +17,24 @@
 //   connect, Hello{role classes, class_index} -> Welcome + [the class's arena fds...]
 //   ... frames: rings and holder bits in the control segment, eventfd wakeups ...
 //   exit / crash: socket hang-up ------------> reap: clear the consumer's holder bits
+//
+//   a producer besides the owner (an attached consumer that acquires), on a connection
+//   of its own:
+//   connect, Hello{role producer, class_index = its consumer index} + [pidfd]
+//            <--------------------------------- Welcome (no fds)
+//   Request{lease, size, memory}  -----------> the owner acquires for it: its slot is
+//            <--------------------------------- Answer{slot} (or the error's code)
+//   ... writes the slot through its own mapping ...
+//   Request{publish, slot, meta, side data} -> the owner publishes it (or makes a ticket)
+//            <--------------------------------- Answer{seq, ticket check}
+//   Request{give_back, slot}  ----------------> the slot goes back unpublished: Answer
+//   exit / crash: hang-up --------------------> its leased slots go back (device slots
+//                                               once its process has exited)
 #pragma once
 
 #include <xmem/xmem.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -37,6 +51,8 @@ enum class MessageType : uint16_t {
 	welcome = 2,
 	reject = 3,
 	arena_fds = 4, // a bare header carrying more arena fds than fit with the Welcome
+	request = 5, // a producer besides the owner asks (PeerRole::producer)
+	answer = 6, // the owner's answer to a Request
 };
 
 enum class PeerRole : uint32_t {
@@ -47,6 +63,11 @@ enum class PeerRole : uint32_t {
 	// with a Welcome (consumer index kNoConsumer, the class's data size) carrying the
 	// class's arena fds and no control memfd, continued in ArenaFds, then hangs up.
 	classes = 3,
+	// An attached consumer that produces too (docs/design.md, "Producers besides the
+	// owner"), on a connection of its own: Hello::class_index is its consumer index (the
+	// frames it publishes are not queued for itself), its fds at most a pidfd of itself.
+	// The owner answers with a bare Welcome, then serves Requests until it hangs up.
+	producer = 4,
 };
 
 struct MessageHeader {
@@ -99,15 +120,55 @@ struct Reject {
 	char message[256];
 };
 
+// What a producer besides the owner asks for (Request::op).
+enum class RequestOp : uint32_t {
+	// A free slot of SIZE bytes or more of MEMORY (STORAGE; DEVICE, the owner's ordinal),
+	// taken as the owner's acquire() takes one, without waiting: Errc::timed_out when
+	// none is free now. The slot is the producer's to write until it publishes it or
+	// gives it back.
+	lease = 1,
+	// Publishes leased SLOT with META and SIDE_DATA: to the queues (REDEMPTIONS 0) or
+	// as a ticket of REDEMPTIONS within TTL_NS. Its writes are complete (a device
+	// slot's: the producer synchronized its stream before asking).
+	publish = 2,
+	// Leased SLOT goes back unpublished.
+	give_back = 3,
+};
+
+struct Request {
+	MessageHeader header;
+	RequestOp op;
+	uint32_t slot;
+	uint64_t size;
+	uint32_t storage; // xmem_storage
+	uint32_t device;
+	uint32_t redemptions;
+	uint32_t side_data_size;
+	int64_t ttl_ns;
+	xmem_frame_meta meta;
+	std::byte side_data[XMEM_SIDE_DATA_MAX];
+};
+
+struct Answer {
+	MessageHeader header;
+	int32_t code; // 0, or the xmem_status of the error
+	uint32_t slot; // lease: the slot
+	uint64_t seq; // publish: the frame's sequence number
+	uint64_t check; // publish as a ticket: the ticket's check word
+	char message[256]; // the error's
+};
+
 inline constexpr uint32_t kNoConsumer = 0xffffffffu;
 // File descriptors in one message: the kernel's SCM_MAX_FD.
 inline constexpr size_t kMaxFds = 253;
-inline constexpr size_t kMaxMessage = sizeof(Welcome);
+inline constexpr size_t kMaxMessage = std::max(sizeof(Welcome), sizeof(Request));
 static_assert(sizeof(MessageHeader) == 16);
 static_assert(sizeof(Hello) == 88);
 inline constexpr size_t kHelloV1Size = 56; // a Hello without pid and pid_ns
 inline constexpr size_t kHelloPidSize = 72; // a Hello without the policy
 static_assert(sizeof(Reject) == 276);
+static_assert(sizeof(Request) == 4536);
+static_assert(sizeof(Answer) == 296);
 
 inline MessageHeader make_header(MessageType type, uint32_t size)
 {
@@ -132,6 +193,13 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes);
 Welcome make_welcome(uint32_t consumer_index, uint64_t control_size, uint64_t data_size, uint64_t format_seq,
 		     std::string_view format);
 Reject make_reject(xmem_status code, std::string_view message);
+Request make_request(RequestOp op);
+// A Request as the owner reads it: magic, version, type, size and op checked; the
+// side data's size within its array, META's strings terminated.
+Result<Request> parse_request(std::span<const std::byte> bytes);
+Answer make_answer(const Error *error);
+// The owner's Answer, or its error's code and message as an Error (WHERE names the pool).
+Result<Answer> parse_answer(std::span<const std::byte> bytes, const std::string &where);
 // A consumer's view of the owner's answer: the Welcome, or the Reject's code and
 // message as an Error. WHERE names the pool.
 Result<Welcome> parse_reply(std::span<const std::byte> bytes, const std::string &where);

@@ -35,7 +35,16 @@ constexpr uint32_t kDefaultQueueSize = 4;
 // says otherwise. A record untouched costs no memory (the segment is a memfd).
 constexpr uint32_t kDefaultSpareSlots = 64;
 
-enum class IoTag : uint32_t { listener = 1, stop = 2, pending = 3, consumer = 4, quarantine = 5, tickets = 6 };
+enum class IoTag : uint32_t {
+	listener = 1,
+	stop = 2,
+	pending = 3,
+	consumer = 4,
+	quarantine = 5,
+	tickets = 6,
+	guest = 7, // a guest's connection (fd: the map's key)
+	guest_exit = 8, // a dead guest's pidfd or grace timer (fd: the map's key)
+};
 
 // How long the spill tier keeps the pages of freed buffers after its last spill: a
 // consumer that stalls again soon finds them mapped (a first touch costs more than
@@ -839,11 +848,13 @@ void Publisher::push(uint32_t c, uint32_t what)
 // (drop-new), or wait for it (fifo), then fall back to what it chose; fifo-spill never
 // waits here (its queue is as deep as the pool's ring). The waits of one publish share
 // its start, so consumers stuck together cost one block timeout, not one each.
-uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
+uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks, uint32_t except)
 {
 	uint32_t ntargets = 0;
 	uint64_t start = 0;
 	for (uint32_t c : active) {
+		if (c == except)
+			continue;
 		ConsumerRecord *rec = seg.consumer(c);
 		const Served &how = served[c];
 		bool take = rec->detached.load(std::memory_order_seq_cst) == 0;
@@ -911,7 +922,7 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks)
 }
 
 Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
-				    uint64_t ticket_check, uint32_t redemptions)
+				    uint64_t ticket_check, uint32_t redemptions, const Origin &origin)
 {
 	if (!g.valid() || g.pool_.get() != &pool_)
 		return make_error(Errc::invalid_argument, pool_.where() + ": publish of a buffer from another pool");
@@ -946,7 +957,7 @@ Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lo
 	m.seq = seq;
 	if (m.timestamp == 0)
 		m.timestamp = monotonic_ns();
-	m.producer_pid = owner_pid;
+	m.producer_pid = origin.producer_pid ? origin.producer_pid : owner_pid;
 	std::memcpy(m.producer, config_producer, sizeof(m.producer));
 	m.format_seq = pool_.format_seq;
 	m.content_type[sizeof(m.content_type) - 1] = '\0';
@@ -959,8 +970,11 @@ Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lo
 	if (!side.empty())
 		std::memcpy(slot.side_data, side.data(), side.size());
 	slot.side_data_size = uint32_t(side.size());
-	// Device slots: ready once the producer's queued writes are (no wait here).
-	if (DeviceSync *sync = pool_.sync_of(index)) {
+	// Device slots: ready once the producer's queued writes are (no wait here); a guest's
+	// are over already.
+	if (origin.writes_done && pool_.sync_of(index)) {
+		seg.ready(index).store(seq, std::memory_order_release);
+	} else if (DeviceSync *sync = pool_.sync_of(index)) {
 		if (auto ready = sync->mark_ready(index, seq, stream, g.stream_); !ready)
 			return make_error(ready.code(), pool_.where() + ": " + ready.error().message);
 	}
@@ -973,18 +987,31 @@ Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lo
 	return seq;
 }
 
-Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
+void Publisher::refuse(BufferGuard &&frame, const Origin &origin)
+{
+	BufferGuard g = std::move(frame);
+	if (origin.writes_done && g.valid() && g.pool_.get() == &pool_) {
+		// A guest's frame: its slot goes back without waiting for this process's streams.
+		uint32_t index = g.index_;
+		g.pool_.reset();
+		drop_lease(index);
+	}
+}
+
+Result<void> Publisher::publish(BufferGuard &&frame, void *stream, const Origin &origin)
 {
 	BufferGuard g = std::move(frame);
 	std::unique_lock lock(publish_lock, std::defer_lock);
-	if (auto seq = put_out(g, stream, lock, 0, 0); !seq)
+	if (auto seq = put_out(g, stream, lock, 0, 0, origin); !seq) {
+		refuse(std::move(g), origin);
 		return seq.error();
+	}
 	uint32_t index = g.index_;
 	SlotRecord &slot = seg.slots[index];
 
 	uint32_t targets[XMEM_MAX_CONSUMERS];
 	uint64_t masks[kHolderWords] = {};
-	uint32_t ntargets = choose_targets(targets, masks);
+	uint32_t ntargets = choose_targets(targets, masks, origin.except);
 	if (!spilled_buffers.empty())
 		collect_spill(); // buffers of consumers that caught up go back to the tier
 	else if (spill_untrimmed && monotonic_ns() - last_spill_ns > kSpillTrimNs && !spill_wanted) {
@@ -1036,7 +1063,8 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream)
 	return {};
 }
 
-Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream)
+Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream,
+					 const Origin &origin)
 {
 	BufferGuard g = std::move(frame);
 	if (redemptions == 0)
@@ -1049,9 +1077,11 @@ Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptio
 	while (check == 0)
 		check = mix64(ticket_key + ticket_count.fetch_add(1, std::memory_order_relaxed) + 1);
 	std::unique_lock lock(publish_lock, std::defer_lock);
-	auto seq = put_out(g, stream, lock, check, redemptions);
-	if (!seq)
+	auto seq = put_out(g, stream, lock, check, redemptions, origin);
+	if (!seq) {
+		refuse(std::move(g), origin);
 		return seq.error();
+	}
 	// The owner's reference stays, for the ticket: the guard lets go of the slot without
 	// releasing it.
 	uint32_t index = g.index_;
@@ -1159,6 +1189,15 @@ void Publisher::shutdown()
 		[[maybe_unused]] ssize_t n = ::write(io_stop.get(), &one, sizeof(one));
 		io_thread.join();
 	}
+	// Guests hang up, their leased slots go back: the pool closes.
+	for (auto &[fd, guest] : guests)
+		for (uint32_t lease : guest.leases)
+			drop_lease(lease);
+	for (auto &[fd, remains] : guest_remains)
+		for (uint32_t lease : remains.leases)
+			drop_lease(lease);
+	guests.clear();
+	guest_remains.clear();
 	// The name goes first: a consumer woken below that reconnects at once finds no
 	// socket (and waits for a new owner) rather than a dying one.
 	rendezvous::release(owner_socket);
@@ -1246,6 +1285,17 @@ void Publisher::io_loop()
 				end_tickets(false);
 				break;
 			}
+			case IoTag::guest:
+				serve_guest(fd);
+				break;
+			case IoTag::guest_exit:
+				if (auto node = guest_remains.extract(fd); !node.empty()) {
+					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+					// Its process has exited (or its grace ran out): the slots go back.
+					for (uint32_t lease : node.mapped().leases)
+						drop_lease(lease);
+				}
+				break;
 			case IoTag::quarantine:
 				if (index < seg.max_consumers &&
 				    (consumer_pidfd[index].get() == fd || consumer_grace[index].get() == fd))
@@ -1359,6 +1409,8 @@ void Publisher::handle_hello(int fd)
 				make_error(Errc::invalid_argument, "a size class's import sends no file descriptors"));
 		return send_class(conn.get(), hello->class_index);
 	}
+	if (hello->role == protocol::PeerRole::producer)
+		return admit_guest(std::move(conn), *hello, *cred, msg->fds);
 	protocol::Welcome w;
 	{
 		std::lock_guard lock(publish_lock);
@@ -1427,6 +1479,167 @@ void Publisher::send_class(int conn, uint32_t index)
 	}
 	protocol::Welcome w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), size, 0, "");
 	(void)rendezvous::send_welcome(conn, w, -1, fds);
+}
+
+void Publisher::admit_guest(UniqueFd conn, const protocol::Hello &hello, const PeerCredentials &cred,
+			    std::vector<UniqueFd> &fds)
+{
+	auto reject = [&](const std::string &message) {
+		protocol::Reject r = protocol::make_reject(XMEM_EINVAL, message);
+		(void)rendezvous::send_message(conn.get(), &r, sizeof(r), nullptr, 0);
+	};
+	if (fds.size() > 1)
+		return reject("a producer sends at most a pidfd");
+	// A guest writes slots through its consumer's mappings: it names that consumer, which
+	// must be attached, from the same process where this owner can tell.
+	uint32_t c = hello.class_index;
+	bool attached = false;
+	{
+		std::lock_guard lock(publish_lock);
+		attached = c < seg.max_consumers && std::find(active.begin(), active.end(), c) != active.end() &&
+			   (cred.pid == 0 || seg.consumer(c)->pid == 0 || seg.consumer(c)->pid == uint32_t(cred.pid));
+	}
+	if (!attached)
+		return reject("a producer names consumer " + std::to_string(c) +
+			      ", which is not attached from its process");
+	Guest guest;
+	guest.consumer = c;
+	guest.pid = uint32_t(std::max(cred.pid, pid_t(0)));
+	if (fds.size() == 1 && check_pidfd(fds[0].get(), cred.pid))
+		guest.pidfd = std::move(fds[0]);
+	if (cred.pid > 0)
+		guest.pidfd = UniqueFd(int(::syscall(SYS_pidfd_open, cred.pid, 0)));
+	protocol::Welcome w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), 0, 0, "");
+	int fd = conn.get();
+	epoll_event ev{};
+	ev.events = EPOLLIN | EPOLLRDHUP;
+	ev.data.u64 = io_data(IoTag::guest, 0, fd);
+	if (!rendezvous::send_welcome(fd, w, -1, {}) || ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) < 0)
+		return;
+	guest.conn = std::move(conn);
+	guests[fd] = std::move(guest);
+}
+
+void Publisher::serve_guest(int fd)
+{
+	auto it = guests.find(fd);
+	if (it == guests.end()) {
+		::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+		return;
+	}
+	// A hang-up, fds or a malformed request: the guest is gone (or broke the protocol).
+	auto msg = rendezvous::receive_message(fd, monotonic_ns(), "producer", 0);
+	if (!msg)
+		return guest_gone(fd);
+	auto request = protocol::parse_request(msg->data);
+	if (!request)
+		return guest_gone(fd);
+	protocol::Answer a = answer(it->second, *request);
+	if (!rendezvous::send_message(fd, &a, sizeof(a), nullptr, 0))
+		guest_gone(fd);
+}
+
+protocol::Answer Publisher::answer(Guest &guest, const protocol::Request &r)
+{
+	auto refuse = [](const Error &e) {
+		return protocol::make_answer(&e);
+	};
+	auto lease = std::find(guest.leases.begin(), guest.leases.end(), r.slot);
+	switch (r.op) {
+	case protocol::RequestOp::lease: {
+		if (r.storage != uint32_t(Storage::system) && r.storage != uint32_t(Storage::cuda))
+			return refuse(make_error(Errc::invalid_argument, pool_.where() + ": unknown storage type " +
+										 std::to_string(r.storage)));
+		// The owner's own acquire, without waiting: the guest waits, on its side.
+		auto g = acquire(r.size,
+				 Memory{ Storage(r.storage), r.storage == uint32_t(Storage::cuda) ? r.device : 0 }, 0,
+				 nullptr);
+		if (!g)
+			return refuse(g.error());
+		protocol::Answer a = protocol::make_answer(nullptr);
+		a.slot = g->index_;
+		g->pool_.reset(); // the reference stays, the lease's
+		guest.leases.push_back(a.slot);
+		return a;
+	}
+	case protocol::RequestOp::give_back:
+		if (lease == guest.leases.end())
+			return refuse(make_error(Errc::not_held, pool_.where() + ": slot " + std::to_string(r.slot) +
+									 " is not leased to this producer"));
+		guest.leases.erase(lease);
+		drop_lease(r.slot); // back to free, unpublished
+		return protocol::make_answer(nullptr);
+	case protocol::RequestOp::publish:
+		break;
+	}
+	if (lease == guest.leases.end())
+		return refuse(make_error(Errc::not_held, pool_.where() + ": slot " + std::to_string(r.slot) +
+								 " is not leased to this producer"));
+	guest.leases.erase(lease);
+	BufferGuard g = pool_.make_guard(r.slot, true); // the lease's reference
+	// What the guest wrote, checked by put_out() as the owner's own frame is.
+	g.meta_ = r.meta;
+	if (r.side_data_size)
+		g.side_data_ =
+			std::make_shared<const std::vector<std::byte>>(r.side_data, r.side_data + r.side_data_size);
+	Origin origin{ guest.consumer, true, guest.pid };
+	protocol::Answer a = protocol::make_answer(nullptr);
+	a.slot = r.slot;
+	if (r.redemptions == 0) {
+		if (auto published = publish(std::move(g), nullptr, origin); !published)
+			return refuse(published.error());
+		return a;
+	}
+	auto ticket = publish_ticket(std::move(g), r.redemptions, r.ttl_ns, nullptr, origin);
+	if (!ticket)
+		return refuse(ticket.error());
+	a.seq = ticket->seq;
+	a.check = ticket->check;
+	return a;
+}
+
+void Publisher::guest_gone(int fd)
+{
+	auto node = guests.extract(fd);
+	if (node.empty())
+		return;
+	::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+	Guest &guest = node.mapped();
+	// Its system slots go back now: its CPU writes ended with its threads. GPU writes it
+	// queued into device slots may land until its process has exited (its device files
+	// closed): those stay held until then, as a quarantined consumer's (reap()).
+	GuestRemains remains;
+	for (uint32_t i : guest.leases) {
+		if (pool_.sync_of(i))
+			remains.leases.push_back(i);
+		else
+			drop_lease(i);
+	}
+	if (remains.leases.empty())
+		return;
+	remains.watch = std::move(guest.pidfd);
+	if (!remains.watch.valid()) {
+		remains.watch = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+		itimerspec t{};
+		t.it_value.tv_sec = time_t(kQuarantineGraceNs / 1'000'000'000);
+		if (!remains.watch.valid() || ::timerfd_settime(remains.watch.get(), 0, &t, nullptr) < 0)
+			remains.watch.reset();
+	}
+	int watch = remains.watch.get();
+	epoll_event ev{};
+	ev.events = EPOLLIN;
+	ev.data.u64 = io_data(IoTag::guest_exit, 0, watch);
+	if (watch >= 0 && ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, watch, &ev) == 0) {
+		guest_remains[watch] = std::move(remains);
+		return;
+	}
+	for (uint32_t i : remains.leases) // nothing to wait on: the slots go back now
+		drop_lease(i);
+}
+
+void Publisher::drop_lease(uint32_t index)
+{
+	(void)pool_.release(index, nullptr, false);
 }
 
 Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
@@ -1510,6 +1723,11 @@ void Publisher::reap(uint32_t c)
 	rec->state.store(kConsumerDead, std::memory_order_seq_cst);
 	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
 	futex_wake_all(&seg.header->progress);
+	// A guest of its process publishes on: its frames go to a consumer that takes this
+	// record next.
+	for (auto &[fd, guest] : guests)
+		if (guest.consumer == c)
+			guest.consumer = protocol::kNoConsumer;
 	{
 		std::lock_guard lock(publish_lock);
 		active.erase(std::remove(active.begin(), active.end(), c), active.end());

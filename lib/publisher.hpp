@@ -15,6 +15,35 @@
 
 namespace xmem {
 
+// A guest: an attached consumer that produces too (protocol.hpp, PeerRole::producer), as
+// the owner serves it.
+struct Guest {
+	UniqueFd conn;
+	uint32_t consumer = protocol::kNoConsumer; // its consumer record
+	uint32_t pid = 0; // SO_PEERCRED's: 0 where this owner cannot see its process
+	UniqueFd pidfd; // tells when its process has exited; none where it cannot be made
+	// The slots it writes: the owner's references (its bit, local_refs 1), held without
+	// a guard, since the owner's GPU work never touched them (see drop_lease()).
+	std::vector<uint32_t> leases;
+};
+
+// What a dead guest leaves until its process has exited: the device slots it was writing.
+struct GuestRemains {
+	UniqueFd watch; // its pidfd, or a grace timer
+	std::vector<uint32_t> leases;
+};
+
+// How a frame is published: the owner's, or a guest's on its behalf.
+struct Origin {
+	// The consumer record of the guest that wrote it, which is not queued its own frame.
+	uint32_t except = protocol::kNoConsumer;
+	// Its writes are complete (a guest synchronized its stream): a device slot's ready
+	// word is stored at once, no stream of this process involved.
+	bool writes_done = false;
+	// Its process as this owner sees it (SO_PEERCRED; 0: the owner's own, or not visible).
+	uint32_t producer_pid = 0;
+};
+
 class Publisher
 {
 public:
@@ -39,10 +68,11 @@ public:
 	Result<BufferGuard> acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream);
 	// Adds a size class of COUNT slots of SLOT_SIZE bytes (BufferPool::preallocate).
 	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device);
-	Result<void> publish(BufferGuard &&frame, void *stream);
+	Result<void> publish(BufferGuard &&frame, void *stream, const Origin &origin = {});
 	// Publishes FRAME to no queue, the owner's reference kept for a ticket of
 	// REDEMPTIONS redemptions within TTL_NS (BufferPool::publish_ticket).
-	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream);
+	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream,
+				      const Origin &origin = {});
 	Result<void> end_of_stream();
 	Result<void> set_format(std::string_view format);
 	// Closes the pool: the name is freed, consumers see Errc::closed after their
@@ -108,7 +138,7 @@ private:
 	// words TICKET_CHECK and REDEMPTIONS (0, 0: no ticket). Takes LOCK (publish_lock) and
 	// returns the frame's sequence number, LOCK held; the owner's reference stays.
 	Result<uint64_t> put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
-				 uint64_t ticket_check, uint32_t redemptions);
+				 uint64_t ticket_check, uint32_t redemptions, const Origin &origin);
 	// Tickets whose redemptions are all made or whose time is up (ALL: every one, at
 	// close) end: their redemptions left are refused and the owner's hold on their slots
 	// goes. publish_lock held.
@@ -116,8 +146,8 @@ private:
 	// The I/O thread's timer for the next ticket's expiry, set to AT_NS (UINT64_MAX:
 	// disarmed) unless it is already. publish_lock held.
 	void arm_ticket_timer(uint64_t at_ns);
-	// Which consumers get frame SEQ now, applying the policy to full queues.
-	uint32_t choose_targets(uint32_t *targets, uint64_t *masks);
+	// Which consumers get frame SEQ now, applying the policy to full queues; never EXCEPT.
+	uint32_t choose_targets(uint32_t *targets, uint64_t *masks, uint32_t except);
 
 	// Pools with a spill tier: a thread that spills ahead, after each publish that left
 	// fewer than kSpillReserve slots free, so that the producer's next acquire finds one
@@ -128,6 +158,22 @@ private:
 	void handle_hello(int fd);
 	// A consumer's request for a size class's memory (PeerRole::classes): its fds.
 	void send_class(int conn, uint32_t index);
+	// A guest (PeerRole::producer) says Hello on CONN: it is served from here on.
+	void admit_guest(UniqueFd conn, const protocol::Hello &hello, const PeerCredentials &cred,
+			 std::vector<UniqueFd> &fds);
+	// Guest connection FD has a Request, or hung up.
+	void serve_guest(int fd);
+	// A frame publish() or publish_ticket() refused goes back: the owner's own as its
+	// guard's release does (after its streams' work), a guest's at once.
+	void refuse(BufferGuard &&frame, const Origin &origin);
+	// What the guest asked for: the Answer to send.
+	protocol::Answer answer(Guest &guest, const protocol::Request &request);
+	// The owner's reference on a slot leased to a guest goes: the slot is free, with no
+	// wait for this process's streams (its GPU work never touched it).
+	void drop_lease(uint32_t index);
+	// Guest FD hung up (exit, crash, garbage): its leased slots go back; a device slot
+	// once its process has exited (its GPU writes into it may still land until then).
+	void guest_gone(int fd);
 	// Takes a consumer record for an accepted Hello, and CONN with it; an error (CONN
 	// left to the caller, for the Reject) when there is none.
 	Result<uint32_t> admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
@@ -171,6 +217,13 @@ private:
 		uint64_t deadline_ns;
 	};
 	std::map<int, Pending> pending; // I/O thread only
+	// Guests, by connection fd, and the slots leased to each (the owner's references,
+	// its bit set: WRITING until the guest publishes or gives one back). I/O thread only;
+	// cleared by shutdown() once it has joined that thread.
+	std::map<int, Guest> guests;
+	// Device slots a dead guest leased, by the fd that tells its process has exited
+	// (a pidfd, or a grace timer): held until then. I/O thread only.
+	std::map<int, GuestRemains> guest_remains;
 	// Where acquire() starts looking for a free slot in each class: a hint, any value is
 	// correct, so relaxed.
 	std::array<std::atomic<uint32_t>, layout::kMaxClasses> acquire_cursor{};

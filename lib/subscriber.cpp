@@ -1,6 +1,8 @@
 // subscriber.cpp - a consumer's side of a pool: the attach handshake with every check
 // on what the owner sent, and receive() with its sleep/wake protocol.
 #include "subscriber.hpp"
+
+#include "guest.hpp"
 #include "identity.hpp"
 #include "protocol.hpp"
 #include "rendezvous.hpp"
@@ -321,6 +323,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	}
 	pool_.local_refs.assign(pool_.index_count(), 0);
 	pool_.exclusive.assign(seg.slot_count, 0);
+	pool_.leased.assign(pool_.index_count(), 0);
 	event = std::move(ev);
 	arm_set.store(true, std::memory_order_relaxed); // the owner arms new consumers (see Publisher::admit)
 
@@ -786,6 +789,8 @@ Result<std::shared_ptr<PoolImpl>> Subscriber::open(std::string_view name, std::s
 	auto attached = impl->subscriber->attach(options, deadline_after(options.timeout.count()));
 	if (!attached)
 		return attached.error();
+	if (impl->role == Role::consumer)
+		impl->guest = std::make_unique<GuestProducer>(*impl);
 	return impl;
 }
 

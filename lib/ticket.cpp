@@ -1,6 +1,7 @@
 // ticket.cpp - frame tickets: a published frame named by plain data that any process
 // attached to the pool redeems for a reference of its own (docs/design.md, "Frame
 // tickets"). The owner's side (publish_ticket, expiry) is in publisher.cpp.
+#include "guest.hpp"
 #include "pool_impl.hpp"
 #include "publisher.hpp"
 
@@ -120,9 +121,11 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 Result<Ticket> BufferPool::publish_ticket(BufferGuard &&frame, uint32_t redemptions, std::chrono::nanoseconds ttl,
 					  CudaStream stream)
 {
+	if (impl_->guest)
+		return impl_->guest->publish_ticket(std::move(frame), redemptions, ttl.count(), stream);
 	if (!impl_->publisher) {
 		BufferGuard dropped = std::move(frame);
-		return make_error(Errc::wrong_role, impl_->where() + ": only the owner publishes tickets");
+		return make_error(Errc::wrong_role, impl_->where() + ": an inspector publishes no tickets");
 	}
 	return impl_->publisher->publish_ticket(std::move(frame), redemptions, ttl.count(), stream);
 }

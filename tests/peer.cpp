@@ -342,13 +342,75 @@ int redeem(const std::string &name, const xmem::test::Options &o)
 	return 0;
 }
 
+// guest NAME --frames N --tickets R --hold K: attaches and produces as a guest (a producer
+// besides the owner): N frames of 4096 bytes whose bytes follow their pts (1000 + n),
+// published ("published=n") or, with R, made tickets of R redemptions for 10 s, one
+// "ticket=TEXT" line each; then, with K, leases K slots more, says "leased=K" and waits
+// to be killed.
+int guest(const std::string &name, const xmem::test::Options &o)
+{
+	xmem::OpenOptions options;
+	options.client = "guest";
+	options.timeout = std::chrono::seconds(10);
+	auto pool = xmem::BufferPool::open(name, options);
+	if (!pool) {
+		std::fprintf(stderr, "guest: %s\n", pool.error().message.c_str());
+		return 1;
+	}
+	uint64_t frames = number_option(o, "frames", 0);
+	uint32_t redemptions = uint32_t(number_option(o, "tickets", 0));
+	for (uint64_t n = 0; n < frames; n++) {
+		auto frame = (*pool)->acquire(5s);
+		if (!frame) {
+			std::fprintf(stderr, "guest: acquire: %s\n", frame.error().message.c_str());
+			return 1;
+		}
+		uint64_t pts = 1000 + n;
+		xmem::test::fill(frame->data_mut().value(), 4096, pts);
+		xmem::FrameMeta *m = frame->meta_mut().value();
+		m->size = 4096;
+		m->pts = pts;
+		if (redemptions) {
+			auto t = (*pool)->publish_ticket(std::move(*frame), redemptions, 10s);
+			if (!t) {
+				std::fprintf(stderr, "guest: publish_ticket: %s\n", t.error().message.c_str());
+				return 1;
+			}
+			std::printf("ticket=%s\n", t->to_string().c_str());
+			continue;
+		}
+		if (auto p = (*pool)->publish(std::move(*frame)); !p) {
+			std::fprintf(stderr, "guest: publish: %s\n", p.error().message.c_str());
+			return 1;
+		}
+		std::printf("published=%llu\n", (unsigned long long)(n + 1));
+	}
+	uint64_t hold = number_option(o, "hold", 0);
+	if (hold == 0)
+		return 0;
+	std::deque<xmem::BufferGuard> leased;
+	for (uint64_t k = 0; k < hold; k++) {
+		auto frame = (*pool)->acquire(5s);
+		if (!frame) {
+			std::fprintf(stderr, "guest: acquire: %s\n", frame.error().message.c_str());
+			return 1;
+		}
+		frame->data_mut().value()[0] = std::byte{ 1 }; // being written
+		leased.push_back(std::move(*frame));
+	}
+	std::printf("leased=%llu\n", (unsigned long long)hold);
+	for (;;)
+		std::this_thread::sleep_for(1s);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		std::fprintf(stderr,
-			     "usage: xmem-test-peer produce|consume|open-as|connect-as|serve|redeem NAME [options]\n");
+		std::fprintf(
+			stderr,
+			"usage: xmem-test-peer produce|consume|open-as|connect-as|serve|redeem|guest NAME [options]\n");
 		return 2;
 	}
 	std::string mode = argv[1], name = argv[2];
@@ -366,6 +428,8 @@ int main(int argc, char **argv)
 		return serve(name, o);
 	if (mode == "redeem")
 		return redeem(name, o);
+	if (mode == "guest")
+		return guest(name, o);
 	std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
 	return 2;
 }

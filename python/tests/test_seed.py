@@ -99,7 +99,23 @@ def test_the_seed_example_runs_as_written():
         unpublished.forget()
     unpublished.release()
     with pytest.raises(xmem.Error, match="another process's"):
-        consumers[0].acquire_cpu(size)
+        consumers[0].preallocate_cpu(size, 1)  # the owner manages the classes
+
+    # Any attached process acquires (the seed's BufferPool::new connects and acquires):
+    # the owner leases it the slot and publishes it on its behalf.
+    guest_buf = consumers[0].acquire_cpu(size)
+    guest_buf.buffer[:size] = b"\x44" * size
+    guest_ticket = consumers[0].set_ref_count(guest_buf.meta_index, 1)
+    guest_buf.forget()
+    got = consumers[1].get(str(guest_ticket))
+    assert bytes(got.data[:size]) == b"\x44" * size
+    got.release()
+    guest_cuda = consumers[1].acquire_cuda(4096, device_id=0)
+    gpu.fill(guest_cuda.cuda_ptr_mut, 0x66, 4096)
+    cuda_ticket = consumers[1].set_ref_count(guest_cuda.meta_index, 1)
+    got = consumers[0].get(str(cuda_ticket))
+    assert gpu.read(got.cuda_ptr, 4096) == b"\x66" * 4096
+    got.release()
     with pytest.raises(xmem.NotHeld):
         pool.set_ref_count(5, 2)  # no frame acquired in slot 5
     with pytest.raises(xmem.Error) as e:

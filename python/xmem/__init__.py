@@ -774,138 +774,17 @@ class _Handle:
         self.close()
 
 
-class Consumer(_Handle):
-    """A consumer of a pool: receive() frames, or iterate until end of stream."""
+class _Producing(_Handle):
+    """What every handle that writes frames can do: the owner's (Producer), and a
+    consumer's as a producer besides the owner (a guest: the owner leases it the slot and
+    publishes it on its behalf; docs/design.md, "Producers besides the owner")."""
 
-    def __init__(self, name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,
-                 client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device"):
-        options = _capi.OpenOptions()
-        lib.xmem_open_options_init(ctypes.byref(options))
-        options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
-        options.queue_size = int(queue_size)
-        self._client = client.encode()
-        options.client = self._client
-        if policy is not None:
-            if policy not in _capi.POLICIES:
-                raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
-            options.has_policy = 1
-            options.policy = _capi.POLICIES[policy]
-        if fallback not in ("drop-oldest", "drop-new"):
-            raise ValueError("fallback must be 'drop-oldest' or 'drop-new'")
-        options.fallback = _capi.POLICIES[fallback]
-        if block_timeout is not None:
-            if block_timeout <= 0:
-                raise ValueError("block_timeout must be positive (seconds)")
-            options.block_timeout_ns = int(block_timeout * 1e9)
-        if wake not in ("sleep", "spin-before"):
-            raise ValueError("wake must be 'sleep' or 'spin-before'")
-        options.wake = 1 if wake == "spin-before" else 0
-        if not 1e-6 <= spin_budget <= 1.0:
-            raise ValueError("spin_budget must be 1 µs to 1 s (seconds)")
-        options.spin_budget_us = int(round(spin_budget * 1e6))
-        if spill_delivery not in ("device", "host"):
-            raise ValueError("spill_delivery must be 'device' or 'host'")
-        options.spill_delivery = 1 if spill_delivery == "host" else 0
-        handle = ctypes.c_void_p()
-        self.name = name
-        _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
-        self._pool = _Pool(handle)
-
-    def receive(self, timeout=None, stream=None):
-        """The next frame; raises Timeout, EndOfStream or Closed, and FrameRefused for a
-        frame whose layout did not fit its slot (receive again). For a device pool,
-        STREAM (a CUstream as an int, or a torch.cuda.Stream or CuPy stream) is made to
-        wait on the GPU for the producer's writes, and the CPU does not wait; without
-        one the CPU waits, and the frame is ready for any stream."""
-        buffer = ctypes.c_void_p()
-        handle = _stream_handle(stream)
-        _check(lib.xmem_pool_receive_on_stream(self._get(), _timeout_ns(timeout), handle, ctypes.byref(buffer)),
-               "receive")
-        return Frame(buffer, self._pool, handle)
-
-    def fileno(self):
-        """Polls readable when receive() may return without waiting."""
-        return lib.xmem_pool_fd(self._get())
-
-    def frames_refused(self):
-        """Frames this handle refused (FrameRefused): their layout did not fit their slot."""
-        return lib.xmem_pool_frames_refused(self._get())
-
-    def consumer_stats(self):
-        """How the owner serves this consumer: its policy (and fallback, block timeout),
-        queue size, frames queued now, received, dropped and spilled."""
-        s = _capi.ConsumerStats()
-        _check(lib.xmem_pool_consumer_stats(self._get(), ctypes.byref(s)), "consumer_stats")
-        out = {name: getattr(s, name) for name, _ in _capi.ConsumerStats._fields_ if name != "reserved"}
-        out["policy"] = _capi.POLICY_NAMES.get(s.policy, "invalid")
-        out["fallback"] = _capi.POLICY_NAMES.get(s.fallback, "invalid")
-        return out
-
-    def __iter__(self):
-        """Frames until end of stream; refused frames are skipped (and counted)."""
-        while True:
-            try:
-                yield self.receive()
-            except FrameRefused:
-                continue
-            except EndOfStream:
-                return
-
-    async def frames(self):
-        """Frames for ``async for``, until end of stream: the event loop watches the
-        pool's fd (no thread, no busy wait); refused frames are skipped (and counted).
-        Raises Closed when the producer goes."""
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                yield self.receive(timeout=0)
-                continue
-            except FrameRefused:
-                continue
-            except Timeout:
-                pass
-            except EndOfStream:
-                return
-            ready = loop.create_future()
-            fd = self.fileno()
-            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
-            try:
-                await ready
-            finally:
-                loop.remove_reader(fd)
-
-
-class Producer(_Handle):
-    """The owner of a pool: acquire() a slot, fill it, publish() it."""
-
-    def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
-                 mode=0o600, group=None, spill_bytes=0, spill_frames=0, max_slots=0):
-        if policy not in _capi.POLICIES:
-            raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
-        if storage not in _capi.STORAGES:
-            raise ValueError("storage must be 'system' or 'cuda'")
-        config = _capi.PoolConfig()
-        lib.xmem_pool_config_init(ctypes.byref(config))
-        config.slot_count = int(slots)
-        config.slot_size = int(slot_size)
-        config.policy = _capi.POLICIES[policy]
-        config.format = format.encode()
-        config.producer = b"python"
-        config.storage = _capi.STORAGES[storage]
-        config.device = int(device)
-        config.mode = int(mode)
-        config.spill_bytes = int(spill_bytes)
-        config.spill_frames = int(spill_frames)
-        config.max_slots = int(max_slots)
-        if group is not None:
-            config.has_group = 1
-            config.group = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
-        handle = ctypes.c_void_p()
-        self.name = name
-        _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
-        self._pool = _Pool(handle)
+    def _acquired_frames(self):
         # Frames acquired and not yet published, by slot (BufferPool.set_ref_count).
-        self._acquired = weakref.WeakValueDictionary()
+        acquired = self.__dict__.get("_acquired")
+        if acquired is None:
+            acquired = self._acquired = weakref.WeakValueDictionary()
+        return acquired
 
     def acquire(self, timeout=None, stream=None, size=None, storage=None, device=0):
         """A free slot, writable: fill frame.buffer (system memory) or write the device
@@ -930,7 +809,7 @@ class Producer(_Handle):
 
     def _writable(self, buffer):
         frame = WritableFrame(buffer, self._pool, self)
-        self._acquired[frame.meta_index] = frame
+        self._acquired_frames()[frame.meta_index] = frame
         return frame
 
     def copy(self, frame, storage, device=0, timeout=None, stream=None):
@@ -945,20 +824,6 @@ class Producer(_Handle):
         _check(lib.xmem_pool_copy(self._get(), frame._live_buffer(), _capi.STORAGES[storage], int(device),
                                   _timeout_ns(timeout), _stream_handle(stream), ctypes.byref(buffer)), "copy")
         return self._writable(buffer)
-
-    def preallocate(self, slot_size, count, storage=None, device=0):
-        """Adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and returns
-        its index. STORAGE ('system' or 'cuda', by default the pool's) and DEVICE may
-        differ from the first class's: system memory and CUDA devices side by side
-        (acquire(storage=...) takes their slots). Consumers attached or to come take its
-        frames like any other."""
-        storage = storage or self.storage
-        if storage not in _capi.STORAGES:
-            raise ValueError("storage must be 'system' or 'cuda'")
-        index = ctypes.c_uint32()
-        _check(lib.xmem_pool_preallocate(self._get(), int(slot_size), int(count), _capi.STORAGES[storage],
-                                         int(device), ctypes.byref(index)), "preallocate")
-        return index.value
 
     def publish(self, frame, size=None, pts=None, stream=None, *, dts=None, duration=None, flags=None,
                 content_type=None, dtype=None, shape=None, strides=None):
@@ -1068,6 +933,153 @@ class Producer(_Handle):
             raise ValueError("size %d is less than the %d bytes the %s tensor of shape %s spans"
                              % (size, spans, name, shape))
         return spans if size is None else size
+
+
+class Consumer(_Producing):
+    """A consumer of a pool: receive() frames, or iterate until end of stream. It may
+    produce too: acquire(), publish() and publish_ticket() as a guest of the owner."""
+
+    def __init__(self, name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,
+                 client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device"):
+        options = _capi.OpenOptions()
+        lib.xmem_open_options_init(ctypes.byref(options))
+        options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
+        options.queue_size = int(queue_size)
+        self._client = client.encode()
+        options.client = self._client
+        if policy is not None:
+            if policy not in _capi.POLICIES:
+                raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
+            options.has_policy = 1
+            options.policy = _capi.POLICIES[policy]
+        if fallback not in ("drop-oldest", "drop-new"):
+            raise ValueError("fallback must be 'drop-oldest' or 'drop-new'")
+        options.fallback = _capi.POLICIES[fallback]
+        if block_timeout is not None:
+            if block_timeout <= 0:
+                raise ValueError("block_timeout must be positive (seconds)")
+            options.block_timeout_ns = int(block_timeout * 1e9)
+        if wake not in ("sleep", "spin-before"):
+            raise ValueError("wake must be 'sleep' or 'spin-before'")
+        options.wake = 1 if wake == "spin-before" else 0
+        if not 1e-6 <= spin_budget <= 1.0:
+            raise ValueError("spin_budget must be 1 µs to 1 s (seconds)")
+        options.spin_budget_us = int(round(spin_budget * 1e6))
+        if spill_delivery not in ("device", "host"):
+            raise ValueError("spill_delivery must be 'device' or 'host'")
+        options.spill_delivery = 1 if spill_delivery == "host" else 0
+        handle = ctypes.c_void_p()
+        self.name = name
+        _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
+        self._pool = _Pool(handle)
+
+    def receive(self, timeout=None, stream=None):
+        """The next frame; raises Timeout, EndOfStream or Closed, and FrameRefused for a
+        frame whose layout did not fit its slot (receive again). For a device pool,
+        STREAM (a CUstream as an int, or a torch.cuda.Stream or CuPy stream) is made to
+        wait on the GPU for the producer's writes, and the CPU does not wait; without
+        one the CPU waits, and the frame is ready for any stream."""
+        buffer = ctypes.c_void_p()
+        handle = _stream_handle(stream)
+        _check(lib.xmem_pool_receive_on_stream(self._get(), _timeout_ns(timeout), handle, ctypes.byref(buffer)),
+               "receive")
+        return Frame(buffer, self._pool, handle)
+
+    def fileno(self):
+        """Polls readable when receive() may return without waiting."""
+        return lib.xmem_pool_fd(self._get())
+
+    def frames_refused(self):
+        """Frames this handle refused (FrameRefused): their layout did not fit their slot."""
+        return lib.xmem_pool_frames_refused(self._get())
+
+    def consumer_stats(self):
+        """How the owner serves this consumer: its policy (and fallback, block timeout),
+        queue size, frames queued now, received, dropped and spilled."""
+        s = _capi.ConsumerStats()
+        _check(lib.xmem_pool_consumer_stats(self._get(), ctypes.byref(s)), "consumer_stats")
+        out = {name: getattr(s, name) for name, _ in _capi.ConsumerStats._fields_ if name != "reserved"}
+        out["policy"] = _capi.POLICY_NAMES.get(s.policy, "invalid")
+        out["fallback"] = _capi.POLICY_NAMES.get(s.fallback, "invalid")
+        return out
+
+    def __iter__(self):
+        """Frames until end of stream; refused frames are skipped (and counted)."""
+        while True:
+            try:
+                yield self.receive()
+            except FrameRefused:
+                continue
+            except EndOfStream:
+                return
+
+    async def frames(self):
+        """Frames for ``async for``, until end of stream: the event loop watches the
+        pool's fd (no thread, no busy wait); refused frames are skipped (and counted).
+        Raises Closed when the producer goes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                yield self.receive(timeout=0)
+                continue
+            except FrameRefused:
+                continue
+            except Timeout:
+                pass
+            except EndOfStream:
+                return
+            ready = loop.create_future()
+            fd = self.fileno()
+            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+
+
+class Producer(_Producing):
+    """The owner of a pool: acquire() a slot, fill it, publish() it."""
+
+    def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
+                 mode=0o600, group=None, spill_bytes=0, spill_frames=0, max_slots=0):
+        if policy not in _capi.POLICIES:
+            raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
+        if storage not in _capi.STORAGES:
+            raise ValueError("storage must be 'system' or 'cuda'")
+        config = _capi.PoolConfig()
+        lib.xmem_pool_config_init(ctypes.byref(config))
+        config.slot_count = int(slots)
+        config.slot_size = int(slot_size)
+        config.policy = _capi.POLICIES[policy]
+        config.format = format.encode()
+        config.producer = b"python"
+        config.storage = _capi.STORAGES[storage]
+        config.device = int(device)
+        config.mode = int(mode)
+        config.spill_bytes = int(spill_bytes)
+        config.spill_frames = int(spill_frames)
+        config.max_slots = int(max_slots)
+        if group is not None:
+            config.has_group = 1
+            config.group = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
+        handle = ctypes.c_void_p()
+        self.name = name
+        _check(lib.xmem_pool_create(_name(name), ctypes.byref(config), ctypes.byref(handle)), "create " + name)
+        self._pool = _Pool(handle)
+
+    def preallocate(self, slot_size, count, storage=None, device=0):
+        """Adds a size class of COUNT slots of SLOT_SIZE bytes, allocated now, and returns
+        its index. STORAGE ('system' or 'cuda', by default the pool's) and DEVICE may
+        differ from the first class's: system memory and CUDA devices side by side
+        (acquire(storage=...) takes their slots). Consumers attached or to come take its
+        frames like any other."""
+        storage = storage or self.storage
+        if storage not in _capi.STORAGES:
+            raise ValueError("storage must be 'system' or 'cuda'")
+        index = ctypes.c_uint32()
+        _check(lib.xmem_pool_preallocate(self._get(), int(slot_size), int(count), _capi.STORAGES[storage],
+                                         int(device), ctypes.byref(index)), "preallocate")
+        return index.value
 
     def set_format(self, caps):
         _check(lib.xmem_pool_set_format(self._get(), caps.encode()), "set_format")

@@ -23,7 +23,11 @@ Where the design changed, and why (docs/design.md, "Frame tickets"):
 - Slots are preallocated: acquire_* of a size no class of that memory holds is an
   Error (ERANGE), not an allocation (growth on demand is not built).
 - One pool holds system memory and CUDA devices; copy_to_cuda/copy_to_cpu return
-  slots of the pool (owner), as the seed's guards did.
+  slots of the pool, as the seed's guards did.
+- Any attached process acquires, as in the seed: the owner (the process that made the
+  pool with its first preallocate_*) stays its manager and leases a slot to another
+  process that acquires, then publishes it on that process's behalf (docs/design.md,
+  "Producers besides the owner"). Only the owner preallocates.
 """
 
 from . import Consumer, Error, NotHeld, Producer, _capi
@@ -80,13 +84,14 @@ class BufferPool:
         return self._preallocate(size, count, "cuda", device_id)
 
     def acquire_cpu(self, size, timeout=None):
-        """A writable slot of system memory of SIZE bytes or more (owner)."""
-        return self._owner("acquire_cpu").acquire(timeout=timeout, size=size, storage="system")
+        """A writable slot of system memory of SIZE bytes or more (any attached process)."""
+        return self._attached("acquire_cpu").acquire(timeout=timeout, size=size, storage="system")
 
     def acquire_cuda(self, size, device_id=0, timeout=None, stream=None):
-        """A writable slot on CUDA device DEVICE_ID of SIZE bytes or more (owner)."""
-        return self._owner("acquire_cuda").acquire(timeout=timeout, stream=stream, size=size, storage="cuda",
-                                                   device=device_id)
+        """A writable slot on CUDA device DEVICE_ID of SIZE bytes or more (any attached
+        process; DEVICE_ID as this process numbers it)."""
+        return self._attached("acquire_cuda").acquire(timeout=timeout, stream=stream, size=size, storage="cuda",
+                                                      device=device_id)
 
     def get(self, what, seq=None):
         """A frame, read-only: by ticket (what set_ref_count made), or by slot index
@@ -102,11 +107,12 @@ class BufferPool:
         return self._handle.get_mut(meta_index)
 
     def set_ref_count(self, meta_index, count, ttl=DEFAULT_TTL):
-        """Owner: publishes the frame acquired in slot META_INDEX (not yet published) as
-        a ticket for COUNT redemptions within TTL seconds; the frame's .ticket is what
-        consumers pass to get(). The seed's shared count, made safe (module docstring)."""
-        owner = self._owner("set_ref_count")
-        frame = owner._acquired.get(int(meta_index))
+        """Publishes the frame this process acquired in slot META_INDEX (not yet
+        published) as a ticket for COUNT redemptions within TTL seconds; the frame's
+        .ticket is what consumers pass to get(). The seed's shared count, made safe
+        (module docstring)."""
+        owner = self._attached("set_ref_count")
+        frame = owner._acquired_frames().get(int(meta_index))
         if frame is None or frame._raw is None:
             raise NotHeld("set_ref_count: slot %d holds no frame this producer acquired and has not published"
                           % meta_index, _capi.ENOTHELD)

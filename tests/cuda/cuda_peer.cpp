@@ -368,6 +368,55 @@ int create(const std::string &name, const xmem::test::Options &o)
 	return 0;
 }
 
+// guest NAME --frames N --hold K: attaches and produces as a guest (a producer besides the
+// owner): N frames whose every word is word(1000 + n), written on its stream and published
+// on it ("published=n"); then, with K, leases K slots more, queues a write into each and
+// says "leased=K", and waits to be killed.
+int guest(const std::string &name, const xmem::test::Options &o)
+{
+	xmem::OpenOptions options;
+	options.timeout = 10s;
+	options.client = "cuda-peer-guest";
+	auto pool = xmem::BufferPool::open(name, options);
+	if (!pool)
+		return fail(pool.error().message);
+	auto &p = **pool;
+	Gpu g;
+	if (auto e = gpu_init(g, p.device()); !e.empty())
+		return fail(e);
+	xmem::cuda::ContextScope scope(*g.ctx);
+	uint64_t frames = number_option(o, "frames", 0);
+	for (uint64_t n = 0; n < frames; n++) {
+		auto f = p.acquire(10s, g.stream);
+		if (!f)
+			return fail("acquire: " + f.error().message);
+		if (g.d->cuMemsetD32Async(f->device_ptr(), word(1000 + n), p.slot_size() / 4, g.stream) != CUDA_SUCCESS)
+			return fail("cuMemsetD32Async");
+		f->meta_mut().value()->size = p.slot_size();
+		f->meta_mut().value()->pts = 1000 + n;
+		if (auto r = p.publish(std::move(f.value()), g.stream); !r)
+			return fail("publish: " + r.error().message);
+		std::printf("published=%llu\n", (unsigned long long)(n + 1));
+		std::fflush(stdout);
+	}
+	uint64_t hold = number_option(o, "hold", 0);
+	if (hold == 0)
+		return 0;
+	std::vector<xmem::BufferGuard> leased;
+	for (uint64_t k = 0; k < hold; k++) {
+		auto f = p.acquire(10s, g.stream);
+		if (!f)
+			return fail("acquire: " + f.error().message);
+		if (g.d->cuMemsetD32Async(f->device_ptr(), kLateWord, p.slot_size() / 4, g.stream) != CUDA_SUCCESS)
+			return fail("cuMemsetD32Async");
+		leased.push_back(std::move(f.value()));
+	}
+	std::printf("leased=%llu\n", (unsigned long long)hold);
+	std::fflush(stdout);
+	for (;;)
+		std::this_thread::sleep_for(1s);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -388,5 +437,7 @@ int main(int argc, char **argv)
 		return fault_and_close(name, o);
 	if (mode == "hang-up-writing")
 		return hang_up_writing(name, o);
+	if (mode == "guest")
+		return guest(name, o);
 	return 2;
 }

@@ -1473,6 +1473,61 @@ TEST(CudaCrash, ASlotHeldForWritingAtAHangUpStaysOutOfUseUntilTheExit)
 	d->cuStreamDestroy(stream);
 }
 
+// A consumer produces too (a guest): the device slot the owner leases it is written on its
+// stream; the owner's other consumers read every word; the guest's own frames are not
+// queued back to it. In this process and in another one, which is then SIGKILLed while it
+// writes leased slots: they come back once it has exited.
+TEST(CudaGuests, DeviceFramesFromAGuestAndAKilledGuestsSlots)
+{
+	RuntimeDir dir;
+	constexpr uint64_t kSize = 64 * 1024;
+	auto owner = xmem::BufferPool::create("cuda-guests", cuda_config(kSize, 4));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto guest = xmem::BufferPool::open("cuda-guests");
+	auto reader = xmem::BufferPool::open("cuda-guests");
+	ASSERT_TRUE(guest.ok() && reader.ok());
+	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
+	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
+	xmem::cuda::ContextScope scope(*ctx);
+	CUstream stream;
+	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	auto check_words = [&](xmem::Result<xmem::BufferGuard> &r, uint32_t want) {
+		ASSERT_TRUE(r.ok()) << xmem::test::why(r);
+		auto host = r->copy_to_cpu();
+		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+		const uint32_t *words = reinterpret_cast<const uint32_t *>(host->data().data());
+		for (size_t i = 0; i < kSize / 4; i++)
+			ASSERT_EQ(words[i], want) << "word " << i;
+	};
+	for (uint32_t n = 1; n <= 20; n++) {
+		auto f = (*guest)->acquire(5s, stream);
+		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+		EXPECT_EQ(f->storage(), xmem::Storage::cuda);
+		ASSERT_EQ(d->cuMemsetD32Async(f->device_ptr(), 0x5000 + n, kSize / 4, stream), CUDA_SUCCESS);
+		f->meta_mut().value()->size = kSize;
+		ASSERT_TRUE((*guest)->publish(std::move(f.value()), stream).ok());
+		auto r = (*reader)->receive(5s);
+		check_words(r, 0x5000 + n);
+		EXPECT_EQ(r->meta().seq, n);
+	}
+	EXPECT_EQ((*guest)->receive(0s).code(), Errc::timed_out) << "its own frames are not queued for it";
+	guest.value().reset(); // its queue would hold the other guest's frames
+
+	Process other = peer({}, { "guest", "cuda-guests", "--frames", "5", "--hold", "3" });
+	for (uint64_t n = 0; n < 5; n++) {
+		auto r = (*reader)->receive(10s);
+		check_words(r, xmem::test::frame_word(1000 + n));
+		EXPECT_EQ(r->meta().pts, 1000 + n);
+	}
+	ASSERT_TRUE(other.wait_output("leased=3")) << other.output();
+	EXPECT_EQ((*owner)->stats().slots_free, 1u);
+	other.signal(SIGKILL);
+	EXPECT_EQ(other.wait(), 128 + SIGKILL);
+	EXPECT_TRUE(eventually([&] { return (*owner)->stats().slots_free == 4; }))
+		<< "a killed guest's device slots did not come back after its exit";
+	d->cuStreamDestroy(stream);
+}
+
 // A consumer whose context took a sticky error (an illegal address on its stream) will
 // never write the done words queued behind it: its close stops waiting for them at once
 // instead of after the 10 s drain bound, and the owner quarantines it until it exits,

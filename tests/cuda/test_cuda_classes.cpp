@@ -625,6 +625,12 @@ TEST(CudaClasses, CopiesAcrossMemoriesAreBuffersOfThePool)
 	plain->meta_mut().value()->size = kSmall;
 	EXPECT_EQ((*owner)->copy(*plain, Storage::cuda, 3, 0s).code(), Errc::out_of_range) << "no class on device 3";
 	EXPECT_EQ((*owner)->copy(*plain, Storage::cuda, 0, 0s, g.stream).ok(), true);
-	EXPECT_EQ((*consumer)->copy(*plain, Storage::cuda, 0, 0s).code(), Errc::wrong_role);
+	// A consumer's copy is a slot the owner leases it (a guest's), to publish in turn.
+	auto guest_copy = (*consumer)->copy(*plain, Storage::cuda, 0, 1s, g.stream);
+	ASSERT_TRUE(guest_copy.ok()) << xmem::test::why(guest_copy);
+	EXPECT_EQ(guest_copy->storage(), Storage::cuda);
+	EXPECT_TRUE(guest_copy->writable());
+	EXPECT_EQ(guest_copy->meta().size, kSmall);
+	guest_copy->reset();
 	EXPECT_EQ((*owner)->copy(xmem::BufferGuard(), Storage::cuda, 0, 0s).code(), Errc::invalid_argument);
 }

@@ -99,6 +99,16 @@ void fuzz_owner(std::span<const uint8_t> payload, uint32_t nfds, uint32_t kind)
 					(answer.ok() ? std::string("welcome") : answer.error().message));
 		return;
 	}
+	// A producer besides the owner names an attached consumer of its own process: a
+	// Welcome with no fds, or refused as an invalid argument (it names none, or sent more
+	// than a pidfd's worth of fds).
+	if (parsed->role == protocol::PeerRole::producer) {
+		XMEM_FUZZ_CHECK(
+			answer.ok() ? answer->consumer_index == protocol::kNoConsumer && reply->fds.empty() && nfds <= 1
+				    : answer.code() == xmem::Errc::invalid_argument && reply->fds.empty(),
+			"a producer's hello: " + (answer.ok() ? std::string("welcome") : answer.error().message));
+		return;
+	}
 	// A consumer's request of how it is served must be one the owner can serve: this
 	// pool has no spill tier, so no fifo-spill consumer.
 	auto serve = protocol::serve_of(*parsed);

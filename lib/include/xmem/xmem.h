@@ -293,10 +293,14 @@ int xmem_pool_open(const char *name, const xmem_open_options *options, xmem_pool
  * closes now (consumers see XMEM_ECLOSED after their queue) and never waits for them. */
 void xmem_pool_close(xmem_pool *pool);
 
-/* Owner: a free slot for writing, waiting up to timeout_ns. No syscall unless it waits. */
+/* A free slot for writing, waiting up to timeout_ns. No syscall unless it waits. A
+ * consumer acquires too, as a producer besides the owner (a guest): the owner leases it
+ * the slot over a connection of the guest's own, and publishes it on its behalf; its
+ * leased slots go back when it dies (xmem.hpp, BufferPool::acquire). */
 int xmem_pool_acquire(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
-/* Owner: publishes a writable buffer to every consumer and drops the caller's reference
- * (buffer is consumed even on error). No syscall unless a consumer sleeps. */
+/* Publishes a writable buffer (from an acquire) to every consumer and drops the caller's
+ * reference (buffer is consumed even on error). No syscall unless a consumer sleeps; a
+ * guest's publish is a round trip to the owner, which does not queue it back to it. */
 int xmem_pool_publish(xmem_pool *pool, xmem_buffer *buffer);
 /* Owner: frames published after this carry the new format. */
 int xmem_pool_set_format(xmem_pool *pool, const char *format);
@@ -316,22 +320,22 @@ int xmem_pool_receive(xmem_pool *pool, int64_t timeout_ns, xmem_buffer **out);
  * must). For a system-memory pool the stream is ignored. A CUDA call that fails
  * returns XMEM_ESYSTEM naming it. */
 
-/* Owner: as xmem_pool_acquire, but for a device pool CUDA_STREAM is made to wait (on
- * the GPU, no CPU wait) until every consumer's GPU reads of the slot's last frame are
- * done: write the slot on that stream, or after it. Cost: a stream wait queued; the
- * CPU waits only for a free slot. Errors: XMEM_EINVAL, XMEM_EROLE (a consumer),
- * XMEM_ETIMEDOUT, XMEM_ECLOSED, XMEM_ESYSTEM. */
+/* As xmem_pool_acquire, but for a device pool CUDA_STREAM is made to wait (on the GPU,
+ * no CPU wait) until every consumer's GPU reads of the slot's last frame are done: write
+ * the slot on that stream, or after it. Cost: a stream wait queued; the CPU waits only
+ * for a free slot (a guest's lease: the owner's CPU waited for those reads). Errors:
+ * XMEM_EINVAL, XMEM_EROLE (an inspector), XMEM_ETIMEDOUT, XMEM_ECLOSED, XMEM_ESYSTEM. */
 int xmem_pool_acquire_on_stream(xmem_pool *pool, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
-/* Owner: as xmem_pool_acquire_on_stream (CUDA_STREAM may be NULL), a slot of SIZE bytes
+/* As xmem_pool_acquire_on_stream (CUDA_STREAM may be NULL), a slot of SIZE bytes
  * or more in the first class's memory, from the smallest size class with one free;
  * SIZE 0: of the first class. XMEM_ERANGE when no class of that memory is that large. */
 int xmem_pool_acquire_size(xmem_pool *pool, uint64_t size, int64_t timeout_ns, void *cuda_stream, xmem_buffer **out);
-/* Owner: the same in STORAGE (for XMEM_STORAGE_CUDA, device DEVICE; 0 for system memory):
+/* The same in STORAGE (for XMEM_STORAGE_CUDA, device DEVICE; 0 for system memory):
  * a pool may hold classes of system memory and of a CUDA device side by side. SIZE 0:
  * that memory's first class. */
 int xmem_pool_acquire_memory(xmem_pool *pool, uint64_t size, uint32_t storage, uint32_t device, int64_t timeout_ns,
 			     void *cuda_stream, xmem_buffer **out);
-/* Owner: a copy of FRAME (any buffer this process holds) that is a buffer of this pool:
+/* A copy of FRAME (any buffer this process holds) that is a buffer of this pool:
  * a free slot of STORAGE (DEVICE) that holds its payload, taken as
  * xmem_pool_acquire_memory takes one, with its bytes and metadata; publish it or make a
  * ticket of it. Into device memory the copy is queued on CUDA_STREAM; into system memory
@@ -351,10 +355,11 @@ int xmem_pool_preallocate(xmem_pool *pool, uint64_t slot_size, uint32_t count, u
  * of them (XMEM_ERANGE past the last). */
 uint32_t xmem_pool_class_count(const xmem_pool *pool);
 int xmem_pool_class_info(const xmem_pool *pool, uint32_t index, xmem_size_class *out);
-/* Owner: as xmem_pool_publish (buffer is consumed even on error), but for a device pool
+/* As xmem_pool_publish (buffer is consumed even on error), but for a device pool
  * the frame is ready once the work queued on CUDA_STREAM so far is done: it is published
  * at once (a stream write queued) and consumers' streams wait on the GPU, with no CPU
- * synchronization. Errors: XMEM_EINVAL (NULL, another pool's buffer, bad metadata),
+ * synchronization (a guest's CPU waits for CUDA_STREAM before the owner publishes its
+ * frame). Errors: XMEM_EINVAL (NULL, another pool's buffer, bad metadata),
  * XMEM_EREADONLY (not from acquire), XMEM_ERANGE (size), XMEM_EROLE, XMEM_ECLOSED,
  * XMEM_ESYSTEM. */
 int xmem_pool_publish_on_stream(xmem_pool *pool, xmem_buffer *buffer, void *cuda_stream);
@@ -414,8 +419,8 @@ int xmem_pool_get_mut(xmem_pool *pool, uint32_t index, xmem_buffer **out);
  * no queue and fills *TICKET, which REDEMPTIONS xmem_pool_get_ticket calls, in any
  * processes attached to the pool, may redeem within TTL_NS. The slot stays held until
  * every redemption is made or the TTL runs out; then its references left go back.
- * Errors: XMEM_EINVAL (NULL argument, 0 redemptions, TTL 0), XMEM_EROLE (a consumer),
- * and publish's. */
+ * Errors: XMEM_EINVAL (NULL argument, 0 redemptions, TTL 0), XMEM_EROLE (an
+ * inspector), and publish's. A guest's ticket is made by the owner as its own. */
 int xmem_pool_publish_ticket(xmem_pool *pool, xmem_buffer *buffer, uint32_t redemptions, uint64_t ttl_ns,
 			     void *cuda_stream, xmem_ticket *ticket);
 /* Frame tickets (consumer): the frame TICKET names, read-only, with a reference of this
@@ -464,7 +469,7 @@ const char *xmem_buffer_format(const xmem_buffer *buffer);
 /* Side data: up to XMEM_SIDE_DATA_MAX bytes of the application's own that travel with
  * a frame (the GStreamer elements put the buffer's GstMetas there), kept in the slot's
  * record in the control segment, so device frames carry it in system memory too.
- * Owner: sets the side data of a buffer from xmem_pool_acquire, sent with it by
+ * Owner or guest: sets the side data of a buffer from xmem_pool_acquire, sent with it by
  * publish (a copy of SIZE bytes at DATA is taken now; SIZE 0 clears it). No syscall.
  * Errors: XMEM_EINVAL (NULL buffer, or NULL data with SIZE > 0), XMEM_EREADONLY (not a
  * buffer from acquire), XMEM_ERANGE (SIZE > XMEM_SIDE_DATA_MAX: nothing is truncated). */

@@ -211,6 +211,7 @@ class BufferPool;
 struct PoolImpl;
 class Publisher;
 class Subscriber;
+class GuestProducer;
 
 // One reference to a slot, released on destruction. Read-only or writable; a
 // writable guard from get_mut() may be a private copy (copy-on-write).
@@ -304,6 +305,7 @@ private:
 	friend struct PoolImpl;
 	friend class Publisher;
 	friend class Subscriber;
+	friend class GuestProducer;
 
 	std::shared_ptr<PoolImpl> pool_;
 	// The slot, kept apart from meta_: callers may overwrite all of meta_mut().
@@ -364,16 +366,23 @@ public:
 	// "cpu" (the fallback: a CPU synchronization per publish and release) or "none".
 	const char *gpu_ordering() const;
 
-	// Owner: a free slot, writable. Waits up to timeout (no syscall unless it waits);
+	// A free slot, writable. Waits up to timeout (no syscall unless it waits);
 	// with drop-oldest it first takes back frames still queued for consumers. For a
 	// device pool, STREAM waits (on the GPU) until every consumer's GPU reads of the
 	// slot's last frame are done; without a stream the CPU waits for them.
+	// A consumer acquires too, as a producer besides the owner (a guest): the owner
+	// leases it a free slot (over a connection of the guest's own, a round trip per call;
+	// its GPU reads awaited by the owner), which the guest writes through its own mapping
+	// and publishes or makes a ticket of (the owner publishes it on its behalf) or drops
+	// (the slot goes back). A guest's death gives its leased slots back: system memory's at
+	// its hang-up, device memory's once its process has exited. docs/design.md, "Producers
+	// besides the owner".
 	Result<BufferGuard> acquire(std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
-	// Owner: as acquire(), a slot of SIZE bytes or more in the first class's memory: of
+	// As acquire(), a slot of SIZE bytes or more in the first class's memory: of
 	// the smallest size class that has one free. Errc::out_of_range when no class of
 	// that memory is that large.
 	Result<BufferGuard> acquire(uint64_t size, std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
-	// Owner: the same in STORAGE (for CUDA, device DEVICE): a pool may hold classes of
+	// The same in STORAGE (for CUDA, device DEVICE): a pool may hold classes of
 	// system memory and of a CUDA device side by side (preallocate()). SIZE 0: a slot of
 	// that memory's first class.
 	Result<BufferGuard> acquire(uint64_t size, Storage storage, uint32_t device, std::chrono::nanoseconds timeout,
@@ -385,7 +394,7 @@ public:
 	// in a pool with a spill tier is Errc::invalid_argument; Errc::full past max_slots or
 	// 32 classes.
 	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device = 0);
-	// Owner: a copy of FRAME (any frame this process holds, of this pool or another)
+	// A copy of FRAME (any frame this process holds, of this pool or another)
 	// that is a buffer of this pool: a free slot of STORAGE (for CUDA, device DEVICE)
 	// that holds its payload, taken as acquire(size, storage, device, TIMEOUT, STREAM)
 	// takes one, with its bytes and metadata (size, times, flags, layout, tensor, side
@@ -400,17 +409,21 @@ public:
 	// (preallocate() adds one).
 	Result<BufferGuard> copy(const BufferGuard &frame, Storage storage, uint32_t device,
 				 std::chrono::nanoseconds timeout, CudaStream stream = nullptr);
-	// Owner: publishes FRAME to every consumer and consumes the guard. For a device
-	// pool the frame is ready once the work queued on STREAM so far is done; it is
-	// published at once, without waiting (without a stream: after every stream of this
-	// process is synchronized).
+	// Publishes FRAME (from acquire() or copy()) to every consumer and consumes the
+	// guard. For a device pool the frame is ready once the work queued on STREAM so far is
+	// done; it is published at once, without waiting (without a stream: after every
+	// stream of this process is synchronized). A guest's frame is published by the owner,
+	// to every consumer but the guest itself, once the guest's CPU waited for STREAM (else
+	// the guard's stream, else every stream of its process): consumers read it then.
+	// The owner checks it as its own (Errc::out_of_range, Errc::invalid_argument): a
+	// refused frame's slot goes back.
 	Result<void> publish(BufferGuard &&frame, CudaStream stream = nullptr);
-	// Owner: publishes FRAME to no queue and returns a ticket for it, which REDEMPTIONS
+	// Publishes FRAME to no queue and returns a ticket for it, which REDEMPTIONS
 	// get(ticket) calls (any processes attached to the pool) may redeem within TTL.
 	// The slot stays held for the ticket until every redemption is made or the TTL
 	// runs out, whichever comes first: then the references left go back, so a
 	// consumer that dies before redeeming leaks nothing (docs/design.md, "Frame
-	// tickets"). STREAM as for publish().
+	// tickets"). STREAM, and a guest's frame, as for publish().
 	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, std::chrono::nanoseconds ttl,
 				      CudaStream stream = nullptr);
 	Result<void> set_format(std::string_view format);

@@ -1,0 +1,59 @@
+// guest.hpp - a producer besides the owner (a guest): an attached consumer's process that
+// acquires slots, writes them through its own mappings and publishes them or makes
+// tickets of them. The owner stays the pool's manager: it leases the slot, and publishes
+// it on the guest's behalf (protocol.hpp, PeerRole::producer; docs/design.md).
+#pragma once
+
+#include "pool_impl.hpp"
+#include "protocol.hpp"
+
+#include <mutex>
+#include <optional>
+
+namespace xmem {
+
+class GuestProducer
+{
+public:
+	explicit GuestProducer(PoolImpl &pool);
+	GuestProducer(const GuestProducer &) = delete;
+	GuestProducer &operator=(const GuestProducer &) = delete;
+
+	// Where a slot's bytes live, as this process numbers the device.
+	struct Memory {
+		Storage storage = Storage::system;
+		uint32_t device = 0;
+	};
+	// As the owner's acquire(): a free slot of SIZE bytes or more of MEMORY (none: the
+	// first class's), leased from the owner; waits up to TIMEOUT_NS for one to be freed.
+	Result<BufferGuard> acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream);
+	// The owner publishes FRAME (a leased slot) to its consumers, or, with REDEMPTIONS,
+	// as a ticket of that many redemptions within TTL_NS. A device slot's writes are
+	// waited for on the CPU first (STREAM, else the guard's, else every stream of this
+	// process's): the owner's consumers read it once the answer comes back.
+	Result<void> publish(BufferGuard &&frame, void *stream);
+	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream);
+	// Leased slot INDEX goes back unpublished: its last reference here went (refs_lock
+	// not held). A device slot's writes queued on STREAM (or ALSO) are waited for first.
+	void give_back(uint32_t index, void *stream, void *also);
+
+private:
+	// The producer connection, made on first use (lock_ held).
+	Result<void> connect(uint64_t deadline_ns);
+	// One request and its answer (lock_ held).
+	Result<protocol::Answer> ask(const protocol::Request &request);
+	// FRAME's writes are done: a device slot's, waited for on the CPU.
+	Result<void> finish_writes(const BufferGuard &frame, void *stream);
+	// Publishes FRAME as publish() or publish_ticket() say.
+	Result<protocol::Answer> put_out(BufferGuard &&frame, void *stream, uint32_t redemptions, int64_t ttl_ns);
+	// The owner's ordinal of a device this process numbers DEVICE.
+	Result<uint32_t> owner_device(uint32_t device);
+
+	PoolImpl &pool_;
+	// One request at a time on the connection. A leaf: nothing is locked under it.
+	std::mutex lock_;
+	UniqueFd conn_;
+	bool gone_ = false; // the owner hung up or broke the protocol: every request is closed
+};
+
+} // namespace xmem
