@@ -259,6 +259,7 @@ std::vector<std::vector<uint8_t>> fuzz_seeds()
 	hello_seed(protocol::PeerRole::consumer, 4, "xmemsrc0", 1);
 	hello_seed(protocol::PeerRole::consumer, 0, "", 1);
 	hello_seed(protocol::PeerRole::inspector, 0, "xmem-inspect", 0);
+	hello_seed(protocol::PeerRole::producer, 0, "producer", 0);
 	// Consumer's side: the Welcome and fds an owner sends for each shape, as
 	// rendezvous::send_welcome() splits them, and a Reject.
 	for (uint32_t shape = 0; shape < kShapes; shape++) {
