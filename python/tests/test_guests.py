@@ -1,7 +1,8 @@
 """test_guests.py - producers besides the owner from Python (issue 19): a consumer that
 acquires, writes and publishes (a guest; the owner leases it the slot and publishes it on
 its behalf), its dtype and shape as published, its tickets, a guest in another process,
-and one SIGKILLed while it holds leased slots, which come back."""
+one SIGKILLed while it holds leased slots, which come back, and
+examples/python/pipeline.py's three stages in one pool, as the README shows them."""
 
 import os
 import signal
@@ -15,6 +16,9 @@ import pytest
 
 import xmem
 from test_xmem import eventually
+
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "pipeline.py")
 
 
 def name():
@@ -73,3 +77,13 @@ def test_a_guests_ticket_crosses_a_pipe_and_a_killed_guest_leaks_nothing():
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_the_pipeline_example_runs_three_stages_in_one_pool():
+    pool = name()
+    stage = "%s %s %%s %s" % (sys.executable, EXAMPLE, pool)
+    command = "%s --frames 6 | %s | %s" % (stage % "decode", stage % "preprocess", stage % "infer")
+    run = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines == ["tensor float32 (16, 16) mean %.4f" % (i / 255.0) for i in range(6)], run.stdout
