@@ -28,6 +28,23 @@ GuestProducer::GuestProducer(PoolImpl &pool) : pool_(pool)
 {
 }
 
+GuestProducer::Producing::Producing(PoolImpl &pool)
+	: record_(pool.seg.consumer(pool.holder_bit - 1)), header_(pool.seg.header)
+{
+	// A fifo publish of the owner's that waits for room in this consumer's queue holds
+	// the lock the owner's I/O thread needs to serve this call: it stops waiting once it
+	// sees this (a wake, as the queue's room would be).
+	if (record_->producing.fetch_add(1, std::memory_order_seq_cst) == 0) {
+		header_->progress.fetch_add(1, std::memory_order_seq_cst);
+		futex_wake_all(&header_->progress);
+	}
+}
+
+GuestProducer::Producing::~Producing()
+{
+	record_->producing.fetch_sub(1, std::memory_order_seq_cst);
+}
+
 Result<void> GuestProducer::connect(uint64_t deadline_ns)
 {
 	if (conn_.valid())
@@ -104,6 +121,7 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 					   void *stream)
 {
 	uint64_t deadline = deadline_after(timeout_ns);
+	Producing producing(pool_);
 	// Every class the owner has added so far, imported: the lease may be of any.
 	if (auto imported = pool_.subscriber->import_classes(); !imported)
 		return imported.error();
@@ -207,6 +225,7 @@ Result<protocol::Answer> GuestProducer::put_out(BufferGuard &&frame, void *strea
 		pool_.leased[i] = 0;
 	}
 	g.pool_.reset();
+	Producing producing(pool_);
 	std::lock_guard lock(lock_);
 	return ask(request);
 }
@@ -247,6 +266,7 @@ void GuestProducer::give_back(uint32_t index, void *stream, void *also)
 	}
 	protocol::Request request = protocol::make_request(protocol::RequestOp::give_back);
 	request.slot = index;
+	Producing producing(pool_);
 	std::lock_guard lock(lock_);
 	(void)ask(request);
 }

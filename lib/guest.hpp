@@ -49,6 +49,21 @@ private:
 	// The owner's ordinal of a device this process numbers DEVICE.
 	Result<uint32_t> owner_device(uint32_t device);
 
+	// This consumer's record says it is in a guest's call while one lives (threads of
+	// the process counted: `producing` is not 0 while any is).
+	class Producing
+	{
+	public:
+		explicit Producing(PoolImpl &pool);
+		~Producing();
+		Producing(const Producing &) = delete;
+		Producing &operator=(const Producing &) = delete;
+
+	private:
+		layout::ConsumerRecord *record_;
+		layout::ControlHeader *header_;
+	};
+
 	PoolImpl &pool_;
 	// One request at a time on the connection. A leaf: nothing is locked under it.
 	std::mutex lock_;

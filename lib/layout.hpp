@@ -265,6 +265,13 @@ struct alignas(64) ConsumerRecord {
 	uint32_t policy;
 	uint32_t fallback;
 	uint64_t block_timeout_ns;
+	// Not 0 while this consumer's process is in a guest's acquire or publish (it
+	// produces too: guest.hpp), which the owner's I/O thread serves: a fifo publish does
+	// not wait for room in its queue meanwhile, since it receives nothing until the
+	// owner answers [consumer; owner: 0 at attach; in this line's spare room, so the ABI
+	// is unchanged: zero from consumers older than the field].
+	std::atomic<uint32_t> producing;
+	uint32_t reserved_producing; // zero
 	alignas(64) std::atomic<uint64_t> tail; // [owner]
 	std::atomic<uint64_t> dropped; // [owner]
 	std::atomic<uint64_t> queued_total; // [owner]
@@ -452,5 +459,6 @@ static_assert(offsetof(ConsumerRecord, queued_total) == 144);
 static_assert(offsetof(ConsumerRecord, policy) == 104);
 static_assert(offsetof(ConsumerRecord, block_timeout_ns) == 112);
 static_assert(offsetof(ConsumerRecord, spilled) == 152);
+static_assert(offsetof(ConsumerRecord, producing) == 120);
 
 } // namespace xmem::layout

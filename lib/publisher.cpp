@@ -876,13 +876,15 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks, uint32_t 
 				uint64_t deadline = start + how.block_timeout_ns;
 				// A consumer that closes its handle (detached) takes no more frames: the
 				// wait ends there, not when the I/O thread reaps it, which needs the
-				// publish lock this wait holds.
+				// publish lock this wait holds. Nor is one waited for while its process
+				// is in a guest's call, which this lock holds up on the I/O thread.
 				bool moved = wait_for_progress(
 					seg.header,
 					[&] {
 						return shut.load(std::memory_order_acquire) ||
 						       rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
 						       rec->detached.load(std::memory_order_seq_cst) != 0 ||
+						       rec->producing.load(std::memory_order_seq_cst) != 0 ||
 						       rec->tail.load(std::memory_order_relaxed) -
 								       rec->head.load(std::memory_order_seq_cst) <
 							       how.queue_size;
@@ -894,7 +896,12 @@ uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks, uint32_t 
 					take = false;
 					break;
 				}
-				if (moved)
+				// Room came, or it was waited for until its process went into a guest's
+				// call: then its fallback applies now rather than at the block timeout.
+				bool room = rec->tail.load(std::memory_order_relaxed) -
+						    rec->head.load(std::memory_order_seq_cst) <
+					    how.queue_size;
+				if (moved && (room || rec->producing.load(std::memory_order_seq_cst) == 0))
 					continue;
 			}
 			if (act == Policy::fifo || act == Policy::fifo_spill)
@@ -1697,6 +1704,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	copy_string(rec->client, sizeof(rec->client), hello.client);
 	rec->sync_mode = kSyncNone; // the consumer records its own at attach
 	rec->gpu_drained.store(0, std::memory_order_relaxed);
+	rec->producing.store(0, std::memory_order_relaxed);
 	// Device pools: its process, to know when a quarantine may end (see reap()).
 	// Kept in every pool: a class of device memory may come later.
 	consumer_pidfd[index] = std::move(pidfd);

@@ -178,13 +178,13 @@ TEST(Guests, LeasesGoBackAndWaitForAFreeSlot)
 	a->reset(); // given back, unpublished
 	EXPECT_EQ(owner->stats().slots_free, 1u) << "back once the guard is gone";
 	// A guest waiting in acquire() takes a slot as soon as one is freed.
+	auto held = owner->acquire(1s);
+	ASSERT_TRUE(held.ok());
 	std::atomic<bool> got{ false };
 	std::thread waiter([&] {
 		auto c = guest->acquire(5s);
 		got = c.ok();
 	});
-	auto held = owner->acquire(1s);
-	ASSERT_TRUE(held.ok());
 	std::this_thread::sleep_for(30ms);
 	EXPECT_FALSE(got.load());
 	held->reset();
@@ -419,6 +419,45 @@ TEST(Guests, AHostileGuestsRequests)
 	EXPECT_TRUE(eventually([&] { return owner->stats().slots_free == 4; }));
 	auto after = xmem::rendezvous::receive_message(conn.get(), deadline(), "test", 0);
 	EXPECT_EQ(after.code(), Errc::closed) << "hung up on";
+}
+
+// A fifo consumer that publishes from the thread it receives on: while it is in a guest's
+// call (which the owner's I/O thread serves, needing the publish lock), the owner's publish
+// does not wait for room in its queue for the block timeout; the consumer's fallback
+// applies at once. Before, each such publish held the owner up for the whole timeout.
+TEST(Guests, AFifoConsumerThatPublishesDoesNotStallTheOwner)
+{
+	RuntimeDir dir;
+	PoolConfig config;
+	config.slot_count = 8;
+	config.slot_size = kSlotSize;
+	auto owner = BufferPool::create("guests-fifo", config);
+	ASSERT_TRUE(owner.ok());
+	xmem::OpenOptions fifo;
+	fifo.policy = xmem::Policy::fifo;
+	fifo.queue_size = 1;
+	fifo.block_timeout = 10s;
+	auto stage = BufferPool::open("guests-fifo", fifo);
+	ASSERT_TRUE(stage.ok());
+	std::atomic<bool> done{ false };
+	std::thread consume_and_produce([&] {
+		while (!done.load()) {
+			auto in = (*stage)->receive(50ms);
+			if (!in)
+				continue;
+			auto out = guest_frame(**stage, in->meta().seq + 100);
+			if (out)
+				(void)(*stage)->publish(std::move(*out));
+		}
+	});
+	auto start = std::chrono::steady_clock::now();
+	for (int n = 0; n < 40; n++)
+		ASSERT_TRUE(xmem::test::publish_test_frame(**owner, 10s).ok());
+	auto took = std::chrono::steady_clock::now() - start;
+	done = true;
+	consume_and_produce.join();
+	EXPECT_LT(took, 5s) << "the owner waited for a consumer blocked in its own publish";
+	EXPECT_GT((*owner)->stats().published, 40u) << "the stage published too";
 }
 
 } // namespace

@@ -1484,7 +1484,12 @@ TEST(CudaGuests, DeviceFramesFromAGuestAndAKilledGuestsSlots)
 	auto owner = xmem::BufferPool::create("cuda-guests", cuda_config(kSize, 4));
 	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
 	auto guest = xmem::BufferPool::open("cuda-guests");
-	auto reader = xmem::BufferPool::open("cuda-guests");
+	// fifo: the other guest's frames wait for it however far ahead that process runs
+	// (drop-oldest would give their slots to that guest's next leases).
+	xmem::OpenOptions fifo;
+	fifo.policy = xmem::Policy::fifo;
+	fifo.block_timeout = 30s;
+	auto reader = xmem::BufferPool::open("cuda-guests", fifo);
 	ASSERT_TRUE(guest.ok() && reader.ok());
 	const xmem::cuda::Driver *d = xmem::cuda::driver().value();
 	auto ctx = xmem::cuda::PrimaryContext::retain(0, "test").value();
@@ -1515,7 +1520,8 @@ TEST(CudaGuests, DeviceFramesFromAGuestAndAKilledGuestsSlots)
 
 	Process other = peer({}, { "guest", "cuda-guests", "--frames", "5", "--hold", "3" });
 	for (uint64_t n = 0; n < 5; n++) {
-		auto r = (*reader)->receive(10s);
+		auto r = (*reader)->receive(20s);
+		ASSERT_TRUE(r.ok()) << xmem::test::why(r) << "; the guest said: " << other.output();
 		check_words(r, xmem::test::frame_word(1000 + n));
 		EXPECT_EQ(r->meta().pts, 1000 + n);
 	}
