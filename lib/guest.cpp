@@ -215,7 +215,8 @@ Result<protocol::Answer> GuestProducer::put_out(BufferGuard &&frame, void *strea
 	request.meta = g.meta_;
 	std::span<const std::byte> side = g.side_data();
 	request.side_data_size = uint32_t(std::min(side.size(), sizeof(request.side_data)));
-	std::memcpy(request.side_data, side.data(), request.side_data_size);
+	if (request.side_data_size)
+		std::memcpy(request.side_data, side.data(), request.side_data_size);
 	request.redemptions = redemptions;
 	request.ttl_ns = ttl_ns;
 	// The slot is the owner's from here on, whatever it answers (an error gives it back).
