@@ -169,13 +169,17 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 		return refuse("which is out of range");
 	if (!pool_.class_of(i) && (!pool_.subscriber->import_classes() || !pool_.class_of(i)))
 		return refuse("which is in no size class");
+	bool held = false;
 	{
 		std::lock_guard lock(pool_.refs_lock);
-		if (pool_.local_refs[i] != 0)
-			return refuse("which this process holds");
-		pool_.local_refs[i] = 1;
-		pool_.leased[i] = 1;
+		held = pool_.local_refs[i] != 0;
+		if (!held) {
+			pool_.local_refs[i] = 1;
+			pool_.leased[i] = 1;
+		}
 	}
+	if (held)
+		return refuse("which this process holds");
 	BufferGuard g = pool_.make_guard(i, true);
 	// A fresh frame's metadata, as the owner's acquire() starts it.
 	FrameMeta m{};

@@ -238,8 +238,14 @@ TEST(Guests, AGuestInAnotherProcess)
 	RuntimeDir dir;
 	auto owner = make_pool("guests-peer", 4);
 	ASSERT_TRUE(owner);
-	auto reader = attach("guests-peer");
-	ASSERT_TRUE(reader);
+	// fifo: the guest's frames wait for this reader however far ahead that process runs
+	// (drop-oldest would give their slots to the guest's next leases).
+	xmem::OpenOptions fifo;
+	fifo.policy = xmem::Policy::fifo;
+	fifo.block_timeout = 10s;
+	auto opened = BufferPool::open("guests-peer", fifo);
+	ASSERT_TRUE(opened.ok()) << opened.error().message;
+	auto reader = opened.value();
 	Process publisher({ xmem::test::peer_path(), "guest", "guests-peer", "--frames", "12" });
 	for (uint64_t n = 0; n < 12; n++) {
 		auto frame = reader->receive(10s);
