@@ -102,6 +102,7 @@ enum {
 	PROP_MEMORY,
 	PROP_CUDA_DEVICE_ID,
 	PROP_SPILL_SIZE,
+	PROP_MEMORY_CAP,
 	PROP_STATS,
 };
 
@@ -124,6 +125,7 @@ struct SinkState {
 	xmem_policy policy = DEFAULT_POLICY;
 	guint64 block_timeout = DEFAULT_BLOCK_TIMEOUT;
 	guint64 spill_size = 0;
+	guint64 memory_cap = 0; /* growth on demand (PoolConfig::memory_cap); 0: none */
 	guint wait_for_consumers = DEFAULT_WAIT_FOR_CONSUMERS;
 	guint64 wait_timeout = DEFAULT_WAIT_TIMEOUT;
 	guint max_consumers = DEFAULT_MAX_CONSUMERS;
@@ -262,7 +264,14 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	SinkState *s = self->state;
 	std::unique_lock lock(s->lock);
 	bool same_memory = s->pool && s->pool->storage() == s->storage && s->pool->device() == s->device;
-	if (same_memory && frame_size > s->slot_limit) {
+	if (same_memory && frame_size > s->slot_limit && s->storage == xmem::Storage::system &&
+	    s->pool->growth_stats().memory_cap >= frame_size) {
+		/* A pool that grows makes slots of the new size as frames need them, within its
+		 * cap; those of the old size go back once unused. */
+		GST_INFO_OBJECT(self, "frames of %" G_GSIZE_FORMAT " bytes: slots made on demand in pool '%s'",
+				frame_size, s->pool_name.c_str());
+		s->slot_limit = frame_size;
+	} else if (same_memory && frame_size > s->slot_limit) {
 		auto added = s->pool->preallocate(frame_size, s->buffers, s->storage, s->device);
 		if (added) {
 			GST_INFO_OBJECT(self,
@@ -310,6 +319,7 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	config.policy = xmem::Policy(s->policy);
 	config.block_timeout = std::chrono::nanoseconds(s->block_timeout);
 	config.spill_bytes = s->spill_size;
+	config.memory_cap = s->memory_cap;
 	config.mode = s->perms;
 	if (!s->group.empty()) {
 		auto gid = resolve_group(s->group);
@@ -1061,6 +1071,9 @@ static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GVa
 	case PROP_SPILL_SIZE:
 		s->spill_size = g_value_get_uint64(value);
 		break;
+	case PROP_MEMORY_CAP:
+		s->memory_cap = g_value_get_uint64(value);
+		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
 		break;
@@ -1112,6 +1125,9 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 		break;
 	case PROP_SPILL_SIZE:
 		g_value_set_uint64(value, s->spill_size);
+		break;
+	case PROP_MEMORY_CAP:
+		g_value_set_uint64(value, s->memory_cap);
 		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
@@ -1218,6 +1234,13 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 		g_param_spec_uint64("spill-size", "Spill size",
 				    "Bytes of host memory for the spill tier of policy=fifo-spill consumers (0: none; "
 				    "a device pool's is page-locked at this size while the pool lives)",
+				    0, guint64{ 1 } << 44, 0, flags));
+	g_object_class_install_property(
+		gobject, PROP_MEMORY_CAP,
+		g_param_spec_uint64("memory-cap", "Memory cap",
+				    "Bytes of system memory the pool's slots may hold: frames larger than its slots "
+				    "get slots made on demand, whose memory goes back after 10 s unused (0: a size "
+				    "class of `buffers` slots per larger size instead)",
 				    0, guint64{ 1 } << 44, 0, flags));
 	g_object_class_install_property(
 		gobject, PROP_STATS,

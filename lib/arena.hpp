@@ -19,6 +19,9 @@ struct ArenaSpec {
 	uint32_t slot_count = 0;
 	uint64_t slot_size = 0;
 	uint32_t mode = 0600;
+	// System memory: reserve no memory at create; the owner commits each slot's
+	// (Arena::commit) when it first uses it (a dynamic class: PoolConfig::memory_cap).
+	bool sparse = false;
 };
 
 // The slots' memory, mapped in this process. Slot i lives at offset i * slot_stride().
@@ -48,6 +51,17 @@ public:
 	// to this process's mapping, at the first ask; false for a device that is no peer, and
 	// for system memory. An Error when the driver refused the access between peers.
 	virtual Result<bool> reach_from(uint32_t /*device*/) const { return false; }
+	// Owner of a sparse arena: reserves the memory of [OFFSET, OFFSET + SIZE) now (a
+	// full tmpfs or memory cgroup fails here, not with a SIGBUS at a write), or gives
+	// it back, zeroing it, in every process that maps the arena.
+	virtual Result<void> commit(uint64_t /*offset*/, uint64_t /*size*/)
+	{
+		return make_error(Errc::invalid_argument, "this memory is committed whole at create");
+	}
+	virtual Result<void> decommit(uint64_t /*offset*/, uint64_t /*size*/)
+	{
+		return make_error(Errc::invalid_argument, "this memory is committed whole at create");
+	}
 };
 
 // How many fds a consumer receives for an arena of STORAGE with SLOT_COUNT slots.

@@ -1,7 +1,10 @@
 // arena_memfd.cpp - the system-memory arena: one sealed memfd holding every slot,
-// preallocated by the owner and mapped shared by each consumer.
+// preallocated by the owner (or, for a dynamic class, committed slot by slot) and
+// mapped shared by each consumer.
 #include "arena.hpp"
 #include "layout.hpp"
+
+#include <fcntl.h>
 
 namespace xmem {
 
@@ -25,6 +28,20 @@ public:
 	uint64_t device_address(uint64_t) const override { return 0; }
 	uint32_t pitch_alignment() const override { return 1; }
 	std::vector<int> fds() const override { return { fd_.get() }; }
+	Result<void> commit(uint64_t offset, uint64_t size) override
+	{
+		int err = ::posix_fallocate(fd_.get(), off_t(offset), off_t(size));
+		if (err != 0)
+			return errno_error("cannot commit " + std::to_string(size) + " bytes of system memory", err);
+		return {};
+	}
+	Result<void> decommit(uint64_t offset, uint64_t size) override
+	{
+		// The pages go from every mapping; reading them after gives zeros.
+		if (::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) < 0)
+			return errno_error("cannot give back " + std::to_string(size) + " bytes of system memory");
+		return {};
+	}
 
 private:
 	UniqueFd fd_;
@@ -38,10 +55,10 @@ Result<std::unique_ptr<Arena>> create_memfd_arena(const ArenaSpec &spec)
 {
 	uint64_t stride = layout::round_up(spec.slot_size, kPage);
 	uint64_t size = stride * spec.slot_count;
-	auto fd = make_sealed_memfd("xmem-data:" + spec.name, size, spec.mode, true);
+	auto fd = make_sealed_memfd("xmem-data:" + spec.name, size, spec.mode, !spec.sparse);
 	if (!fd)
 		return fd.error();
-	auto map = map_shared(fd->get(), size, true, "data arena");
+	auto map = map_shared(fd->get(), size, !spec.sparse, "data arena");
 	if (!map)
 		return map.error();
 	return std::unique_ptr<Arena>(new MemfdArena(std::move(fd.value()), std::move(map.value()), stride));

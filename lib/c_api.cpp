@@ -244,11 +244,8 @@ int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **ou
 		config.spill_bytes = c->spill_bytes;
 		config.spill_frames = c->spill_frames;
 		config.max_slots = c->max_slots;
-		if (!all_zero(c->reserved))
-			return fail(XMEM_EINVAL, (std::string("pool '") + name +
-						  "': xmem_pool_config has reserved fields set "
-						  "(initialise it with xmem_pool_config_init)")
-							 .c_str());
+		config.memory_cap = uint64_t{ c->memory_cap_mib } << 20;
+		config.trim_idle = std::chrono::milliseconds(c->trim_idle_ms);
 		auto r = xmem::BufferPool::create(name, config);
 		if (!r)
 			return fail(r.error());
@@ -475,6 +472,14 @@ int xmem_pool_spill_stats(const xmem_pool *pool, xmem_spill_stats *stats)
 	if (!pool || !stats)
 		return fail(XMEM_EINVAL, "xmem_pool_spill_stats: null argument");
 	*stats = pool->pool->spill_stats();
+	return int(XMEM_OK);
+}
+
+int xmem_pool_growth_stats(const xmem_pool *pool, xmem_growth_stats *stats)
+{
+	if (!pool || !stats)
+		return fail(XMEM_EINVAL, "xmem_pool_growth_stats: null argument");
+	*stats = pool->pool->growth_stats();
 	return int(XMEM_OK);
 }
 

@@ -17,8 +17,10 @@ inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
 // buffer's spill_seq and spill_ready, which a consumer of a version 4 would not wait for);
 // 6: frame tickets (a slot's ticket words, the header's ticket counters); 7: size classes
 // (the class table, slot records reserved for classes added later, kSlotUnused); 8: pools
-// of mixed memories (sync records in every pool, a class's own sync_mode).
-inline constexpr uint32_t kAbiVersion = 8;
+// of mixed memories (sync records in every pool, a class's own sync_mode); 9: growth on
+// demand (the header's growth line: dynamic classes, whose records stay kSlotUnused
+// until the owner commits a slot's memory).
+inline constexpr uint32_t kAbiVersion = 9;
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 // A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
@@ -47,7 +49,9 @@ enum SlotState : uint32_t {
 	kSlotPublished = 2, // readable; holders are in the holder bits
 	kSlotExclusive = 3, // a sole holder took it for in-place writing (get_mut)
 	kSlotReclaiming = 4, // the owner is checking that no holder is left
-	kSlotUnused = 5, // a record no class has taken yet (BufferPool::preallocate)
+	// A record no class has taken yet (BufferPool::preallocate), or a slot of a dynamic
+	// class whose memory is not committed (PoolConfig::memory_cap).
+	kSlotUnused = 5,
 };
 
 enum PoolState : uint32_t { kPoolOpen = 0, kPoolClosed = 1 };
@@ -169,6 +173,22 @@ struct alignas(64) ControlHeader : ControlConstants {
 	std::atomic<uint64_t> tickets_expired;
 	std::atomic<uint32_t> tickets_live;
 	std::atomic<uint32_t> reserved_tickets;
+	// Growth on demand (docs/design.md, "Growth on demand"). [owner, at create] The cap on
+	// the system memory of the pool's slots (0: no growth) and how long a free dynamic
+	// slot keeps its memory. [owner] The classes acquire() made (bit c: class c, set
+	// before `classes` counts it; a dynamic class's records are kSlotUnused until their
+	// slot's memory is committed), its slots committed now and their bytes, the system
+	// memory of every class's committed slots, slots committed and trimmed so far, and
+	// acquires that found no room under the cap.
+	alignas(64) uint64_t memory_cap;
+	uint64_t trim_idle_ns;
+	std::atomic<uint32_t> dynamic_classes;
+	std::atomic<uint32_t> dynamic_slots;
+	std::atomic<uint64_t> dynamic_bytes;
+	std::atomic<uint64_t> system_bytes;
+	std::atomic<uint64_t> grown;
+	std::atomic<uint64_t> trimmed;
+	std::atomic<uint64_t> growth_refused;
 };
 
 // A size class: COUNT slots of SLOT_SIZE bytes (SLOT_STRIDE apart in their own arena, of

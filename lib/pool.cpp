@@ -858,11 +858,18 @@ std::vector<SizeClass> BufferPool::classes() const
 	const ControlSegment &seg = impl_->seg;
 	std::vector<SizeClass> out;
 	uint32_t n = std::min(seg.header->classes.load(std::memory_order_acquire), kMaxClasses);
+	uint32_t dynamic = seg.header->dynamic_classes.load(std::memory_order_acquire);
 	for (uint32_t c = 0; c < n; c++) {
 		ClassRecord r;
 		std::memcpy(&r, &seg.classes[c], sizeof(r));
-		out.push_back(
-			SizeClass{ c, Storage(r.storage), r.device, r.slot_size, r.first_slot, r.count, r.sync_mode });
+		SizeClass sc{ c, Storage(r.storage), r.device, r.slot_size, r.first_slot, r.count, r.sync_mode };
+		sc.dynamic = (dynamic >> c) & 1;
+		// Records of a dynamic class whose memory is not committed stay UNUSED. Checked
+		// against the segment's records (another process wrote R).
+		for (uint32_t i = r.first_slot; i < seg.slot_count && i - r.first_slot < r.count; i++)
+			if (seg.slots[i].state.load(std::memory_order_relaxed) != kSlotUnused)
+				sc.committed++;
+		out.push_back(sc);
 	}
 	return out;
 }
@@ -970,6 +977,22 @@ SpillStats BufferPool::spill_stats() const
 	s.spilled = h->spilled.load(std::memory_order_relaxed);
 	s.full = h->spill_full.load(std::memory_order_relaxed);
 	s.resident_bytes = h->spill_resident.load(std::memory_order_relaxed);
+	return s;
+}
+
+GrowthStats BufferPool::growth_stats() const
+{
+	GrowthStats s{};
+	const ControlHeader *h = impl_->seg.header;
+	s.memory_cap = h->memory_cap;
+	s.trim_idle_ns = h->trim_idle_ns;
+	s.system_bytes = h->system_bytes.load(std::memory_order_relaxed);
+	s.dynamic_classes = h->dynamic_classes.load(std::memory_order_relaxed);
+	s.dynamic_slots = h->dynamic_slots.load(std::memory_order_relaxed);
+	s.dynamic_bytes = h->dynamic_bytes.load(std::memory_order_relaxed);
+	s.grown = h->grown.load(std::memory_order_relaxed);
+	s.trimmed = h->trimmed.load(std::memory_order_relaxed);
+	s.refused = h->growth_refused.load(std::memory_order_relaxed);
 	return s;
 }
 

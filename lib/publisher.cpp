@@ -6,6 +6,7 @@
 #include "identity.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <system_error>
@@ -44,6 +45,7 @@ enum class IoTag : uint32_t {
 	tickets = 6,
 	guest = 7, // a guest's connection (fd: the map's key)
 	guest_exit = 8, // a dead guest's pidfd or grace timer (fd: the map's key)
+	trim = 9, // dynamic slots idle long enough give their memory back
 };
 
 // How long the spill tier keeps the pages of freed buffers after its last spill: a
@@ -63,6 +65,24 @@ constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
 // How much of the tier one piece of a trim punches, publish_lock held.
 constexpr uint64_t kSpillTrimChunk = 16 << 20;
 
+// Growth on demand: the records a dynamic class reserves (its slots' memory is committed
+// one at a time), how long a free dynamic slot keeps its memory unless PoolConfig::trim_idle
+// says otherwise, and the system page.
+constexpr uint32_t kDynamicClassSlots = 8;
+constexpr uint64_t kDefaultTrimIdleNs = 10'000'000'000;
+constexpr uint64_t kPage = 4096;
+
+// The slot size of the dynamic class that holds SIZE bytes: whole pages, and above 16 KiB
+// a quarter step of a power of two (2^k, 1.25 * 2^k, 1.5 * 2^k, 1.75 * 2^k), so a stream
+// of sizes makes few classes and a slot wastes under a quarter of itself.
+uint64_t dynamic_slot_size(uint64_t size)
+{
+	uint64_t pages = round_up(std::max<uint64_t>(size, 1), kPage);
+	if (pages <= 4 * kPage)
+		return pages;
+	return round_up(pages, std::bit_floor(pages) / 4);
+}
+
 // How long a quarantined consumer whose process this owner cannot watch (another PID
 // namespace, no pidfd) keeps its record and write-held slots: a grace period, not a
 // proof that its GPU work is over.
@@ -74,6 +94,21 @@ constexpr int64_t kQuarantineGraceNs = 30'000'000'000;
 uint64_t io_data(IoTag tag, uint32_t index, int fd)
 {
 	return uint64_t(tag) << 56 | uint64_t(index & 0xffffff) << 32 | uint32_t(fd);
+}
+
+// Arms TIMER (a timerfd, if any) for monotonic AT_NS (UINT64_MAX: disarms it); ARMED
+// says for when it is armed once it is.
+void arm_timer(const UniqueFd &timer, uint64_t at_ns, uint64_t &armed)
+{
+	if (!timer.valid())
+		return;
+	itimerspec t{};
+	if (at_ns != UINT64_MAX) {
+		t.it_value.tv_sec = time_t(at_ns / 1'000'000'000);
+		t.it_value.tv_nsec = long(at_ns % 1'000'000'000);
+	}
+	if (::timerfd_settime(timer.get(), TFD_TIMER_ABSTIME, &t, nullptr) == 0)
+		armed = at_ns;
 }
 
 // SplitMix64's finalizer: a bijection that scatters consecutive inputs.
@@ -498,7 +533,14 @@ bool Publisher::drop_oldest_frame(uint32_t c)
 
 Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device)
 {
-	const std::string where = pool_.where() + ": preallocate";
+	std::lock_guard growing(growth_lock);
+	return add_class(slot_size, count, storage, device, false);
+}
+
+Result<uint32_t> Publisher::add_class(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device,
+				      bool dynamic)
+{
+	const std::string where = pool_.where() + (dynamic ? ": growth" : ": preallocate");
 	if (count < 1)
 		return make_error(Errc::invalid_argument, where + ": a class has at least one slot");
 	if (slot_size == 0 || slot_size > kMaxSlotSize)
@@ -549,6 +591,7 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 						      std::to_string(seg.slot_count) +
 						      " the pool was created with (PoolConfig::max_slots)");
 	ArenaSpec spec{ pool_.name, storage, device, count, slot_size, seg.constants().mode };
+	spec.sparse = dynamic;
 	auto made = create_arena(spec);
 	if (!made)
 		return make_error(made.code(), where + ": " + made.error().message);
@@ -585,10 +628,21 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 		slot.meta = FrameMeta{};
 		slot.ticket_check.store(0, std::memory_order_relaxed);
 		slot.ticket_left.store(0, std::memory_order_relaxed);
-		slot.state.store(kSlotFree, std::memory_order_release);
+		// A dynamic class's slots stay UNUSED until grow() commits their memory.
+		slot.state.store(dynamic ? kSlotUnused : kSlotFree, std::memory_order_release);
 	}
 	pool_.class_arenas.push_back(std::move(memory));
 	pool_.add_class(n, record, pool_.class_arenas.back().get(), sync);
+	if (dynamic) {
+		dynamic_mask |= uint32_t{ 1 } << n;
+		seg.header->dynamic_classes.store(dynamic_mask, std::memory_order_release);
+	} else {
+		if (storage == Storage::system)
+			count_system_bytes(int64_t(record.data_size));
+		if (committed)
+			for (uint32_t i = first_slot; i < first_slot + count; i++)
+				committed[i].store(true, std::memory_order_release);
+	}
 	seg.header->classes.store(n + 1, std::memory_order_release);
 	// An acquire() waiting for a slot may take one of these.
 	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
@@ -636,6 +690,17 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 			if (size == 0 ? fitting == 0 : pool_.classes[c].slot_size >= size)
 				order[fitting++] = c;
 		}
+		// A pool that grows makes a slot when no class holds SIZE (size 0 names the first
+		// class, which always holds it).
+		bool grows = memory_cap != 0 && memory->storage == Storage::system && size <= kMaxSlotSize;
+		if (fitting == 0 && grows && size != 0) {
+			if (auto made = grow(size))
+				return claim(*made, stream, deadline);
+			return make_error(Errc::full, pool_.where() + ": no room for a slot of " +
+							      std::to_string(size) +
+							      " bytes of system memory under the pool's memory cap (" +
+							      growth_summary() + ")");
+		}
 		if (fitting == 0)
 			return make_error(Errc::out_of_range,
 					  pool_.where() + ": no size class of " + memory_name() + " holds " +
@@ -660,35 +725,19 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 			uint32_t start = cursor.load(std::memory_order_relaxed);
 			for (uint32_t m = 0; m < cls.count; m++) {
 				uint32_t i = cls.first_slot + (start + m) % cls.count;
-				if (!try_reclaim(i, kSlotWriting))
+				// A dynamic slot whose memory is not committed is UNUSED, unless another
+				// process wrote its state: the owner's own count says.
+				if ((committed && !committed[i].load(std::memory_order_acquire)) ||
+				    !try_reclaim(i, kSlotWriting))
 					continue;
 				cursor.store(i - cls.first_slot + 1, std::memory_order_relaxed);
-				// Device slots: no holder is left, but their GPU reads of the last
-				// frame may still be queued. STREAM (or the CPU) waits for them.
-				if (DeviceSync *sync = cls.sync) {
-					auto done = sync->wait_done(i, seg.slots[i].meta.seq, stream, deadline);
-					if (!done) {
-						seg.slots[i].state.store(kSlotFree, std::memory_order_seq_cst);
-						return make_error(done.code(),
-								  pool_.where() + ": " + done.error().message);
-					}
-				}
-				{
-					std::lock_guard lock(pool_.refs_lock);
-					seg.slots[i].holders[0].fetch_or(holder_mask(kOwnerBit),
-									 std::memory_order_seq_cst);
-					pool_.local_refs[i] = 1;
-				}
-				FrameMeta &m0 = seg.slots[i].meta;
-				m0 = FrameMeta{};
-				m0.index = i;
-				m0.storage_type = uint8_t(cls.arena->storage());
-				m0.device_id = uint8_t(cls.arena->device());
-				m0.pts = m0.dts = m0.duration = XMEM_NONE;
-				seg.slots[i].side_data_size = 0;
-				return pool_.make_guard(i, true);
+				return claim(i, stream, deadline);
 			}
 		}
+		// No free slot fits. A pool that grows makes one, within its cap.
+		if (grows)
+			if (auto made = grow(size ? size : pool_.classes[order[0]].slot_size))
+				return claim(*made, stream, deadline);
 		// No free slot. Frames queued only for fifo-spill consumers move to the spill
 		// tier first (nobody loses a frame); then consumers that chose to lose queued
 		// frames lose their oldest: a frame in a slot that fits first (losing another
@@ -740,6 +789,180 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 					(size ? " of " + std::to_string(size) + " bytes or more" : std::string()) +
 					" are held)");
 	}
+}
+
+Result<BufferGuard> Publisher::claim(uint32_t i, void *stream, uint64_t deadline)
+{
+	const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
+	// Device slots: no holder is left, but their GPU reads of the last frame may still be
+	// queued. STREAM (or the CPU) waits for them.
+	if (DeviceSync *sync = cls.sync) {
+		auto done = sync->wait_done(i, seg.slots[i].meta.seq, stream, deadline);
+		if (!done) {
+			seg.slots[i].state.store(kSlotFree, std::memory_order_seq_cst);
+			return make_error(done.code(), pool_.where() + ": " + done.error().message);
+		}
+	}
+	{
+		std::lock_guard lock(pool_.refs_lock);
+		seg.slots[i].holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
+		pool_.local_refs[i] = 1;
+	}
+	if (last_used)
+		last_used[i].store(monotonic_ns(), std::memory_order_relaxed);
+	FrameMeta &m0 = seg.slots[i].meta;
+	m0 = FrameMeta{};
+	m0.index = i;
+	m0.storage_type = uint8_t(cls.arena->storage());
+	m0.device_id = uint8_t(cls.arena->device());
+	m0.pts = m0.dts = m0.duration = XMEM_NONE;
+	seg.slots[i].side_data_size = 0;
+	return pool_.make_guard(i, true);
+}
+
+void Publisher::count_system_bytes(int64_t bytes)
+{
+	system_committed += uint64_t(bytes);
+	seg.header->system_bytes.store(system_committed, std::memory_order_relaxed);
+}
+
+std::string Publisher::growth_summary() const
+{
+	const ControlHeader *h = seg.header;
+	return std::to_string(h->system_bytes.load(std::memory_order_relaxed)) + " of " + std::to_string(memory_cap) +
+	       " bytes in use, " + std::to_string(h->dynamic_slots.load(std::memory_order_relaxed)) +
+	       " slots made on demand";
+}
+
+std::optional<uint32_t> Publisher::grow(uint64_t size)
+{
+	uint64_t slot_size = dynamic_slot_size(size);
+	std::lock_guard lock(growth_lock);
+	if (shut.load(std::memory_order_acquire))
+		return std::nullopt;
+	// A record of a dynamic class of that size whose memory is not committed; or a new
+	// dynamic class's first record.
+	auto spare = [&]() -> std::optional<uint32_t> {
+		uint32_t dynamic = dynamic_mask;
+		uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
+		for (uint32_t c = 0; c < n; c++) {
+			const PoolImpl::SlotClass &cls = pool_.classes[c];
+			if (!((dynamic >> c) & 1) || cls.slot_size != slot_size)
+				continue;
+			for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
+				if (!committed[i].load(std::memory_order_relaxed))
+					return i;
+		}
+		return std::nullopt;
+	};
+	auto refused = [&] {
+		seg.header->growth_refused.fetch_add(1, std::memory_order_relaxed);
+		return std::nullopt;
+	};
+	std::optional<uint32_t> index = spare();
+	if (!index) {
+		uint32_t room = seg.slot_count - pool_.slots_end();
+		if (room == 0)
+			return refused();
+		auto made = add_class(slot_size, std::min(kDynamicClassSlots, room), Storage::system, 0, true);
+		if (!made)
+			return refused();
+		index = pool_.classes[*made].first_slot;
+	}
+	uint32_t i = *index;
+	const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
+	// Room under the cap: the free dynamic slots used least recently give theirs back.
+	while (system_committed + cls.slot_stride > memory_cap)
+		if (!trim_one(UINT64_MAX))
+			return refused();
+	SlotRecord &slot = seg.slots[i];
+	if (!const_cast<Arena *>(cls.arena)->commit(slot.offset, cls.slot_stride))
+		return refused();
+	committed[i].store(true, std::memory_order_release);
+	count_system_bytes(int64_t(cls.slot_stride));
+	seg.header->dynamic_slots.fetch_add(1, std::memory_order_relaxed);
+	seg.header->dynamic_bytes.fetch_add(cls.slot_stride, std::memory_order_relaxed);
+	seg.header->grown.fetch_add(1, std::memory_order_relaxed);
+	last_used[i].store(monotonic_ns(), std::memory_order_relaxed);
+	arm_trim_timer(monotonic_ns() + trim_idle_ns);
+	// Only this owner moves a record out of UNUSED; consumers read nothing in it.
+	slot.state.store(kSlotWriting, std::memory_order_seq_cst);
+	return i;
+}
+
+bool Publisher::trim_one(uint64_t used_before)
+{
+	// The free dynamic slots last used before USED_BEFORE, least recently used first.
+	std::vector<std::pair<uint64_t, uint32_t>> idle;
+	uint32_t dynamic = dynamic_mask;
+	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
+	for (uint32_t c = 0; c < n; c++) {
+		if (!((dynamic >> c) & 1))
+			continue;
+		const PoolImpl::SlotClass &cls = pool_.classes[c];
+		for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++) {
+			uint64_t used = last_used[i].load(std::memory_order_relaxed);
+			if (used < used_before && committed[i].load(std::memory_order_relaxed) &&
+			    slot_is_free(seg.slots[i]))
+				idle.emplace_back(used, i);
+		}
+	}
+	std::sort(idle.begin(), idle.end());
+	for (auto [used, i] : idle) {
+		// WRITING, as for an acquire: a consumer's get() that set its bit meanwhile sees
+		// it and backs off, and no acquire takes the slot.
+		if (!try_reclaim(i, kSlotWriting))
+			continue;
+		const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
+		SlotRecord &slot = seg.slots[i];
+		if (!const_cast<Arena *>(cls.arena)->decommit(slot.offset, cls.slot_stride)) {
+			slot.state.store(kSlotFree, std::memory_order_seq_cst);
+			continue;
+		}
+		slot.meta = FrameMeta{};
+		slot.side_data_size = 0;
+		slot.ticket_check.store(0, std::memory_order_relaxed);
+		slot.ticket_left.store(0, std::memory_order_relaxed);
+		committed[i].store(false, std::memory_order_release);
+		slot.state.store(kSlotUnused, std::memory_order_seq_cst);
+		count_system_bytes(-int64_t(cls.slot_stride));
+		seg.header->dynamic_slots.fetch_sub(1, std::memory_order_relaxed);
+		seg.header->dynamic_bytes.fetch_sub(cls.slot_stride, std::memory_order_relaxed);
+		seg.header->trimmed.fetch_add(1, std::memory_order_relaxed);
+		return true;
+	}
+	return false;
+}
+
+void Publisher::trim_idle()
+{
+	std::lock_guard lock(growth_lock);
+	uint64_t now = monotonic_ns();
+	while (trim_one(now - std::min(now, trim_idle_ns))) {
+	}
+	// Next: when the dynamic slot used least recently of those left has been idle long
+	// enough (one still held: a trim_idle_ns from now).
+	uint64_t next = UINT64_MAX;
+	uint32_t dynamic = dynamic_mask;
+	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
+	for (uint32_t c = 0; c < n; c++) {
+		if (!((dynamic >> c) & 1))
+			continue;
+		const PoolImpl::SlotClass &cls = pool_.classes[c];
+		for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
+			if (committed[i].load(std::memory_order_relaxed))
+				next = std::min(next,
+						std::max(last_used[i].load(std::memory_order_relaxed) + trim_idle_ns,
+							 now + trim_idle_ns / 4));
+	}
+	trim_timer_ns = UINT64_MAX; // it fired
+	arm_trim_timer(next);
+}
+
+void Publisher::arm_trim_timer(uint64_t at_ns)
+{
+	if (at_ns < trim_timer_ns)
+		arm_timer(trim_timer, at_ns, trim_timer_ns);
 }
 
 std::optional<uint32_t> Publisher::take_head(uint32_t c)
@@ -1130,15 +1353,8 @@ void Publisher::end_tickets(bool all)
 
 void Publisher::arm_ticket_timer(uint64_t at_ns)
 {
-	if (at_ns == ticket_timer_ns || !ticket_timer.valid())
-		return;
-	itimerspec t{};
-	if (at_ns != UINT64_MAX) {
-		t.it_value.tv_sec = time_t(at_ns / 1'000'000'000);
-		t.it_value.tv_nsec = long(at_ns % 1'000'000'000);
-	}
-	if (::timerfd_settime(ticket_timer.get(), TFD_TIMER_ABSTIME, &t, nullptr) == 0)
-		ticket_timer_ns = at_ns;
+	if (at_ns != ticket_timer_ns)
+		arm_timer(ticket_timer, at_ns, ticket_timer_ns);
 }
 
 void Publisher::spill_loop()
@@ -1295,6 +1511,13 @@ void Publisher::io_loop()
 			case IoTag::guest:
 				serve_guest(fd);
 				break;
+			case IoTag::trim: {
+				uint64_t expirations;
+				[[maybe_unused]] ssize_t r =
+					::read(trim_timer.get(), &expirations, sizeof(expirations));
+				trim_idle();
+				break;
+			}
 			case IoTag::guest_exit:
 				if (auto node = guest_remains.extract(fd); !node.empty()) {
 					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
@@ -1888,6 +2111,10 @@ Result<void> validate_config(const std::string &where, const PoolConfig &config)
 					  " out of range 0.." + std::to_string(kMaxSpillFrames));
 	if (config.spill_frames && !config.spill_bytes)
 		return make_error(Errc::invalid_argument, where + ": spill frames without a spill size");
+	if (config.trim_idle.count() < 0)
+		return make_error(Errc::invalid_argument, where + ": negative trim idle time");
+	if (config.trim_idle.count() && !config.memory_cap)
+		return make_error(Errc::invalid_argument, where + ": a trim idle time without a memory cap");
 	uint64_t stride = round_up(config.slot_size, 4096);
 	if (stride * config.slot_count / config.slot_count != stride)
 		return make_error(Errc::invalid_argument, where + ": slots too large");
@@ -2021,6 +2248,22 @@ Result<void> Publisher::start(const PoolConfig &config)
 	config_gid = config.group ? gid_t(*config.group) : ::getegid();
 	std::memcpy(config_producer, seg.header->producer, sizeof(config_producer));
 	owner_pid = seg.constants().owner_pid;
+	// Growth on demand: the owner's own copies; the header's are for peers to read.
+	memory_cap = config.memory_cap;
+	trim_idle_ns = config.trim_idle.count() ? uint64_t(config.trim_idle.count()) * 1'000'000 : kDefaultTrimIdleNs;
+	if (memory_cap) {
+		last_used = std::make_unique<std::atomic<uint64_t>[]>(seg.slot_count);
+		committed = std::make_unique<std::atomic<bool>[]>(seg.slot_count);
+		for (uint32_t i = 0; i < seg.constants().first_class_slots; i++)
+			committed[i].store(true, std::memory_order_relaxed);
+		seg.header->memory_cap = memory_cap;
+		seg.header->trim_idle_ns = trim_idle_ns;
+	}
+	{
+		std::lock_guard lock(growth_lock);
+		if (pool_.classes[0].arena->storage() == Storage::system)
+			count_system_bytes(int64_t(seg.constants().data_size));
+	}
 	served.assign(seg.max_consumers, Served{});
 	spill_seqs.assign(pool_.spill ? pool_.spill->frames() : 0, 0);
 	consumer_generation.assign(seg.max_consumers, 0);
@@ -2036,7 +2279,10 @@ Result<void> Publisher::start(const PoolConfig &config)
 	io_epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 	io_stop = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	ticket_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-	if (!io_epoll.valid() || !io_stop.valid() || !ticket_timer.valid())
+	if (config.memory_cap)
+		trim_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+	if (!io_epoll.valid() || !io_stop.valid() || !ticket_timer.valid() ||
+	    (config.memory_cap && !trim_timer.valid()))
 		return errno_error(pool_.where() + ": epoll/eventfd/timerfd");
 	epoll_event ev{};
 	ev.events = EPOLLIN;
@@ -2049,6 +2295,11 @@ Result<void> Publisher::start(const PoolConfig &config)
 	ev.data.u64 = io_data(IoTag::tickets, 0, ticket_timer.get());
 	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, ticket_timer.get(), &ev) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
+	if (trim_timer.valid()) {
+		ev.data.u64 = io_data(IoTag::trim, 0, trim_timer.get());
+		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, trim_timer.get(), &ev) < 0)
+			return errno_error(pool_.where() + ": epoll_ctl");
+	}
 	// The threads touch only this Publisher, which shutdown() outlives by joining them.
 	try {
 		if (pool_.spill)

@@ -81,6 +81,27 @@ public:
 
 private:
 	Result<void> start(const PoolConfig &config);
+	// The owner's reference on slot I, which acquire() just took (WRITING), its metadata
+	// reset: a writable guard once its device slot's GPU reads are done (STREAM waits).
+	Result<BufferGuard> claim(uint32_t i, void *stream, uint64_t deadline);
+	// Adds a size class (preallocate(); DYNAMIC: grow()'s, its memory sparse and its
+	// records UNUSED). growth_lock held.
+	Result<uint32_t> add_class(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device, bool dynamic);
+	// Growth on demand (PoolConfig::memory_cap; docs/design.md, "Growth on demand"): a
+	// slot of SIZE bytes or more of system memory, a dynamic class's whose memory was not
+	// committed (a new dynamic class's first), committed within the cap once free dynamic
+	// slots made room, least recently used first. WRITING, not yet held (claim()); none
+	// when the cap, the pool's records or the system leave no room.
+	std::optional<uint32_t> grow(uint64_t size);
+	// growth_lock held: the free dynamic slot used least recently (and before USED_BEFORE)
+	// gives its memory back, its record UNUSED again; false when there is none.
+	bool trim_one(uint64_t used_before);
+	// The I/O thread's trim timer fired: dynamic slots free for trim_idle_ns give their
+	// memory back; the timer is armed for the next that may.
+	void trim_idle();
+	void arm_trim_timer(uint64_t at_ns); // growth_lock held
+	void count_system_bytes(int64_t bytes); // growth_lock held
+	std::string growth_summary() const;
 	bool try_reclaim(uint32_t index, layout::SlotState to);
 	// Claims the entry at consumer C's head as its consumer's take_entry() does: what it
 	// held; none when the queue is empty (or garbage: then C is hung up on).
@@ -271,6 +292,22 @@ private:
 	uint64_t ticket_key = 0;
 	std::atomic<uint64_t> ticket_count{ 0 };
 	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
+	// Growth on demand. Serialises adding classes, committing and trimming slots' memory
+	// and its count. Lock order: growth_lock, then the pool's classes_lock; acquire()
+	// takes it with no other lock held.
+	std::mutex growth_lock;
+	uint64_t memory_cap = 0; // 0: the pool does not grow
+	uint64_t trim_idle_ns = 0;
+	uint64_t system_committed = 0; // the system memory of every class's committed slots
+	// Pools that grow only, by slot record: when it was last acquired (monotonic ns), for
+	// the trims; whether its memory is committed (a preallocated class's always). The
+	// owner's own account: the segment's states and dynamic_classes are for peers, which
+	// could write them (a slot made FREE without memory, a preallocated class trimmed).
+	std::unique_ptr<std::atomic<uint64_t>[]> last_used;
+	std::unique_ptr<std::atomic<bool>[]> committed;
+	uint32_t dynamic_mask = 0; // the classes grow() made (bit c: class c), under growth_lock
+	UniqueFd trim_timer; // polled by the I/O thread
+	uint64_t trim_timer_ns = UINT64_MAX; // what it is armed for, under growth_lock
 };
 
 } // namespace xmem

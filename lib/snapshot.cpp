@@ -312,6 +312,7 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 	v.reaped = h.reaped.load(std::memory_order_relaxed);
 	v.spill = pool.spill_stats();
 	v.tickets = pool.ticket_stats();
+	v.growth = pool.growth_stats();
 	const auto *slots = reinterpret_cast<const layout::SlotRecord *>(segment.data() + layout::slots_offset());
 
 	// Each consumer's pid as this process numbers it, for its holder bits too (none for

@@ -49,4 +49,24 @@ inline Result<void> publish_test_frame(BufferPool &pool, std::chrono::nanosecond
 	return pool.publish(std::move(*frame));
 }
 
+// The same, a frame of SIZE bytes from a slot of SIZE bytes or more (the smallest size
+// class with one free, or one made on demand): its slot index.
+inline Result<uint32_t> publish_sized(BufferPool &pool, uint64_t size, std::chrono::nanoseconds timeout)
+{
+	auto frame = pool.acquire(size, timeout);
+	if (!frame)
+		return frame.error();
+	uint64_t seq = pool.stats().published + 1;
+	fill(frame->data_mut().value(), size, seq);
+	auto *m = frame->meta_mut().value();
+	m->size = size;
+	m->pts = m->dts = int64_t(seq * 1000);
+	m->duration = 1000;
+	m->flags = uint32_t(seq);
+	uint32_t index = frame->index();
+	if (auto r = pool.publish(std::move(*frame)); !r)
+		return r.error();
+	return index;
+}
+
 } // namespace xmem::test

@@ -47,24 +47,9 @@ std::shared_ptr<BufferPool> make_pool(const std::string &name, uint32_t slots, u
 	return pool.ok() ? pool.value() : nullptr;
 }
 
-// Publishes a test frame of SIZE bytes (frames.hpp: bytes, pts and flags follow its
-// seq, as the peer's consumer checks) from a slot of SIZE bytes or more.
 xmem::Result<uint32_t> publish_sized(BufferPool &owner, uint64_t size, std::chrono::nanoseconds timeout = 2s)
 {
-	auto frame = owner.acquire(size, timeout);
-	if (!frame)
-		return frame.error();
-	uint64_t seq = owner.stats().published + 1;
-	xmem::test::fill(frame->data_mut().value(), size, seq);
-	xmem::FrameMeta *m = frame->meta_mut().value();
-	m->size = size;
-	m->pts = m->dts = int64_t(seq * 1000);
-	m->duration = 1000;
-	m->flags = uint32_t(seq);
-	uint32_t index = frame->index();
-	if (auto r = owner.publish(std::move(*frame)); !r)
-		return r.error();
-	return index;
+	return xmem::test::publish_sized(owner, size, timeout);
 }
 
 } // namespace

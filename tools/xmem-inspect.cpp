@@ -319,6 +319,16 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("expired").number(v.tickets.expired);
 	j.key("live").number(v.tickets.live);
 	j.end_object();
+	j.key("growth").begin_object();
+	j.key("memory_cap").number(v.growth.memory_cap);
+	j.key("trim_idle_ns").number(v.growth.trim_idle_ns);
+	j.key("system_bytes").number(v.growth.system_bytes);
+	j.key("dynamic_slots").number(v.growth.dynamic_slots);
+	j.key("dynamic_bytes").number(v.growth.dynamic_bytes);
+	j.key("grown").number(v.growth.grown);
+	j.key("trimmed").number(v.growth.trimmed);
+	j.key("refused").number(v.growth.refused);
+	j.end_object();
 
 	j.key("slot_records").number(h.slot_count);
 	j.key("classes").begin_array();
@@ -331,6 +341,8 @@ void print_json(const xmem::PoolSnapshot &v)
 		j.key("first_slot").number(c.first_slot);
 		j.key("count").number(c.count);
 		j.key("gpu_ordering").string(xmem::gpu_ordering_name(c.sync_mode));
+		j.key("dynamic").boolean(c.dynamic);
+		j.key("committed").number(c.committed);
 		j.end_object();
 	}
 	j.end_array();
@@ -438,7 +450,7 @@ void print_text(const xmem::PoolSnapshot &v)
 		    (unsigned long long)h.data_size);
 	uint32_t in_classes = 0;
 	for (const xmem::SizeClass &c : v.classes)
-		in_classes += c.count;
+		in_classes += c.dynamic ? c.committed : c.count;
 	std::printf("  slots            %u in %zu size class%s, records for %u\n", in_classes, v.classes.size(),
 		    v.classes.size() == 1 ? "" : "es", h.slot_count);
 	for (const xmem::SizeClass &c : v.classes) {
@@ -446,10 +458,22 @@ void print_text(const xmem::PoolSnapshot &v)
 					     ? "CUDA device " + std::to_string(c.device) + ", GPU ordering " +
 						       xmem::gpu_ordering_name(c.sync_mode)
 					     : "system memory";
-		std::printf("  class %-10u %u of %llu bytes (slots %u..%u)%s, %s\n", c.index, c.count,
+		// A dynamic class: its slots whose memory is committed, of the records it reserved.
+		std::string count = c.dynamic ? std::to_string(c.committed) + " made on demand (room for " +
+							std::to_string(c.count) + ")"
+					      : std::to_string(c.count);
+		std::printf("  class %-10u %s of %llu bytes (slots %u..%u)%s, %s\n", c.index, count.c_str(),
 			    (unsigned long long)c.slot_size, c.first_slot, c.first_slot + c.count - 1,
 			    c.index == 0 ? (", stride " + std::to_string(h.slot_stride)).c_str() : "", memory.c_str());
 	}
+	if (v.growth.memory_cap)
+		std::printf("  growth           %llu of %llu bytes of system memory in slots; %u made on demand "
+			    "(%llu bytes), %llu made, %llu trimmed (idle %llu ms), %llu refused at the cap\n",
+			    (unsigned long long)v.growth.system_bytes, (unsigned long long)v.growth.memory_cap,
+			    v.growth.dynamic_slots, (unsigned long long)v.growth.dynamic_bytes,
+			    (unsigned long long)v.growth.grown, (unsigned long long)v.growth.trimmed,
+			    (unsigned long long)(v.growth.trim_idle_ns / 1'000'000),
+			    (unsigned long long)v.growth.refused);
 	std::printf("  consumers        up to %u, rings of %u entries\n", h.max_consumers, h.ring_capacity);
 	if (h.storage_type == XMEM_STORAGE_CUDA)
 		std::printf("  storage          CUDA device %u (%s) in its producer, GPU ordering %s\n", h.device_id,

@@ -29,7 +29,7 @@ def test_a_class_added_while_attached_carries_larger_frames():
         assert p.preallocate(1 << 20, 2) == 1
         assert p.classes() == c.classes()
         assert p.classes()[1] == {"index": 1, "storage": "system", "device": 0, "slot_size": 1 << 20,
-                                  "first_slot": 2, "count": 2, "gpu_ordering": "none"}
+                                  "first_slot": 2, "count": 2, "gpu_ordering": "none", "dynamic": False}
         for value, shape in ((1.5, (4, 8)), (2.5, (512, 256)), (3.5, (8, 8))):
             data = numpy.full(shape, value, numpy.float32)
             frame = p.acquire(timeout=5, size=data.nbytes)
@@ -162,3 +162,37 @@ def test_a_consumer_without_cuda_is_refused_device_frames_and_keeps_the_rest():
         while p.stats()["slots_free"] != 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert p.stats()["slots_free"] == 4
+
+
+def test_a_pool_that_grows_makes_slots_on_demand_and_gives_them_back():
+    """Growth on demand (memory_cap_mib): a size no class holds gets a slot of a dynamic
+    class, a consumer attached before reads its float32 frame as published, the cap is
+    kept, and the slot's memory goes back once idle (trim_idle_ms)."""
+    pool = name()
+    with xmem.create(pool, 4096, slots=2, memory_cap_mib=2, trim_idle_ms=100) as p, xmem.open(pool, timeout=5) as c:
+        g = p.growth_stats()
+        assert g["memory_cap"] == 2 << 20 and g["trim_idle_ns"] == 100_000_000
+        assert g["system_bytes"] == 8192 and g["dynamic_slots"] == 0
+        data = numpy.arange(256 * 256, dtype=numpy.float32).reshape(256, 256)
+        frame = p.acquire(size=data.nbytes, timeout=1)
+        frame.buffer[:data.nbytes] = data.tobytes()
+        p.publish(frame, dtype="float32", shape=data.shape)
+        got = c.receive(timeout=5)
+        assert numpy.array_equal(numpy.asarray(got), data)
+        classes = p.classes()
+        assert [k["dynamic"] for k in classes] == [False, True]
+        assert classes[1]["slot_size"] == 256 << 10
+        assert c.classes() == classes
+        assert p.growth_stats()["dynamic_slots"] == 1
+        # An array of it holds the frame until the frame object goes (numpy's base).
+        got.release()
+        del got
+        deadline = time.monotonic() + 10
+        while p.growth_stats()["dynamic_slots"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        g = p.growth_stats()
+        assert g["dynamic_slots"] == 0 and g["trimmed"] == 1 and g["system_bytes"] == 8192
+        # Past the cap: refused at once with the reason.
+        with pytest.raises(xmem.Error, match="memory cap"):
+            p.acquire(size=3 << 20, timeout=0.05)
+        assert p.growth_stats()["refused"] == 1

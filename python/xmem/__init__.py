@@ -683,6 +683,15 @@ class _Handle:
         _check(lib.xmem_pool_spill_stats(self._get(), ctypes.byref(s)), "spill_stats")
         return {name: getattr(s, name) for name, _ in _capi.SpillStats._fields_ if name != "reserved"}
 
+    def growth_stats(self):
+        """Growth on demand (create(memory_cap_mib=...)): the cap and idle time, the system
+        memory of every class's committed slots, the dynamic slots and bytes committed
+        now, slots committed and trimmed so far, and acquires refused at the cap (all
+        zero for a pool that does not grow)."""
+        s = _capi.GrowthStats()
+        _check(lib.xmem_pool_growth_stats(self._get(), ctypes.byref(s)), "growth_stats")
+        return {name: getattr(s, name) for name, _ in _capi.GrowthStats._fields_ if name != "reserved"}
+
     def ticket_stats(self):
         """The pool's frame tickets: issued, redeemed, expired (with redemptions unused),
         live (their slots still held for them)."""
@@ -696,15 +705,18 @@ class _Handle:
 
     def classes(self):
         """The pool's size classes, class 0 (the one it was created with) first: dicts of
-        index, storage ('system' or 'cuda'), device, slot_size, first_slot, count, and
-        gpu_ordering ('stream-memops', 'cpu'; 'none' for system memory)."""
+        index, storage ('system' or 'cuda'), device, slot_size, first_slot, count,
+        gpu_ordering ('stream-memops', 'cpu'; 'none' for system memory), and dynamic
+        (made by acquire under the pool's memory cap)."""
         out = []
+        dynamic = self.growth_stats()["dynamic_classes"]
         for i in range(lib.xmem_pool_class_count(self._get())):
             c = _capi.SizeClass()
             _check(lib.xmem_pool_class_info(self._get(), i, ctypes.byref(c)), "classes")
             out.append({"index": c.index, "storage": "cuda" if c.storage == _capi.STORAGE_CUDA else "system",
                         "device": c.device, "slot_size": c.slot_size, "first_slot": c.first_slot,
-                        "count": c.count, "gpu_ordering": _GPU_ORDERING.get(c.sync_mode, "invalid")})
+                        "count": c.count, "gpu_ordering": _GPU_ORDERING.get(c.sync_mode, "invalid"),
+                        "dynamic": bool(dynamic >> i & 1)})
         return out
 
     def get(self, what, seq=None):
@@ -1041,7 +1053,8 @@ class Producer(_Producing):
     """The owner of a pool: acquire() a slot, fill it, publish() it."""
 
     def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
-                 mode=0o600, group=None, spill_bytes=0, spill_frames=0, max_slots=0):
+                 mode=0o600, group=None, spill_bytes=0, spill_frames=0, max_slots=0, memory_cap_mib=0,
+                 trim_idle_ms=0):
         if policy not in _capi.POLICIES:
             raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
         if storage not in _capi.STORAGES:
@@ -1059,6 +1072,8 @@ class Producer(_Producing):
         config.spill_bytes = int(spill_bytes)
         config.spill_frames = int(spill_frames)
         config.max_slots = int(max_slots)
+        config.memory_cap_mib = int(memory_cap_mib)
+        config.trim_idle_ms = int(trim_idle_ms)
         if group is not None:
             config.has_group = 1
             config.group = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
@@ -1209,15 +1224,18 @@ def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", 
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,
-           group=None, spill_bytes=0, spill_frames=0, max_slots=0):
+           group=None, spill_bytes=0, spill_frames=0, max_slots=0, memory_cap_mib=0, trim_idle_ms=0):
     """Creates pool NAME and becomes its producer. MODE says who may attach, as file
     permission bits (0o660: GROUP's members too); GROUP is a gid or a group name the
     caller is a member of (None: the caller's group). NAME "@name" is an abstract socket.
     SPILL_BYTES (and SPILL_FRAMES) give the pool a spill tier for fifo-spill consumers.
     MAX_SLOTS bounds the slots of every size class (Producer.preallocate) together; 0:
-    SLOTS + 64."""
+    SLOTS + 64. MEMORY_CAP_MIB lets acquire() make system-memory slots on demand while
+    every class's slots hold at most that much; a free one made so gives its memory
+    back after TRIM_IDLE_MS (0: 10 s)."""
     return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device,
-                    mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames, max_slots=max_slots)
+                    mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames, max_slots=max_slots,
+                    memory_cap_mib=memory_cap_mib, trim_idle_ms=trim_idle_ms)
 
 
 from .seed import BufferPool  # noqa: E402 (it builds on the classes above)

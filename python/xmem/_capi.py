@@ -79,7 +79,8 @@ class PoolConfig(ctypes.Structure):
         ("spill_bytes", ctypes.c_uint64),
         ("spill_frames", ctypes.c_uint32),
         ("max_slots", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 2),
+        ("memory_cap_mib", ctypes.c_uint32),
+        ("trim_idle_ms", ctypes.c_uint32),
     ]
 
 
@@ -151,6 +152,21 @@ class SpillStats(ctypes.Structure):
         ("full", ctypes.c_uint64),
         ("resident_bytes", ctypes.c_uint64),
         ("reserved", ctypes.c_uint64 * 3),
+    ]
+
+
+class GrowthStats(ctypes.Structure):
+    _fields_ = [
+        ("memory_cap", ctypes.c_uint64),
+        ("trim_idle_ns", ctypes.c_uint64),
+        ("system_bytes", ctypes.c_uint64),
+        ("dynamic_classes", ctypes.c_uint32),
+        ("dynamic_slots", ctypes.c_uint32),
+        ("dynamic_bytes", ctypes.c_uint64),
+        ("grown", ctypes.c_uint64),
+        ("trimmed", ctypes.c_uint64),
+        ("refused", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 
@@ -227,6 +243,7 @@ _SIGNATURES = {
     "xmem_pool_frames_refused": (ctypes.c_uint64, [_P]),
     "xmem_pool_consumer_stats": (ctypes.c_int, [_P, ctypes.POINTER(ConsumerStats)]),
     "xmem_pool_spill_stats": (ctypes.c_int, [_P, ctypes.POINTER(SpillStats)]),
+    "xmem_pool_growth_stats": (ctypes.c_int, [_P, ctypes.POINTER(GrowthStats)]),
     "xmem_pool_publish_ticket": (
         ctypes.c_int, [_P, _P, ctypes.c_uint32, ctypes.c_uint64, _P, ctypes.POINTER(Ticket)],
     ),

@@ -219,14 +219,15 @@ TEST_F(XmemSink, ProposesSlotsZeroCopy)
 }
 
 // Caps change to frames larger than the slots: the sink adds a size class to its
-// pool, proposes a pool of the new class's slots, and upstream's buffers from it are
-// published in place like the first ones, to a consumer that never reattached.
-TEST_F(XmemSink, LargerCapsGetASizeClassStillZeroCopy)
+// pool (with memory-cap, the pool makes slots of the new size on demand), proposes a pool
+// of slots of the new size, and upstream's buffers from it are published in place like
+// the first ones, to a consumer that never reattached.
+static void larger_caps_stay_zero_copy(const char *name, guint64 memory_cap)
 {
-	GstHarness *h = sink_harness("pool-name", "zcgrow", "buffers", 4, nullptr);
+	GstHarness *h = sink_harness("pool-name", name, "buffers", 4, "memory-cap", memory_cap, nullptr);
 	ASSERT_NE(h, nullptr);
 	gst_harness_set_src_caps_str(h, kCaps);
-	auto consumer = open_consumer("zcgrow");
+	auto consumer = open_consumer(name);
 	ASSERT_TRUE(consumer);
 	const char *larger = "video/x-raw,format=I420,width=128,height=96,framerate=30/1";
 	for (const char *caps_str : { kCaps, larger }) {
@@ -263,9 +264,27 @@ TEST_F(XmemSink, LargerCapsGetASizeClassStillZeroCopy)
 	EXPECT_EQ(stat_u64(h->element, "zero-copy"), 6u) << "pool buffers were not published in place";
 	EXPECT_EQ(stat_u64(h->element, "classes"), 2u);
 	EXPECT_EQ(stat_u64(h->element, "recreated"), 0u);
-	EXPECT_EQ(stat_u64(h->element, "slots"), 8u);
+	auto classes = consumer->classes();
+	ASSERT_EQ(classes.size(), 2u);
+	EXPECT_EQ(classes[1].dynamic, memory_cap != 0);
+	// Preallocated: `buffers` slots of the larger size. Made on demand: only those the
+	// frames needed at once (upstream's pool holds a few).
+	if (memory_cap)
+		EXPECT_LE(stat_u64(h->element, "slots"), 8u);
+	else
+		EXPECT_EQ(stat_u64(h->element, "slots"), 8u);
 	consumer.reset();
 	gst_harness_teardown(h);
+}
+
+TEST_F(XmemSink, LargerCapsGetASizeClassStillZeroCopy)
+{
+	larger_caps_stay_zero_copy("zcgrow", 0);
+}
+
+TEST_F(XmemSink, LargerCapsGetSlotsMadeOnDemandStillZeroCopy)
+{
+	larger_caps_stay_zero_copy("zcgrow-cap", 8 << 20);
 }
 
 TEST_F(XmemSink, CopiesForeignBuffersOnce)

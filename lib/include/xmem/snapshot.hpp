@@ -166,6 +166,8 @@ struct PoolSnapshot {
 	SpillStats spill{};
 	// Frame tickets: see xmem_ticket_stats.
 	TicketStats tickets{};
+	// Growth on demand (zero for a pool that does not grow): see xmem_growth_stats.
+	GrowthStats growth{};
 	// What did not add up, in words: the snapshot leaves out what it cannot read
 	// safely instead of failing.
 	std::vector<std::string> warnings;

@@ -167,7 +167,13 @@ typedef struct xmem_pool_config {
 	 * xmem_pool_preallocate adds later (each a 6.5 KiB record in the control segment).
 	 * 0: SLOT_COUNT + 64, at most XMEM_MAX_SLOTS. */
 	uint32_t max_slots;
-	uint32_t reserved[2]; /* must be zero (xmem_pool_config_init does it) */
+	/* Growth on demand: with MEMORY_CAP_MIB, acquiring system memory that no free slot
+	 * fits makes a slot (in a dynamic size class of a quarter-power-of-two size) while
+	 * the system memory of every class's slots stays within the cap; a dynamic slot
+	 * free for TRIM_IDLE_MS (0: 10 s), or the least recently used one when a new slot
+	 * would pass the cap, gives its memory back. 0 MiB: no growth. */
+	uint32_t memory_cap_mib;
+	uint32_t trim_idle_ms;
 } xmem_pool_config;
 
 /* A size class of a pool: COUNT slots of SLOT_SIZE bytes of one memory, slots
@@ -247,6 +253,20 @@ typedef struct xmem_spill_stats {
 				  * the next spill until the tier has been idle for 5 s */
 	uint64_t reserved[3];
 } xmem_spill_stats;
+
+/* Growth on demand (xmem_pool_config.memory_cap_mib): xmem_pool_growth_stats. */
+typedef struct xmem_growth_stats {
+	uint64_t memory_cap; /* bytes; 0: the pool does not grow */
+	uint64_t trim_idle_ns; /* how long a free dynamic slot keeps its memory */
+	uint64_t system_bytes; /* system memory of every class's committed slots now */
+	uint32_t dynamic_classes; /* bit c: size class c was made on demand */
+	uint32_t dynamic_slots; /* dynamic slots whose memory is committed now */
+	uint64_t dynamic_bytes; /* their memory */
+	uint64_t grown; /* dynamic slots committed since the pool was created */
+	uint64_t trimmed; /* dynamic slots whose memory went back */
+	uint64_t refused; /* acquires that found no room under the cap */
+	uint64_t reserved[2];
+} xmem_growth_stats;
 
 /* A frame ticket (xmem_pool_publish_ticket): one published frame of one pool, for a
  * number of redemptions (xmem_pool_get_ticket, in any process attached to the pool)
@@ -385,6 +405,8 @@ uint64_t xmem_pool_frames_refused(const xmem_pool *pool);
 int xmem_pool_consumer_stats(const xmem_pool *pool, xmem_consumer_stats *stats);
 /* Any role: the pool's spill tier (all zero without one). */
 int xmem_pool_spill_stats(const xmem_pool *pool, xmem_spill_stats *stats);
+/* Any role: growth on demand (all zero for a pool that does not grow). */
+int xmem_pool_growth_stats(const xmem_pool *pool, xmem_growth_stats *stats);
 uint64_t xmem_pool_slot_size(const xmem_pool *pool);
 uint32_t xmem_pool_slot_count(const xmem_pool *pool);
 /* xmem_storage of the pool's slots (XMEM_STORAGE_SYSTEM for a NULL pool). */

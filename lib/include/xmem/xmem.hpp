@@ -92,6 +92,7 @@ using PoolStats = xmem_pool_stats;
 
 using ConsumerStats = xmem_consumer_stats;
 using SpillStats = xmem_spill_stats;
+using GrowthStats = xmem_growth_stats;
 using TicketStats = xmem_ticket_stats;
 
 // How a consumer is served (xmem.h's xmem_policy): the pool's default, or each
@@ -149,6 +150,14 @@ struct PoolConfig {
 	// classes preallocate() adds later (each slot costs a 6.5 KiB record in the control
 	// segment). 0: slot_count + 64, at most XMEM_MAX_SLOTS.
 	uint32_t max_slots = 0;
+	// Growth on demand (docs/design.md, "Growth on demand"): with a cap, acquire() of
+	// system memory that no free slot fits makes a slot, in a dynamic size class of a
+	// quarter-power-of-two size, while the system memory of every class's slots stays
+	// within MEMORY_CAP bytes. A dynamic slot free for TRIM_IDLE (0: 10 s), or the least
+	// recently used free one when a new slot would pass the cap, gives its memory back.
+	// 0: no growth.
+	uint64_t memory_cap = 0;
+	std::chrono::milliseconds trim_idle{ 0 };
 };
 
 // A size class of a pool: COUNT slots of SLOT_SIZE bytes of one memory, slots
@@ -163,6 +172,10 @@ struct SizeClass {
 	// How the owner orders GPU work on its slots (gpu_ordering_name(): stream memory
 	// operations, or the CPU); 0 for system memory.
 	uint32_t sync_mode = 0;
+	// Made by acquire() (PoolConfig::memory_cap), and its slots whose memory is committed
+	// now (COUNT for a preallocated class).
+	bool dynamic = false;
+	uint32_t committed = 0;
 };
 
 struct OpenOptions {
@@ -455,6 +468,8 @@ public:
 	Result<ConsumerStats> consumer_stats() const;
 	// The pool's spill tier: its cap, what it holds and has held (zero without one).
 	SpillStats spill_stats() const;
+	// Growth on demand (PoolConfig::memory_cap); all zero for a pool that does not grow.
+	GrowthStats growth_stats() const;
 	// The pool's frame tickets: issued, redeemed, expired, live.
 	TicketStats ticket_stats() const;
 
