@@ -123,3 +123,31 @@ def test_the_seed_example_runs_as_written():
     assert e.value.status == xmem._capi.ERANGE
     for handle in consumers + [pool]:
         handle.close()
+
+
+def test_a_seed_pool_with_a_memory_cap_allocates_on_demand():
+    """The seed's allocation on demand: acquire_cpu() of a size nothing preallocated fits
+    makes a slot (memory_cap_mib), which a consumer redeems by ticket and which is reused,
+    not made again, for the next frame of that size."""
+    name = "seed-" + uuid.uuid4().hex[:8]
+    pool = xmem.BufferPool(name, memory_cap_mib=32)
+    pool.preallocate_cpu(4096, 2)
+    consumer = xmem.BufferPool(name, timeout=5)
+    slots = set()
+    for value in (0x21, 0x22, 0x23):
+        buf = pool.acquire_cpu(SIZE)
+        slots.add(buf.meta_index)
+        assert buf.meta_index >= 2  # not a preallocated slot
+        buf.buffer[:SIZE] = bytes([value]) * SIZE
+        ticket = pool.set_ref_count(buf.meta_index, 1)
+        buf.forget()
+        got = consumer.get(str(ticket))
+        assert bytes(got.data[:SIZE]) == bytes([value]) * SIZE
+        got.release()
+    assert len(slots) == 1  # the freed slot was taken again
+    g = pool._handle.growth_stats()
+    assert g["grown"] == 1 and g["dynamic_slots"] == 1 and g["system_bytes"] <= 32 << 20
+    with pytest.raises(xmem.Error, match="memory cap"):
+        pool.acquire_cpu(64 << 20)
+    for handle in (consumer, pool):
+        handle.close()

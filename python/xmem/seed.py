@@ -20,8 +20,12 @@ Where the design changed, and why (docs/design.md, "Frame tickets"):
   a stale or forged ticket is refused. Consumers get(buf.ticket) (its str or bytes over
   any channel); get(meta_index, seq) takes a frame by index only while the slot still
   holds it.
-- Slots are preallocated: acquire_* of a size no class of that memory holds is an
-  Error (ERANGE), not an allocation (growth on demand is not built).
+- Slots are preallocated unless the pool has a memory cap: BufferPool(name,
+  memory_cap_mib=N) makes acquire_cpu() of a size no free slot fits allocate a slot
+  (the seed's allocation on demand), kept for reuse and trimmed least recently used
+  first at the cap, or after 10 s idle (docs/design.md, "Growth on demand"). Without a
+  cap, and for CUDA memory, acquire_* of a size no class of that memory holds is an
+  Error (ERANGE).
 - One pool holds system memory and CUDA devices; copy_to_cuda/copy_to_cpu return
   slots of the pool, as the seed's guards did.
 - Any attached process acquires, as in the seed: the owner (the process that made the
@@ -41,8 +45,9 @@ class BufferPool:
     owner is there, and otherwise becomes its owner with the first preallocate_cpu() or
     preallocate_cuda() (the class it makes is the pool's first)."""
 
-    def __init__(self, name, timeout=0):
+    def __init__(self, name, timeout=0, memory_cap_mib=0):
         self.name = name
+        self._memory_cap_mib = memory_cap_mib
         self._handle = None
         try:
             self._handle = Consumer(name, timeout=timeout, client="seed")
@@ -68,7 +73,7 @@ class BufferPool:
     def _preallocate(self, size, count, storage, device):
         if self._handle is None:
             self._handle = Producer(self.name, int(size), slots=int(count), storage=storage, device=int(device),
-                                    format="", policy="drop-oldest")
+                                    format="", policy="drop-oldest", memory_cap_mib=self._memory_cap_mib)
             first = 0
         else:
             index = self._owner("preallocate").preallocate(size, count, storage=storage, device=device)
