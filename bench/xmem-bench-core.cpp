@@ -105,6 +105,9 @@ struct Options {
 	uint32_t spin_budget_us = 200;
 	std::optional<xmem::Policy> consumer_policy; // none: the pool's
 	uint32_t spill_mb = 0; // the pool's spill tier
+	// Growth on demand: the pool's memory cap; with one, class 0 is one page and every
+	// frame's slot is one made on demand (the pool grows, then reuses them).
+	uint32_t memory_cap_mb = 0;
 	// One more consumer, fifo-spill, that stops reading for stall_ms every
 	// stall_every_ms: its losses and the tier's use are reported, not its latencies.
 	uint32_t stall_ms = 0;
@@ -125,7 +128,7 @@ int usage()
 		"                       [--fps F (0 = unthrottled)] [--frames N] [--warmup N] [--consumers N]\n"
 		"                       [--slots S] [--classes K] [--queue Q] [--policy block|drop-oldest|drop-new]\n"
 		"                       [--spin] [--wake sleep|spin-before] [--spin-budget US]\n"
-		"                       [--consumer-policy P] [--spill-mb MB] [--stall-ms MS]\n"
+		"                       [--consumer-policy P] [--spill-mb MB] [--memory-cap-mb MB] [--stall-ms MS]\n"
 		"                       [--stall-every-ms MS] [--mode LABEL] [--json]\n");
 	return 2;
 }
@@ -211,6 +214,8 @@ bool parse(int argc, char **argv, Options &o)
 				o.spin_budget_us = uint32_t(n);
 			else if (a == "--spill-mb")
 				o.spill_mb = uint32_t(n);
+			else if (a == "--memory-cap-mb")
+				o.memory_cap_mb = uint32_t(n);
 			else if (a == "--stall-ms")
 				o.stall_ms = uint32_t(n);
 			else if (a == "--stall-every-ms")
@@ -732,6 +737,12 @@ int run_xmem_producer(const Options &o)
 	config.policy = o.policy;
 	config.block_timeout = std::chrono::seconds(1);
 	config.spill_bytes = uint64_t(o.spill_mb) << 20;
+	config.memory_cap = uint64_t(o.memory_cap_mb) << 20;
+	if (config.memory_cap && o.classes == 1) {
+		config.slot_count = 1;
+		config.slot_size = 4096;
+		config.max_slots = 0;
+	}
 	config.producer = "xmem-bench-core";
 	config.format =
 		"video/x-raw,format=NV12,width=" + std::to_string(o.width) + ",height=" + std::to_string(o.height);
@@ -807,6 +818,16 @@ int run_xmem_producer(const Options &o)
 	});
 	(void)pool->end_of_stream();
 	uint64_t pool_dropped = pool->stats().dropped;
+	if (config.memory_cap) {
+		xmem::GrowthStats grown = pool->growth_stats();
+		(void)std::fprintf(stderr,
+				   "xmem-bench-core: growth: %u slots made on demand (%llu bytes of %llu in slots), "
+				   "%llu made, %llu "
+				   "trimmed, %llu refused at the cap\n",
+				   grown.dynamic_slots, (unsigned long long)grown.dynamic_bytes,
+				   (unsigned long long)grown.system_bytes, (unsigned long long)grown.grown,
+				   (unsigned long long)grown.trimmed, (unsigned long long)grown.refused);
+	}
 	// The pool stays open until every consumer has reported: they hold its frames.
 	Gathered g = gather(o, children);
 	Stalled stalled;
