@@ -193,12 +193,17 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 	return g;
 }
 
-Result<void> GuestProducer::finish_writes(const BufferGuard &frame, void *stream)
+Result<void> GuestProducer::finish_writes(uint32_t index, void *stream, void *also)
 {
-	if (!pool_.sync_of(frame.index_))
+	if (!pool_.sync_of(index))
 		return {};
-	// The owner's consumers read the frame once the answer comes: its writes first.
-	return device_synchronize(frame.meta_.device_id, stream ? stream : frame.stream_);
+	// The owner's consumers read the frame (or the owner hands the slot on) once the
+	// answer comes: this process's writes first, on its own ordinal of the slot's device.
+	uint32_t device = pool_.classes[*pool_.class_of(index)].arena->device();
+	auto done = device_synchronize(device, stream);
+	if (done && also && also != stream)
+		done = device_synchronize(device, also);
+	return done;
 }
 
 Result<protocol::Answer> GuestProducer::put_out(BufferGuard &&frame, void *stream, uint32_t redemptions, int64_t ttl_ns)
@@ -212,7 +217,7 @@ Result<protocol::Answer> GuestProducer::put_out(BufferGuard &&frame, void *strea
 		if (!g.writable_ || g.copy_ || i >= pool_.leased.size() || !pool_.leased[i])
 			return make_error(Errc::read_only, pool_.where() + ": publish needs a buffer from acquire()");
 	}
-	if (auto done = finish_writes(g, stream); !done)
+	if (auto done = finish_writes(i, stream ? stream : g.stream_); !done)
 		return make_error(done.code(), pool_.where() + ": publish: " + done.error().message);
 	protocol::Request request = protocol::make_request(protocol::RequestOp::publish);
 	request.slot = i;
@@ -261,14 +266,9 @@ Result<Ticket> GuestProducer::publish_ticket(BufferGuard &&frame, uint32_t redem
 
 void GuestProducer::give_back(uint32_t index, void *stream, void *also)
 {
-	if (DeviceSync *sync = pool_.sync_of(index)) {
-		(void)sync;
-		// Its writes land before the owner hands the slot to anyone else.
-		uint32_t device = pool_.classes[*pool_.class_of(index)].arena->device();
-		(void)device_synchronize(device, stream);
-		if (also && also != stream)
-			(void)device_synchronize(device, also);
-	}
+	// Its writes land before the owner hands the slot to anyone else. A release cannot
+	// fail: a failed wait (a broken context) still gives the slot back.
+	(void)finish_writes(index, stream, also);
 	protocol::Request request = protocol::make_request(protocol::RequestOp::give_back);
 	request.slot = index;
 	Producing producing(pool_);

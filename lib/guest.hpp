@@ -42,8 +42,9 @@ private:
 	Result<void> connect(uint64_t deadline_ns);
 	// One request and its answer (lock_ held).
 	Result<protocol::Answer> ask(const protocol::Request &request);
-	// FRAME's writes are done: a device slot's, waited for on the CPU.
-	Result<void> finish_writes(const BufferGuard &frame, void *stream);
+	// Device slot INDEX: this process's writes on STREAM (and ALSO) are done, waited for
+	// on the CPU; nothing for a system slot.
+	Result<void> finish_writes(uint32_t index, void *stream, void *also = nullptr);
 	// Publishes FRAME as publish() or publish_ticket() say.
 	Result<protocol::Answer> put_out(BufferGuard &&frame, void *stream, uint32_t redemptions, int64_t ttl_ns);
 	// The owner's ordinal of a device this process numbers DEVICE.

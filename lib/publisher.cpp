@@ -111,6 +111,18 @@ void arm_timer(const UniqueFd &timer, uint64_t at_ns, uint64_t &armed)
 		armed = at_ns;
 }
 
+// What a process's exit is waited for with where it has no pidfd: a timer that polls
+// readable once the quarantine's grace period is over; none when it cannot be made.
+UniqueFd grace_timer()
+{
+	UniqueFd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+	itimerspec t{};
+	t.it_value.tv_sec = time_t(kQuarantineGraceNs / 1'000'000'000);
+	if (!timer.valid() || ::timerfd_settime(timer.get(), 0, &t, nullptr) < 0)
+		return UniqueFd();
+	return timer;
+}
+
 // SplitMix64's finalizer: a bijection that scatters consecutive inputs.
 uint64_t mix64(uint64_t x)
 {
@@ -890,23 +902,28 @@ std::optional<uint32_t> Publisher::grow(uint64_t size)
 	return i;
 }
 
+template<typename Visit>
+void Publisher::for_each_dynamic_slot(Visit visit)
+{
+	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
+	for (uint32_t c = 0; c < n; c++) {
+		if (!((dynamic_mask >> c) & 1))
+			continue;
+		const PoolImpl::SlotClass &cls = pool_.classes[c];
+		for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
+			if (committed[i].load(std::memory_order_relaxed))
+				visit(i, last_used[i].load(std::memory_order_relaxed));
+	}
+}
+
 bool Publisher::trim_one(uint64_t used_before)
 {
 	// The free dynamic slots last used before USED_BEFORE, least recently used first.
 	std::vector<std::pair<uint64_t, uint32_t>> idle;
-	uint32_t dynamic = dynamic_mask;
-	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
-	for (uint32_t c = 0; c < n; c++) {
-		if (!((dynamic >> c) & 1))
-			continue;
-		const PoolImpl::SlotClass &cls = pool_.classes[c];
-		for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++) {
-			uint64_t used = last_used[i].load(std::memory_order_relaxed);
-			if (used < used_before && committed[i].load(std::memory_order_relaxed) &&
-			    slot_is_free(seg.slots[i]))
-				idle.emplace_back(used, i);
-		}
-	}
+	for_each_dynamic_slot([&](uint32_t i, uint64_t used) {
+		if (used < used_before && slot_is_free(seg.slots[i]))
+			idle.emplace_back(used, i);
+	});
 	std::sort(idle.begin(), idle.end());
 	for (auto [used, i] : idle) {
 		// WRITING, as for an acquire: a consumer's get() that set its bit meanwhile sees
@@ -943,18 +960,9 @@ void Publisher::trim_idle()
 	// Next: when the dynamic slot used least recently of those left has been idle long
 	// enough (one still held: a trim_idle_ns from now).
 	uint64_t next = UINT64_MAX;
-	uint32_t dynamic = dynamic_mask;
-	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
-	for (uint32_t c = 0; c < n; c++) {
-		if (!((dynamic >> c) & 1))
-			continue;
-		const PoolImpl::SlotClass &cls = pool_.classes[c];
-		for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
-			if (committed[i].load(std::memory_order_relaxed))
-				next = std::min(next,
-						std::max(last_used[i].load(std::memory_order_relaxed) + trim_idle_ns,
-							 now + trim_idle_ns / 4));
-	}
+	for_each_dynamic_slot([&](uint32_t, uint64_t used) {
+		next = std::min(next, std::max(used + trim_idle_ns, now + trim_idle_ns / 4));
+	});
 	trim_timer_ns = UINT64_MAX; // it fired
 	arm_trim_timer(next);
 }
@@ -1847,19 +1855,9 @@ void Publisher::guest_gone(int fd)
 	}
 	if (remains.leases.empty())
 		return;
-	remains.watch = std::move(guest.pidfd);
-	if (!remains.watch.valid()) {
-		remains.watch = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-		itimerspec t{};
-		t.it_value.tv_sec = time_t(kQuarantineGraceNs / 1'000'000'000);
-		if (!remains.watch.valid() || ::timerfd_settime(remains.watch.get(), 0, &t, nullptr) < 0)
-			remains.watch.reset();
-	}
+	remains.watch = guest.pidfd.valid() ? std::move(guest.pidfd) : grace_timer();
 	int watch = remains.watch.get();
-	epoll_event ev{};
-	ev.events = EPOLLIN;
-	ev.data.u64 = io_data(IoTag::guest_exit, 0, watch);
-	if (watch >= 0 && ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, watch, &ev) == 0) {
+	if (watch >= 0 && watch_readable(watch, io_data(IoTag::guest_exit, 0, watch))) {
 		guest_remains[watch] = std::move(remains);
 		return;
 	}
@@ -2029,16 +2027,17 @@ bool Publisher::start_quarantine(uint32_t c)
 	if (fd < 0) {
 		// No pidfd (an old kernel, a consumer in a PID namespace this owner cannot see
 		// that sent none): a grace period.
-		consumer_grace[c] = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-		itimerspec t{};
-		t.it_value.tv_sec = time_t(kQuarantineGraceNs / 1'000'000'000);
-		if (!consumer_grace[c].valid() || ::timerfd_settime(consumer_grace[c].get(), 0, &t, nullptr) < 0)
-			return false;
+		consumer_grace[c] = grace_timer();
 		fd = consumer_grace[c].get();
 	}
+	return fd >= 0 && watch_readable(fd, io_data(IoTag::quarantine, c, fd));
+}
+
+bool Publisher::watch_readable(int fd, uint64_t data)
+{
 	epoll_event ev{};
 	ev.events = EPOLLIN;
-	ev.data.u64 = io_data(IoTag::quarantine, c, fd);
+	ev.data.u64 = data;
 	return ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 

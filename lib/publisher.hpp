@@ -93,6 +93,10 @@ private:
 	// slots made room, least recently used first. WRITING, not yet held (claim()); none
 	// when the cap, the pool's records or the system leave no room.
 	std::optional<uint32_t> grow(uint64_t size);
+	// growth_lock held: VISIT(slot, last used) for each dynamic slot whose memory is
+	// committed.
+	template<typename Visit>
+	void for_each_dynamic_slot(Visit visit);
 	// growth_lock held: the free dynamic slot used least recently (and before USED_BEFORE)
 	// gives its memory back, its record UNUSED again; false when there is none.
 	bool trim_one(uint64_t used_before);
@@ -205,6 +209,8 @@ private:
 	void end_quarantine(uint32_t consumer_index);
 	// Watches consumer C's pidfd (or starts a grace timer); false when neither works.
 	bool start_quarantine(uint32_t c);
+	// The I/O thread polls FD for readable, its events tagged DATA (io_data()).
+	bool watch_readable(int fd, uint64_t data);
 
 	PoolImpl &pool_;
 	ControlSegment &seg;

@@ -564,6 +564,37 @@ static int tickets(void)
 	return failures ? 1 : 0;
 }
 
+/* Growth on demand: a pool with a memory cap makes a slot of a size no class holds,
+ * counts it, reuses it once free, and refuses a size past the cap with XMEM_EFULL. */
+static int growth(void)
+{
+	xmem_pool_config config;
+	xmem_pool_config_init(&config);
+	config.slot_count = 1;
+	config.slot_size = 4096;
+	config.memory_cap_mib = 1;
+	config.trim_idle_ms = 60000;
+	xmem_pool *owner = NULL;
+	REQUIRE(xmem_pool_create("c-growth", &config, &owner) == XMEM_OK);
+	xmem_growth_stats g;
+	CHECK_STATUS(xmem_pool_growth_stats(owner, &g), XMEM_OK);
+	CHECK(g.memory_cap == (1 << 20) && g.trim_idle_ns == 60000000000ull && g.system_bytes == 4096);
+	xmem_buffer *w = NULL;
+	for (int round = 0; round < 2; round++) {
+		CHECK_STATUS(xmem_pool_acquire_size(owner, 100000, 0, NULL, &w), XMEM_OK);
+		REQUIRE(w != NULL);
+		CHECK(xmem_buffer_meta(w)->index == 1 && xmem_buffer_capacity(w) == 112 * 1024);
+		xmem_buffer_release(w);
+	}
+	CHECK_STATUS(xmem_pool_growth_stats(owner, &g), XMEM_OK);
+	CHECK(g.grown == 1 && g.dynamic_slots == 1 && g.dynamic_bytes == 112 * 1024 && g.dynamic_classes == 2);
+	CHECK_STATUS(xmem_pool_acquire_size(owner, 2 << 20, 0, NULL, &w), XMEM_EFULL);
+	CHECK(strstr(xmem_last_error(), "memory cap") != NULL);
+	CHECK_STATUS(xmem_pool_growth_stats(NULL, &g), XMEM_EINVAL);
+	xmem_pool_close(owner);
+	return failures ? 1 : 0;
+}
+
 /* Size classes: a class added with a consumer attached, acquire by size taking the
  * smallest class that fits, the class table seen by both, a frame of the new class
  * received byte for byte, and the refusals. */
@@ -655,6 +686,8 @@ int main(void)
 	if (tensors_and_sole_holders() != 0)
 		rc = 1;
 	if (tickets() != 0)
+		rc = 1;
+	if (growth() != 0)
 		rc = 1;
 	if (size_classes() != 0)
 		rc = 1;

@@ -43,7 +43,8 @@ typedef enum xmem_status {
 	XMEM_ETIMEDOUT = -10, /* the wait ran out */
 	XMEM_ECLOSED = -11, /* the pool's owner went away (closed or died) */
 	XMEM_EEOS = -12, /* the producer ended the stream (not an error) */
-	XMEM_EFULL = -13, /* max-consumers already attached */
+	XMEM_EFULL = -13, /* no room: max-consumers already attached, no room for a size class,
+			   * or none for a slot under the memory cap */
 	XMEM_ENOTHELD = -14, /* this process holds no reference to that slot */
 	XMEM_EREADONLY = -15, /* write access through a read-only guard */
 	XMEM_EROLE = -16, /* call not allowed for this role (owner vs consumer) */
