@@ -30,6 +30,8 @@ public:
 	std::vector<int> fds() const override { return { fd_.get() }; }
 	Result<void> commit(uint64_t offset, uint64_t size) override
 	{
+		if (offset > map_.size() || size > map_.size() - offset)
+			return make_error(Errc::out_of_range, "slot memory out of the arena's range");
 		int err = ::posix_fallocate(fd_.get(), off_t(offset), off_t(size));
 		if (err != 0)
 			return errno_error("cannot commit " + std::to_string(size) + " bytes of system memory", err);
@@ -37,6 +39,8 @@ public:
 	}
 	Result<void> decommit(uint64_t offset, uint64_t size) override
 	{
+		if (offset > map_.size() || size > map_.size() - offset)
+			return make_error(Errc::out_of_range, "slot memory out of the arena's range");
 		// The pages go from every mapping; reading them after gives zeros.
 		if (::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) < 0)
 			return errno_error("cannot give back " + std::to_string(size) + " bytes of system memory");

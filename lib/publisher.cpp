@@ -779,8 +779,11 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		for (uint32_t k = 0; k < fitting; k++) {
 			const PoolImpl::SlotClass &cls = pool_.classes[order[k]];
 			slots += cls.count;
+			// A record whose memory is not committed is no slot, whatever its state says
+			// (another process may have written it): the scan above skips it too.
 			for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count && !free; i++)
-				free = slot_is_free(seg.slots[i]);
+				free = (!committed || committed[i].load(std::memory_order_acquire)) &&
+				       slot_is_free(seg.slots[i]);
 		}
 		uint64_t now = monotonic_ns();
 		bool expired = !free && !in_flight && now >= deadline;
@@ -871,12 +874,17 @@ std::optional<uint32_t> Publisher::grow(uint64_t size)
 		seg.header->growth_refused.fetch_add(1, std::memory_order_relaxed);
 		return std::nullopt;
 	};
+	// A slot the cap could never hold makes no class.
+	if (slot_size > memory_cap)
+		return refused();
 	std::optional<uint32_t> index = spare();
 	if (!index) {
+		// Records for no more slots than the cap could hold at once.
 		uint32_t room = seg.slot_count - pool_.slots_end();
-		if (room == 0)
+		uint32_t count = uint32_t(std::min<uint64_t>({ kDynamicClassSlots, room, memory_cap / slot_size }));
+		if (count == 0)
 			return refused();
-		auto made = add_class(slot_size, std::min(kDynamicClassSlots, room), Storage::system, 0, true);
+		auto made = add_class(slot_size, count, Storage::system, 0, true);
 		if (!made)
 			return refused();
 		index = pool_.classes[*made].first_slot;
@@ -888,7 +896,9 @@ std::optional<uint32_t> Publisher::grow(uint64_t size)
 		if (!trim_one(UINT64_MAX))
 			return refused();
 	SlotRecord &slot = seg.slots[i];
-	if (!const_cast<Arena *>(cls.arena)->commit(slot.offset, cls.slot_stride))
+	// The offset as the class lays it out: the record's copy is another process's to write.
+	uint64_t offset = uint64_t{ i - cls.first_slot } * cls.slot_stride;
+	if (!const_cast<Arena *>(cls.arena)->commit(offset, cls.slot_stride))
 		return refused();
 	committed[i].store(true, std::memory_order_release);
 	count_system_bytes(int64_t(cls.slot_stride));
@@ -932,7 +942,8 @@ bool Publisher::trim_one(uint64_t used_before)
 			continue;
 		const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
 		SlotRecord &slot = seg.slots[i];
-		if (!const_cast<Arena *>(cls.arena)->decommit(slot.offset, cls.slot_stride)) {
+		uint64_t offset = uint64_t{ i - cls.first_slot } * cls.slot_stride;
+		if (!const_cast<Arena *>(cls.arena)->decommit(offset, cls.slot_stride)) {
 			slot.state.store(kSlotFree, std::memory_order_seq_cst);
 			continue;
 		}

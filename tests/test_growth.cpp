@@ -359,7 +359,7 @@ TEST(Growth, InspectShowsTheGrowth)
 	ASSERT_NE(inspect, nullptr);
 	Process text({ inspect, "growth-inspect" });
 	EXPECT_EQ(text.wait(10s), 0) << text.output();
-	EXPECT_NE(text.output().find("1 made on demand (room for 8) of 655360 bytes"), std::string::npos)
+	EXPECT_NE(text.output().find("1 made on demand (room for 3) of 655360 bytes"), std::string::npos)
 		<< text.output();
 	EXPECT_NE(text.output().find("of 2097152 bytes of system memory in slots; 1 made on demand"), std::string::npos)
 		<< text.output();
@@ -413,4 +413,38 @@ TEST(Growth, APeerWritingTheSegmentChangesNothingTheOwnerCounts)
 		held.push_back(std::move(*small));
 	}
 	EXPECT_EQ(allocated_kib("growth-scribble"), 8u + 8 * 112);
+}
+
+// Records of a dynamic class whose memory is not committed, made FREE by a peer, are no
+// slots to wait for either: at the cap, acquire times out on time instead of spinning on
+// them for ever (tests/hostile's scribble-growth found that).
+TEST(Growth, AcquireAtTheCapTimesOutWhateverAPeerWroteInUncommittedRecords)
+{
+	RuntimeDir dir;
+	// Records for 3 slots (the cap over the slot size), memory for 2 beside class 0.
+	auto owner = make_pool("growth-spin", 3 * 112 * 1024 + 4096);
+	ASSERT_TRUE(owner);
+	auto peer_pool = BufferPool::open("growth-spin");
+	ASSERT_TRUE(peer_pool.ok());
+	std::vector<BufferGuard> held;
+	for (int i = 0; i < 2; i++) {
+		auto slot = owner->acquire(100 * 1000, 1s);
+		ASSERT_TRUE(slot.ok()) << slot.error().message;
+		held.push_back(std::move(*slot));
+	}
+	auto *base = const_cast<std::byte *>((*peer_pool)->control_segment().data());
+	auto *slots = reinterpret_cast<xmem::layout::SlotRecord *>(base + xmem::layout::slots_offset());
+	const xmem::SizeClass made = dynamic_classes(*owner).at(0);
+	EXPECT_EQ(made.committed, 2u);
+	EXPECT_EQ(made.count, 3u);
+	for (uint32_t i = made.first_slot; i < made.first_slot + made.count; i++)
+		if (slots[i].state.load() == xmem::layout::kSlotUnused)
+			slots[i].state.store(xmem::layout::kSlotFree);
+	auto start = std::chrono::steady_clock::now();
+	auto none = owner->acquire(100 * 1000, 200ms);
+	auto took = std::chrono::steady_clock::now() - start;
+	ASSERT_FALSE(none.ok());
+	EXPECT_EQ(none.code(), Errc::timed_out) << none.error().message;
+	EXPECT_LT(took, 5s);
+	EXPECT_EQ(owner->growth_stats().dynamic_slots, 2u);
 }

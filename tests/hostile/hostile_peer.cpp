@@ -78,8 +78,10 @@ public:
 	unsigned long long count = 0;
 };
 
-// produce NAME --slots K --size BYTES --fps F: publishes until SIGTERM, riding out
-// every error; then end of stream and close, which must come back.
+// produce NAME --slots K --size BYTES --fps F [--memory-cap-mb MB]: publishes until
+// SIGTERM, riding out every error; then end of stream and close, which must come back.
+// With a memory cap the pool grows: frames cycle through sizes no preallocated slot
+// holds (1, 3, 10 and 40 times BYTES), so slots are made, reused and trimmed (idle 50 ms).
 int produce(const std::string &name, const xmem::test::Options &o)
 {
 	catch_stop_signals();
@@ -89,6 +91,10 @@ int produce(const std::string &name, const xmem::test::Options &o)
 	config.max_consumers = uint32_t(number_option(o, "max-consumers", 16));
 	config.producer = "xmem-hostile-peer";
 	config.format = o.count("format") ? o.at("format") : "";
+	config.memory_cap = number_option(o, "memory-cap-mb", 0) << 20;
+	if (config.memory_cap)
+		config.trim_idle = 50ms;
+	const uint64_t sizes[] = { 1, 3, 10, 40 };
 	auto created = xmem::BufferPool::create(name, config);
 	if (!created) {
 		std::printf("error create %s: %s\n", status(created.code()).c_str(), created.error().message.c_str());
@@ -104,9 +110,10 @@ int produce(const std::string &name, const xmem::test::Options &o)
 	auto next = std::chrono::steady_clock::now();
 	while (!stop.load()) {
 		beat.tick(false, "tick published=%llu timeouts=%llu errors=%llu\n", published, timeouts, errors.count);
-		auto frame = pool->acquire(100ms);
+		uint64_t size = config.memory_cap ? config.slot_size * sizes[(published / 7) % 4] : 0;
+		auto frame = pool->acquire(size, 100ms);
 		if (!frame) {
-			if (frame.code() == xmem::Errc::timed_out)
+			if (frame.code() == xmem::Errc::timed_out || frame.code() == xmem::Errc::full)
 				timeouts++;
 			else
 				errors.note("acquire", frame.error());
@@ -116,7 +123,7 @@ int produce(const std::string &name, const xmem::test::Options &o)
 		if (bytes)
 			std::memset(bytes->data(), int(published & 0xff), bytes->size());
 		if (auto meta = frame->meta_mut(); meta) {
-			(*meta)->size = pool->slot_size();
+			(*meta)->size = size ? size : pool->slot_size();
 			(*meta)->pts = published * 1000;
 		}
 		// Side data of a varying size, for consumers to copy out of the slot record.
@@ -225,7 +232,7 @@ int consume(const std::string &name, const xmem::test::Options &o)
 const char *const kTargets[] = {
 	"random", // random bytes anywhere in the segment
 	"constants", // magic, counts, sizes, offsets: ControlConstants
-	"header", // pool state, progress, owner_waiting, counters, format_seq
+	"header", // pool state, progress, owner_waiting, counters, format_seq, growth line
 	"format", // the format seqlock and the format string
 	"slot-state", // SlotRecord::state
 	"holders", // holder words
@@ -261,7 +268,7 @@ public:
 				store<uint32_t>(at, uint32_t(value64()));
 		} else if (target == "header") {
 			auto *h = header();
-			switch (pick(8)) {
+			switch (pick(10)) {
 			case 0:
 				h->state.store(uint32_t(small_or_random()));
 				break;
@@ -282,6 +289,14 @@ public:
 				break;
 			case 6:
 				h->format_seq.store(value64());
+				break;
+			case 7:
+				// Growth on demand: the owner keeps its own account of these.
+				h->dynamic_classes.store(uint32_t(value64()));
+				break;
+			case 8:
+				h->dynamic_slots.store(uint32_t(small_or_random()));
+				h->system_bytes.store(value64());
 				break;
 			default:
 				h->classes.store(uint32_t(small_or_random()));

@@ -224,9 +224,13 @@ TEST(Hostile, ScribblerCannotCrashOrHangPeers)
 	const std::string caps = "video/x-raw, format=(string)GRAY8, width=(int)64, height=(int)64, "
 				 "framerate=(fraction)30/1";
 
-	Child owner("owner",
-		    { peer, "produce", pool, "--slots", "8", "--size", "4096", "--fps", "300", "--format", caps },
-		    logs);
+	// XMEM_SCRIBBLE_GROW=1: the owner's pool grows on demand (4 MiB cap), its slots made,
+	// reused and trimmed while the scribbler writes.
+	std::vector<std::string> produce{ peer,	  "produce", pool,  "--slots",	"8", "--size",
+					  "4096", "--fps",   "300", "--format", caps };
+	if (env_number("XMEM_SCRIBBLE_GROW", 0))
+		produce.insert(produce.end(), { "--memory-cap-mb", "4" });
+	Child owner("owner", produce, logs);
 	ASSERT_TRUE(owner.wait_output("ready", 30s)) << owner.tail();
 
 	std::vector<std::unique_ptr<Child>> consumers;
