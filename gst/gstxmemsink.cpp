@@ -1239,8 +1239,8 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 		gobject, PROP_MEMORY_CAP,
 		g_param_spec_uint64("memory-cap", "Memory cap",
 				    "Bytes of system memory the pool's slots may hold: frames larger than its slots "
-				    "get slots made on demand, whose memory goes back after 10 s unused (0: a size "
-				    "class of `buffers` slots per larger size instead)",
+				    "get slots made on demand, whose memory goes back once free and not acquired for "
+				    "10 s (0: a size class of `buffers` slots per larger size instead)",
 				    0, guint64{ 1 } << 44, 0, flags));
 	g_object_class_install_property(
 		gobject, PROP_STATS,

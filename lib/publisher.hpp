@@ -100,8 +100,8 @@ private:
 	// growth_lock held: the free dynamic slot used least recently (and before USED_BEFORE)
 	// gives its memory back, its record UNUSED again; false when there is none.
 	bool trim_one(uint64_t used_before);
-	// The I/O thread's trim timer fired: dynamic slots free for trim_idle_ns give their
-	// memory back; the timer is armed for the next that may.
+	// The I/O thread's trim timer fired: free dynamic slots not acquired for trim_idle_ns
+	// give their memory back; the timer is armed for the next that may.
 	void trim_idle();
 	void arm_trim_timer(uint64_t at_ns); // growth_lock held
 	void count_system_bytes(int64_t bytes); // growth_lock held

@@ -1232,7 +1232,7 @@ def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="s
     MAX_SLOTS bounds the slots of every size class (Producer.preallocate) together; 0:
     SLOTS + 64. MEMORY_CAP_MIB lets acquire() make system-memory slots on demand while
     every class's slots hold at most that much; a free one made so gives its memory
-    back after TRIM_IDLE_MS (0: 10 s)."""
+    back once not acquired for TRIM_IDLE_MS (0: 10 s)."""
     return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device,
                     mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames, max_slots=max_slots,
                     memory_cap_mib=memory_cap_mib, trim_idle_ms=trim_idle_ms)

@@ -170,9 +170,9 @@ typedef struct xmem_pool_config {
 	uint32_t max_slots;
 	/* Growth on demand: with MEMORY_CAP_MIB, acquiring system memory that no free slot
 	 * fits makes a slot (in a dynamic size class of a quarter-power-of-two size) while
-	 * the system memory of every class's slots stays within the cap; a dynamic slot
-	 * free for TRIM_IDLE_MS (0: 10 s), or the least recently used one when a new slot
-	 * would pass the cap, gives its memory back. 0 MiB: no growth. */
+	 * the system memory of every class's slots stays within the cap; a free dynamic
+	 * slot not acquired for TRIM_IDLE_MS (0: 10 s), or the least recently used one
+	 * when a new slot would pass the cap, gives its memory back. 0 MiB: no growth. */
 	uint32_t memory_cap_mib;
 	uint32_t trim_idle_ms;
 } xmem_pool_config;

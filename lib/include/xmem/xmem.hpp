@@ -153,8 +153,9 @@ struct PoolConfig {
 	// Growth on demand (docs/design.md, "Growth on demand"): with a cap, acquire() of
 	// system memory that no free slot fits makes a slot, in a dynamic size class of a
 	// quarter-power-of-two size, while the system memory of every class's slots stays
-	// within MEMORY_CAP bytes. A dynamic slot free for TRIM_IDLE (0: 10 s), or the least
-	// recently used free one when a new slot would pass the cap, gives its memory back.
+	// within MEMORY_CAP bytes. A free dynamic slot not acquired for TRIM_IDLE (0: 10 s),
+	// or the least recently used free one when a new slot would pass the cap, gives its
+	// memory back.
 	// 0: no growth.
 	uint64_t memory_cap = 0;
 	std::chrono::milliseconds trim_idle{ 0 };
