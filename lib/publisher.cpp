@@ -707,7 +707,7 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		bool grows = memory_cap != 0 && memory->storage == Storage::system && size <= kMaxSlotSize;
 		if (fitting == 0 && grows && size != 0) {
 			if (auto made = grow(size))
-				return claim(*made, stream, deadline);
+				return claim(*made, pool_.classes[*pool_.class_of(*made)], stream, deadline);
 			return make_error(Errc::full, pool_.where() + ": no room for a slot of " +
 							      std::to_string(size) +
 							      " bytes of system memory under the pool's memory cap (" +
@@ -743,13 +743,13 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 				    !try_reclaim(i, kSlotWriting))
 					continue;
 				cursor.store(i - cls.first_slot + 1, std::memory_order_relaxed);
-				return claim(i, stream, deadline);
+				return claim(i, cls, stream, deadline);
 			}
 		}
 		// No free slot fits. A pool that grows makes one, within its cap.
 		if (grows)
 			if (auto made = grow(size ? size : pool_.classes[order[0]].slot_size))
-				return claim(*made, stream, deadline);
+				return claim(*made, pool_.classes[*pool_.class_of(*made)], stream, deadline);
 		// No free slot. Frames queued only for fifo-spill consumers move to the spill
 		// tier first (nobody loses a frame); then consumers that chose to lose queued
 		// frames lose their oldest: a frame in a slot that fits first (losing another
@@ -806,9 +806,8 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 	}
 }
 
-Result<BufferGuard> Publisher::claim(uint32_t i, void *stream, uint64_t deadline)
+Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls, void *stream, uint64_t deadline)
 {
-	const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
 	// Device slots: no holder is left, but their GPU reads of the last frame may still be
 	// queued. STREAM (or the CPU) waits for them.
 	if (DeviceSync *sync = cls.sync) {
@@ -905,7 +904,7 @@ std::optional<uint32_t> Publisher::grow(uint64_t size)
 	seg.header->dynamic_slots.fetch_add(1, std::memory_order_relaxed);
 	seg.header->dynamic_bytes.fetch_add(cls.slot_stride, std::memory_order_relaxed);
 	seg.header->grown.fetch_add(1, std::memory_order_relaxed);
-	last_used[i].store(monotonic_ns(), std::memory_order_relaxed);
+	// Its last use is stamped by claim(), which the caller makes next.
 	arm_trim_timer(monotonic_ns() + trim_idle_ns);
 	// Only this owner moves a record out of UNUSED; consumers read nothing in it.
 	slot.state.store(kSlotWriting, std::memory_order_seq_cst);

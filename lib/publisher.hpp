@@ -81,9 +81,10 @@ public:
 
 private:
 	Result<void> start(const PoolConfig &config);
-	// The owner's reference on slot I, which acquire() just took (WRITING), its metadata
-	// reset: a writable guard once its device slot's GPU reads are done (STREAM waits).
-	Result<BufferGuard> claim(uint32_t i, void *stream, uint64_t deadline);
+	// The owner's reference on slot I of class CLS, which acquire() just took (WRITING),
+	// its metadata reset: a writable guard once its device slot's GPU reads are done
+	// (STREAM waits).
+	Result<BufferGuard> claim(uint32_t i, const PoolImpl::SlotClass &cls, void *stream, uint64_t deadline);
 	// Adds a size class (preallocate(); DYNAMIC: grow()'s, its memory sparse and its
 	// records UNUSED). growth_lock held.
 	Result<uint32_t> add_class(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device, bool dynamic);
