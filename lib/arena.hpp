@@ -19,8 +19,10 @@ struct ArenaSpec {
 	uint32_t slot_count = 0;
 	uint64_t slot_size = 0;
 	uint32_t mode = 0600;
-	// System memory: reserve no memory at create; the owner commits each slot's
-	// (Arena::commit) when it first uses it (a dynamic class: PoolConfig::memory_cap).
+	// Reserve no memory at create; the owner commits each slot's (Arena::commit) when it
+	// first uses it (a dynamic class: PoolConfig::memory_cap, device_memory_cap). System
+	// memory stays one memfd; a CUDA slot's memory is an allocation of its own each time,
+	// which a consumer maps slot by slot (Arena::map_slot).
 	bool sparse = false;
 };
 
@@ -62,10 +64,27 @@ public:
 	{
 		return make_error(Errc::invalid_argument, "this memory is committed whole at create");
 	}
+	// Whether each slot's memory is mapped on its own, from a file descriptor of its own
+	// that a commit made (a sparse CUDA arena): a consumer maps a slot before it reads
+	// it, and again once the owner gave the slot's memory back and committed new memory.
+	virtual bool maps_per_slot() const { return false; }
+	// Owner: the file descriptor of the committed slot at OFFSET (owned by the arena).
+	virtual Result<int> slot_fd(uint64_t /*offset*/) const
+	{
+		return make_error(Errc::invalid_argument, "this memory is not mapped slot by slot");
+	}
+	// Consumer: maps the slot at OFFSET from FD (its mapping of earlier memory gone first,
+	// once this process's GPU work has finished), or unmaps it (nothing if not mapped).
+	virtual Result<void> map_slot(uint64_t /*offset*/, UniqueFd /*fd*/)
+	{
+		return make_error(Errc::invalid_argument, "this memory is not mapped slot by slot");
+	}
+	virtual void unmap_slot(uint64_t /*offset*/) {}
 };
 
-// How many fds a consumer receives for an arena of STORAGE with SLOT_COUNT slots.
-uint32_t arena_fd_count(Storage storage, uint32_t slot_count);
+// How many fds a consumer receives for an arena of STORAGE with SLOT_COUNT slots (SPARSE:
+// a dynamic class's).
+uint32_t arena_fd_count(Storage storage, uint32_t slot_count, bool sparse = false);
 
 // Owner: allocates and maps every slot now.
 Result<std::unique_ptr<Arena>> create_arena(const ArenaSpec &spec);

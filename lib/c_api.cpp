@@ -228,6 +228,11 @@ int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **ou
 	if (!name || !c || !out)
 		return fail(XMEM_EINVAL, "xmem_pool_create: null argument");
 	return guarded([&] {
+		if (!all_zero(c->reserved_config))
+			return fail(XMEM_EINVAL, (std::string("pool '") + name +
+						  "': xmem_pool_config has reserved fields set "
+						  "(initialise it with xmem_pool_config_init)")
+							 .c_str());
 		xmem::PoolConfig config;
 		config.slot_count = c->slot_count;
 		config.slot_size = c->slot_size;
@@ -246,6 +251,7 @@ int xmem_pool_create(const char *name, const xmem_pool_config *c, xmem_pool **ou
 		config.max_slots = c->max_slots;
 		config.memory_cap = uint64_t{ c->memory_cap_mib } << 20;
 		config.trim_idle = std::chrono::milliseconds(c->trim_idle_ms);
+		config.device_memory_cap = uint64_t{ c->device_memory_cap_mib } << 20;
 		auto r = xmem::BufferPool::create(name, config);
 		if (!r)
 			return fail(r.error());

@@ -169,6 +169,11 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 		return refuse("which is out of range");
 	if (!pool_.class_of(i) && (!pool_.subscriber->import_classes() || !pool_.class_of(i)))
 		return refuse("which is in no size class");
+	if (pool_.classes[*pool_.class_of(i)].arena->maps_per_slot())
+		if (auto mapped = pool_.subscriber->map_slot(i); !mapped) {
+			give_back(i, nullptr, nullptr);
+			return make_error(mapped.code(), mapped.error().message);
+		}
 	bool held = false;
 	{
 		std::lock_guard lock(pool_.refs_lock);

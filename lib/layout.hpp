@@ -19,8 +19,9 @@ inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
 // (the class table, slot records reserved for classes added later, kSlotUnused); 8: pools
 // of mixed memories (sync records in every pool, a class's own sync_mode); 9: growth on
 // demand (the header's growth line: dynamic classes, whose records stay kSlotUnused
-// until the owner commits a slot's memory).
-inline constexpr uint32_t kAbiVersion = 9;
+// until the owner commits a slot's memory); 10: growth of device memory (the header's
+// device cap and bytes, a slot's memory_gen, on which a consumer maps its memory again).
+inline constexpr uint32_t kAbiVersion = 10;
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 // A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
@@ -189,6 +190,11 @@ struct alignas(64) ControlHeader : ControlConstants {
 	std::atomic<uint64_t> grown;
 	std::atomic<uint64_t> trimmed;
 	std::atomic<uint64_t> growth_refused;
+	// [owner, at create] The cap on each CUDA device's memory of the pool's slots (0: device
+	// memory does not grow). [owner] The device memory of every class's committed slots,
+	// all devices together.
+	alignas(64) uint64_t device_memory_cap;
+	std::atomic<uint64_t> device_bytes;
 };
 
 // A size class: COUNT slots of SLOT_SIZE bytes (SLOT_STRIDE apart in their own arena, of
@@ -250,7 +256,12 @@ struct alignas(64) SlotRecord {
 	// a redeemer: left down by one, by CAS, while it holds the slot]
 	std::atomic<uint64_t> ticket_check;
 	std::atomic<uint32_t> ticket_left;
-	uint32_t reserved_ticket; // zero
+	// A dynamic class's device slot (docs/design.md, "Growth on demand"): which of the
+	// allocations its memory has been, counted from 1 by the owner's commits, 0 for every
+	// other slot. [owner, before the slot leaves UNUSED] A hint only: a consumer whose
+	// mapping of the slot is of another generation asks the owner for the slot's memory,
+	// and maps the generation the owner's answer names.
+	std::atomic<uint32_t> memory_gen;
 };
 
 struct alignas(64) ConsumerRecord {
@@ -447,6 +458,11 @@ static_assert(offsetof(ControlHeader, dropped) == 280);
 static_assert(offsetof(ControlHeader, reaped) == 288);
 static_assert(offsetof(ControlHeader, format_seq) == 296);
 static_assert(offsetof(ControlHeader, format_lock) == 304);
+static_assert(offsetof(ControlHeader, memory_cap) == 2496);
+static_assert(offsetof(ControlHeader, growth_refused) == 2552);
+static_assert(offsetof(ControlHeader, device_memory_cap) == 2560);
+static_assert(offsetof(ControlHeader, device_bytes) == 2568);
+static_assert(sizeof(ControlHeader) == 2624);
 static_assert(offsetof(ControlHeader, format) == 312);
 static_assert(offsetof(ControlHeader, spill_bytes_held) % 64 == 0);
 static_assert(offsetof(ControlHeader, tickets_issued) % 64 == 0);
@@ -462,6 +478,7 @@ static_assert(offsetof(SlotRecord, spill_seq) == 6576);
 static_assert(offsetof(SlotRecord, spill_ready) == 6584);
 static_assert(offsetof(SlotRecord, ticket_check) == 6592);
 static_assert(offsetof(SlotRecord, ticket_left) == 6600);
+static_assert(offsetof(SlotRecord, memory_gen) == 6604);
 static_assert(sizeof(SlotRecord) == 6656);
 static_assert(sizeof(ConsumerRecord) % 64 == 0);
 static_assert(offsetof(ConsumerRecord, state) == 0);

@@ -157,6 +157,16 @@ Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
 							    : ": " + imported.error().message));
 		}
 	}
+	if (subscriber && !is_spill(index)) {
+		subscriber->unmap_trimmed();
+		// A dynamic device slot: its memory mapped here before a guard points into it.
+		if (classes[*class_of(index)].arena->maps_per_slot())
+			if (auto mapped = subscriber->map_slot(index); !mapped) {
+				frames_refused.fetch_add(1, std::memory_order_relaxed);
+				(void)release(index, nullptr, false);
+				return mapped.error();
+			}
+	}
 	BufferGuard g = make_guard(index, writable);
 	auto fits = check_frame_layout(g.meta_, g.capacity_);
 	if (fits)
@@ -993,6 +1003,8 @@ GrowthStats BufferPool::growth_stats() const
 	s.grown = h->grown.load(std::memory_order_relaxed);
 	s.trimmed = h->trimmed.load(std::memory_order_relaxed);
 	s.refused = h->growth_refused.load(std::memory_order_relaxed);
+	s.device_memory_cap = h->device_memory_cap;
+	s.device_bytes = h->device_bytes.load(std::memory_order_relaxed);
 	return s;
 }
 

@@ -56,7 +56,7 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes)
 	std::memcpy(&hello, bytes.data(), bytes.size());
 	hello.client[sizeof(hello.client) - 1] = '\0';
 	if (hello.role != PeerRole::consumer && hello.role != PeerRole::inspector && hello.role != PeerRole::classes &&
-	    hello.role != PeerRole::producer)
+	    hello.role != PeerRole::producer && hello.role != PeerRole::slot)
 		return refusal(XMEM_ENOTPOOL, "unknown peer role");
 	return hello;
 }

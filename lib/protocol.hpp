@@ -68,6 +68,11 @@ enum class PeerRole : uint32_t {
 	// frames it publishes are not queued for itself), its fds at most a pidfd of itself.
 	// The owner answers with a bare Welcome, then serves Requests until it hangs up.
 	producer = 4,
+	// An attached consumer asking for the memory of a dynamic class's device slot
+	// (Hello::class_index: the slot), on a connection of its own: the owner answers with
+	// a Welcome (consumer index kNoConsumer, data_size the slot's stride, format_seq the
+	// memory's generation) carrying the slot's one fd, or a Reject, then hangs up.
+	slot = 5,
 };
 
 struct MessageHeader {

@@ -649,8 +649,7 @@ Result<uint32_t> Publisher::add_class(uint64_t slot_size, uint32_t count, Storag
 		dynamic_mask |= uint32_t{ 1 } << n;
 		seg.header->dynamic_classes.store(dynamic_mask, std::memory_order_release);
 	} else {
-		if (storage == Storage::system)
-			count_system_bytes(int64_t(record.data_size));
+		count_bytes(pool_.classes[n], int64_t(record.data_size));
 		if (committed)
 			for (uint32_t i = first_slot; i < first_slot + count; i++)
 				committed[i].store(true, std::memory_order_release);
@@ -704,13 +703,19 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		}
 		// A pool that grows makes a slot when no class holds SIZE (size 0 names the first
 		// class, which always holds it).
-		bool grows = memory_cap != 0 && memory->storage == Storage::system && size <= kMaxSlotSize;
+		bool grows = cap_of(*memory) != 0 && size <= kMaxSlotSize;
 		if (fitting == 0 && grows && size != 0) {
-			if (auto made = grow(size))
+			if (auto made = grow(size, *memory))
 				return claim(*made, pool_.classes[*pool_.class_of(*made)], stream, deadline);
+			std::string summary;
+			{
+				std::lock_guard lock(growth_lock);
+				summary = std::to_string(committed_bytes(*memory)) + " of " +
+					  std::to_string(cap_of(*memory)) + " bytes in use";
+			}
 			return make_error(Errc::full, pool_.where() + ": no room for a slot of " +
-							      std::to_string(size) +
-							      " bytes of system memory under the pool's memory cap (" +
+							      std::to_string(size) + " bytes of " + memory_name() +
+							      " under the pool's memory cap (" + summary + ", " +
 							      growth_summary() + ")");
 		}
 		if (fitting == 0)
@@ -748,7 +753,7 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		}
 		// No free slot fits. A pool that grows makes one, within its cap.
 		if (grows)
-			if (auto made = grow(size ? size : pool_.classes[order[0]].slot_size))
+			if (auto made = grow(size ? size : pool_.classes[order[0]].slot_size, *memory))
 				return claim(*made, pool_.classes[*pool_.class_of(*made)], stream, deadline);
 		// No free slot. Frames queued only for fifo-spill consumers move to the spill
 		// tier first (nobody loses a frame); then consumers that chose to lose queued
@@ -840,28 +845,52 @@ void Publisher::count_system_bytes(int64_t bytes)
 	seg.header->system_bytes.store(system_committed, std::memory_order_relaxed);
 }
 
+void Publisher::count_bytes(const PoolImpl::SlotClass &cls, int64_t bytes)
+{
+	if (cls.arena->storage() == Storage::system)
+		return count_system_bytes(bytes);
+	device_committed[cls.arena->device()] += uint64_t(bytes);
+	seg.header->device_bytes.fetch_add(uint64_t(bytes), std::memory_order_relaxed);
+}
+
+uint64_t Publisher::cap_of(Memory memory) const
+{
+	return memory.storage == Storage::system ? memory_cap : device_memory_cap;
+}
+
+uint64_t Publisher::committed_bytes(Memory memory) const
+{
+	if (memory.storage == Storage::system)
+		return system_committed;
+	auto it = device_committed.find(memory.device);
+	return it == device_committed.end() ? 0 : it->second;
+}
+
 std::string Publisher::growth_summary() const
 {
 	const ControlHeader *h = seg.header;
-	return std::to_string(h->system_bytes.load(std::memory_order_relaxed)) + " of " + std::to_string(memory_cap) +
-	       " bytes in use, " + std::to_string(h->dynamic_slots.load(std::memory_order_relaxed)) +
-	       " slots made on demand";
+	return std::to_string(h->dynamic_slots.load(std::memory_order_relaxed)) + " slots made on demand";
 }
 
-std::optional<uint32_t> Publisher::grow(uint64_t size)
+std::optional<uint32_t> Publisher::grow(uint64_t size, Memory memory)
 {
 	uint64_t slot_size = dynamic_slot_size(size);
 	std::lock_guard lock(growth_lock);
 	if (shut.load(std::memory_order_acquire))
 		return std::nullopt;
-	// A record of a dynamic class of that size whose memory is not committed; or a new
-	// dynamic class's first record.
+	uint64_t cap = cap_of(memory);
+	auto of_memory = [&](const PoolImpl::SlotClass &cls) {
+		return cls.arena->storage() == memory.storage &&
+		       (memory.storage == Storage::system || cls.arena->device() == memory.device);
+	};
+	// A record of a dynamic class of that size and memory whose memory is not committed;
+	// or a new dynamic class's first record.
 	auto spare = [&]() -> std::optional<uint32_t> {
 		uint32_t dynamic = dynamic_mask;
 		uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
 		for (uint32_t c = 0; c < n; c++) {
 			const PoolImpl::SlotClass &cls = pool_.classes[c];
-			if (!((dynamic >> c) & 1) || cls.slot_size != slot_size)
+			if (!((dynamic >> c) & 1) || cls.slot_size != slot_size || !of_memory(cls))
 				continue;
 			for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
 				if (!committed[i].load(std::memory_order_relaxed))
@@ -874,33 +903,43 @@ std::optional<uint32_t> Publisher::grow(uint64_t size)
 		return std::nullopt;
 	};
 	// A slot the cap could never hold makes no class.
-	if (slot_size > memory_cap)
+	if (slot_size > cap)
 		return refused();
 	std::optional<uint32_t> index = spare();
 	if (!index) {
 		// Records for no more slots than the cap could hold at once.
 		uint32_t room = seg.slot_count - pool_.slots_end();
-		uint32_t count = uint32_t(std::min<uint64_t>({ kDynamicClassSlots, room, memory_cap / slot_size }));
+		uint32_t count = uint32_t(std::min<uint64_t>({ kDynamicClassSlots, room, cap / slot_size }));
 		if (count == 0)
 			return refused();
-		auto made = add_class(slot_size, count, Storage::system, 0, true);
+		auto made = add_class(slot_size, count, memory.storage, memory.device, true);
 		if (!made)
 			return refused();
 		index = pool_.classes[*made].first_slot;
 	}
 	uint32_t i = *index;
 	const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
-	// Room under the cap: the free dynamic slots used least recently give theirs back.
-	while (system_committed + cls.slot_stride > memory_cap)
-		if (!trim_one(UINT64_MAX))
+	// A device slot's memory is whole allocations of the device's granularity: one the cap
+	// could never hold is refused as above.
+	if (cls.slot_stride > cap)
+		return refused();
+	// Room under the cap: the free dynamic slots of this memory used least recently give
+	// theirs back.
+	while (committed_bytes(memory) + cls.slot_stride > cap)
+		if (!trim_one(UINT64_MAX, memory))
 			return refused();
 	SlotRecord &slot = seg.slots[i];
 	// The offset as the class lays it out: the record's copy is another process's to write.
 	uint64_t offset = uint64_t{ i - cls.first_slot } * cls.slot_stride;
 	if (!const_cast<Arena *>(cls.arena)->commit(offset, cls.slot_stride))
 		return refused();
+	if (cls.arena->maps_per_slot()) {
+		// New memory: consumers that mapped the slot's earlier memory map this one.
+		memory_gen[i] = ++memory_gens ? memory_gens : ++memory_gens;
+		slot.memory_gen.store(memory_gen[i], std::memory_order_relaxed);
+	}
 	committed[i].store(true, std::memory_order_release);
-	count_system_bytes(int64_t(cls.slot_stride));
+	count_bytes(cls, int64_t(cls.slot_stride));
 	seg.header->dynamic_slots.fetch_add(1, std::memory_order_relaxed);
 	seg.header->dynamic_bytes.fetch_add(cls.slot_stride, std::memory_order_relaxed);
 	seg.header->grown.fetch_add(1, std::memory_order_relaxed);
@@ -925,12 +964,19 @@ void Publisher::for_each_dynamic_slot(Visit visit)
 	}
 }
 
-bool Publisher::trim_one(uint64_t used_before)
+bool Publisher::trim_one(uint64_t used_before, std::optional<Memory> memory)
 {
+	auto of_memory = [&](uint32_t i) {
+		if (!memory)
+			return true;
+		const Arena &a = *pool_.classes[*pool_.class_of(i)].arena;
+		return a.storage() == memory->storage &&
+		       (memory->storage == Storage::system || a.device() == memory->device);
+	};
 	// The free dynamic slots last used before USED_BEFORE, least recently used first.
 	std::vector<std::pair<uint64_t, uint32_t>> idle;
 	for_each_dynamic_slot([&](uint32_t i, uint64_t used) {
-		if (used < used_before && slot_is_free(seg.slots[i]))
+		if (used < used_before && slot_is_free(seg.slots[i]) && of_memory(i))
 			idle.emplace_back(used, i);
 	});
 	std::sort(idle.begin(), idle.end());
@@ -941,8 +987,11 @@ bool Publisher::trim_one(uint64_t used_before)
 			continue;
 		const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
 		SlotRecord &slot = seg.slots[i];
+		// A device slot's last frame: its writes and every consumer's reads are over (its
+		// ready and done words, looked at without waiting), or it keeps its memory.
+		bool idle_now = !cls.sync || cls.sync->wait_done(i, slot.meta.seq, nullptr, 0).ok();
 		uint64_t offset = uint64_t{ i - cls.first_slot } * cls.slot_stride;
-		if (!const_cast<Arena *>(cls.arena)->decommit(offset, cls.slot_stride)) {
+		if (!idle_now || !const_cast<Arena *>(cls.arena)->decommit(offset, cls.slot_stride)) {
 			slot.state.store(kSlotFree, std::memory_order_seq_cst);
 			continue;
 		}
@@ -950,9 +999,14 @@ bool Publisher::trim_one(uint64_t used_before)
 		slot.side_data_size = 0;
 		slot.ticket_check.store(0, std::memory_order_relaxed);
 		slot.ticket_left.store(0, std::memory_order_relaxed);
+		// No memory: consumers that mapped the slot's let it go (Subscriber::unmap_trimmed).
+		if (cls.arena->maps_per_slot()) {
+			memory_gen[i] = 0;
+			slot.memory_gen.store(0, std::memory_order_relaxed);
+		}
 		committed[i].store(false, std::memory_order_release);
 		slot.state.store(kSlotUnused, std::memory_order_seq_cst);
-		count_system_bytes(-int64_t(cls.slot_stride));
+		count_bytes(cls, -int64_t(cls.slot_stride));
 		seg.header->dynamic_slots.fetch_sub(1, std::memory_order_relaxed);
 		seg.header->dynamic_bytes.fetch_sub(cls.slot_stride, std::memory_order_relaxed);
 		seg.header->trimmed.fetch_add(1, std::memory_order_relaxed);
@@ -1657,6 +1711,11 @@ void Publisher::handle_hello(int fd)
 				make_error(Errc::invalid_argument, "a size class's import sends no file descriptors"));
 		return send_class(conn.get(), hello->class_index);
 	}
+	if (hello->role == protocol::PeerRole::slot) {
+		if (!msg->fds.empty())
+			return reject(make_error(Errc::invalid_argument, "a slot's import sends no file descriptors"));
+		return send_slot(conn.get(), hello->class_index);
+	}
 	if (hello->role == protocol::PeerRole::producer)
 		return admit_guest(std::move(conn), *hello, *cred, msg->fds);
 	protocol::Welcome w;
@@ -1727,6 +1786,38 @@ void Publisher::send_class(int conn, uint32_t index)
 	}
 	protocol::Welcome w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), size, 0, "");
 	(void)rendezvous::send_welcome(conn, w, -1, fds);
+}
+
+void Publisher::send_slot(int conn, uint32_t index)
+{
+	int fd = -1;
+	uint64_t stride = 0;
+	uint32_t gen = 0;
+	std::string refused;
+	{
+		// Under growth_lock: no trim or commit of the slot meanwhile, so the fd is the
+		// memory of generation GEN until the Welcome is sent.
+		std::lock_guard lock(growth_lock);
+		auto c = index < seg.slot_count ? pool_.class_of(index) : std::nullopt;
+		const PoolImpl::SlotClass *cls = c ? &pool_.classes[*c] : nullptr;
+		if (!cls || !cls->arena->maps_per_slot())
+			refused = "slot " + std::to_string(index) + " is no dynamic slot of device memory";
+		else if (!committed[index].load(std::memory_order_relaxed))
+			refused = "slot " + std::to_string(index) + " has no memory now";
+		else if (auto got = cls->arena->slot_fd(uint64_t{ index - cls->first_slot } * cls->slot_stride))
+			fd = *got, stride = cls->slot_stride, gen = memory_gen[index];
+		else
+			refused = got.error().message;
+		if (fd >= 0) {
+			// The memory's generation goes as the Welcome's format_seq.
+			protocol::Welcome w =
+				protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), stride, gen, "");
+			(void)rendezvous::send_welcome(conn, w, -1, { fd });
+			return;
+		}
+	}
+	protocol::Reject r = protocol::make_reject(XMEM_EINVAL, refused);
+	(void)rendezvous::send_message(conn, &r, sizeof(r), nullptr, 0);
 }
 
 void Publisher::admit_guest(UniqueFd conn, const protocol::Hello &hello, const PeerCredentials &cred,
@@ -2122,7 +2213,7 @@ Result<void> validate_config(const std::string &where, const PoolConfig &config)
 		return make_error(Errc::invalid_argument, where + ": spill frames without a spill size");
 	if (config.trim_idle.count() < 0)
 		return make_error(Errc::invalid_argument, where + ": negative trim idle time");
-	if (config.trim_idle.count() && !config.memory_cap)
+	if (config.trim_idle.count() && !config.memory_cap && !config.device_memory_cap)
 		return make_error(Errc::invalid_argument, where + ": a trim idle time without a memory cap");
 	uint64_t stride = round_up(config.slot_size, 4096);
 	if (stride * config.slot_count / config.slot_count != stride)
@@ -2259,19 +2350,21 @@ Result<void> Publisher::start(const PoolConfig &config)
 	owner_pid = seg.constants().owner_pid;
 	// Growth on demand: the owner's own copies; the header's are for peers to read.
 	memory_cap = config.memory_cap;
+	device_memory_cap = config.device_memory_cap;
 	trim_idle_ns = config.trim_idle.count() ? uint64_t(config.trim_idle.count()) * 1'000'000 : kDefaultTrimIdleNs;
-	if (memory_cap) {
+	if (memory_cap || device_memory_cap) {
 		last_used = std::make_unique<std::atomic<uint64_t>[]>(seg.slot_count);
 		committed = std::make_unique<std::atomic<bool>[]>(seg.slot_count);
+		memory_gen = std::make_unique<uint32_t[]>(seg.slot_count);
 		for (uint32_t i = 0; i < seg.constants().first_class_slots; i++)
 			committed[i].store(true, std::memory_order_relaxed);
 		seg.header->memory_cap = memory_cap;
+		seg.header->device_memory_cap = device_memory_cap;
 		seg.header->trim_idle_ns = trim_idle_ns;
 	}
 	{
 		std::lock_guard lock(growth_lock);
-		if (pool_.classes[0].arena->storage() == Storage::system)
-			count_system_bytes(int64_t(seg.constants().data_size));
+		count_bytes(pool_.classes[0], int64_t(seg.constants().data_size));
 	}
 	served.assign(seg.max_consumers, Served{});
 	spill_seqs.assign(pool_.spill ? pool_.spill->frames() : 0, 0);
@@ -2288,10 +2381,10 @@ Result<void> Publisher::start(const PoolConfig &config)
 	io_epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 	io_stop = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	ticket_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-	if (config.memory_cap)
+	bool grows = config.memory_cap || config.device_memory_cap;
+	if (grows)
 		trim_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-	if (!io_epoll.valid() || !io_stop.valid() || !ticket_timer.valid() ||
-	    (config.memory_cap && !trim_timer.valid()))
+	if (!io_epoll.valid() || !io_stop.valid() || !ticket_timer.valid() || (grows && !trim_timer.valid()))
 		return errno_error(pool_.where() + ": epoll/eventfd/timerfd");
 	epoll_event ev{};
 	ev.events = EPOLLIN;

@@ -88,24 +88,30 @@ private:
 	// Adds a size class (preallocate(); DYNAMIC: grow()'s, its memory sparse and its
 	// records UNUSED). growth_lock held.
 	Result<uint32_t> add_class(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device, bool dynamic);
-	// Growth on demand (PoolConfig::memory_cap; docs/design.md, "Growth on demand"): a
-	// slot of SIZE bytes or more of system memory, a dynamic class's whose memory was not
-	// committed (a new dynamic class's first), committed within the cap once free dynamic
-	// slots made room, least recently used first. WRITING, not yet held (claim()); none
-	// when the cap, the pool's records or the system leave no room.
-	std::optional<uint32_t> grow(uint64_t size);
+	// Growth on demand (PoolConfig::memory_cap, device_memory_cap; docs/design.md, "Growth
+	// on demand"): a slot of SIZE bytes or more of MEMORY, a dynamic class's whose memory
+	// was not committed (a new dynamic class's first), committed within that memory's cap
+	// once free dynamic slots of it made room, least recently used first. WRITING, not yet
+	// held (claim()); none when the cap, the pool's records or the system leave no room.
+	std::optional<uint32_t> grow(uint64_t size, Memory memory);
+	// The cap of MEMORY (0: it does not grow), and its committed bytes now (growth_lock).
+	uint64_t cap_of(Memory memory) const;
+	uint64_t committed_bytes(Memory memory) const;
 	// growth_lock held: VISIT(slot, last used) for each dynamic slot whose memory is
 	// committed.
 	template<typename Visit>
 	void for_each_dynamic_slot(Visit visit);
-	// growth_lock held: the free dynamic slot used least recently (and before USED_BEFORE)
-	// gives its memory back, its record UNUSED again; false when there is none.
-	bool trim_one(uint64_t used_before);
+	// growth_lock held: the free dynamic slot used least recently (and before USED_BEFORE;
+	// of MEMORY when given) gives its memory back, its record UNUSED again; false when
+	// there is none. A device slot's GPU work must be over (its done words): one whose
+	// consumers' reads are still queued stays.
+	bool trim_one(uint64_t used_before, std::optional<Memory> memory = std::nullopt);
 	// The I/O thread's trim timer fired: free dynamic slots not acquired for trim_idle_ns
 	// give their memory back; the timer is armed for the next that may.
 	void trim_idle();
 	void arm_trim_timer(uint64_t at_ns); // growth_lock held
 	void count_system_bytes(int64_t bytes); // growth_lock held
+	void count_bytes(const PoolImpl::SlotClass &cls, int64_t bytes); // growth_lock held
 	std::string growth_summary() const;
 	bool try_reclaim(uint32_t index, layout::SlotState to);
 	// Claims the entry at consumer C's head as its consumer's take_entry() does: what it
@@ -184,6 +190,9 @@ private:
 	void handle_hello(int fd);
 	// A consumer's request for a size class's memory (PeerRole::classes): its fds.
 	void send_class(int conn, uint32_t index);
+	// A consumer's PeerRole::slot: dynamic device slot INDEX's memory now (its fd) and
+	// its generation, or a Reject.
+	void send_slot(int conn, uint32_t index);
 	// A guest (PeerRole::producer) says Hello on CONN: it is served from here on.
 	void admit_guest(UniqueFd conn, const protocol::Hello &hello, const PeerCredentials &cred,
 			 std::vector<UniqueFd> &fds);
@@ -303,15 +312,21 @@ private:
 	// and its count. Lock order: growth_lock, then the pool's classes_lock; acquire()
 	// takes it with no other lock held.
 	std::mutex growth_lock;
-	uint64_t memory_cap = 0; // 0: the pool does not grow
+	uint64_t memory_cap = 0; // 0: system memory does not grow
+	uint64_t device_memory_cap = 0; // of each device; 0: device memory does not grow
 	uint64_t trim_idle_ns = 0;
 	uint64_t system_committed = 0; // the system memory of every class's committed slots
+	std::map<uint32_t, uint64_t> device_committed; // by device: its memory's, likewise
 	// Pools that grow only, by slot record: when it was last acquired (monotonic ns), for
 	// the trims; whether its memory is committed (a preallocated class's always). The
 	// owner's own account: the segment's states and dynamic_classes are for peers, which
 	// could write them (a slot made FREE without memory, a preallocated class trimmed).
 	std::unique_ptr<std::atomic<uint64_t>[]> last_used;
 	std::unique_ptr<std::atomic<bool>[]> committed;
+	// Dynamic device slots: the generation of the memory committed now (the record's
+	// memory_gen is a copy), counted by memory_gens. Under growth_lock.
+	std::unique_ptr<uint32_t[]> memory_gen;
+	uint32_t memory_gens = 0;
 	uint32_t dynamic_mask = 0; // the classes grow() made (bit c: class c), under growth_lock
 	UniqueFd trim_timer; // polled by the I/O thread
 	uint64_t trim_timer_ns = UINT64_MAX; // what it is armed for, under growth_lock

@@ -275,7 +275,9 @@ Result<void> Subscriber::import_classes()
 		auto welcome = protocol::parse_reply(msg->data, which);
 		if (!welcome)
 			return welcome.error();
-		size_t want = arena_fd_count(Storage(record->storage), record->count);
+		// A dynamic class of device memory: its slots' memory comes slot by slot (map_slot).
+		bool sparse = (seg.header->dynamic_classes.load(std::memory_order_acquire) >> c) & 1;
+		size_t want = arena_fd_count(Storage(record->storage), record->count, sparse);
 		if (msg->fds.size() != std::min(want, protocol::kMaxFds))
 			return make_error(Errc::not_a_pool, which + ": owner sent " + std::to_string(msg->fds.size()) +
 								    " file descriptors, expected " +
@@ -285,6 +287,7 @@ Result<void> Subscriber::import_classes()
 			return received.error();
 		ArenaSpec spec{ pool_.name,    Storage(record->storage), *device,
 				record->count, record->slot_size,	 seg.constants().mode };
+		spec.sparse = sparse;
 		auto memory = import_arena(spec, record->slot_stride, std::move(fds), which);
 		if (!memory)
 			return memory.error();
@@ -299,6 +302,76 @@ Result<void> Subscriber::import_classes()
 		pool_.add_class(c, *record, pool_.class_arenas.back().get(), sync);
 	}
 	return {};
+}
+
+Result<void> Subscriber::map_slot(uint32_t index)
+{
+	auto c = pool_.class_of(index);
+	if (!c)
+		return make_error(Errc::bad_frame,
+				  pool_.where() + ": slot " + std::to_string(index) + " is in no class");
+	const PoolImpl::SlotClass &cls = pool_.classes[*c];
+	const std::string which = pool_.where() + ": slot " + std::to_string(index) + "'s device memory";
+	std::lock_guard lock(slot_maps_lock);
+	if (mapped_gen.size() < seg.slot_count)
+		mapped_gen.resize(seg.slot_count, 0);
+	// The record's generation is a hint (another process may write it): mapped already
+	// when it is the one mapped here; otherwise the owner says what the slot's memory is.
+	uint32_t hint = seg.slots[index].memory_gen.load(std::memory_order_acquire);
+	if (hint != 0 && hint == mapped_gen[index])
+		return {};
+	uint64_t deadline = monotonic_ns() + kReplyTimeoutNs;
+	auto conn = rendezvous::connect(pool_.path, deadline);
+	if (!conn)
+		return make_error(conn.code(), which + ": " + conn.error().message);
+	protocol::Hello hello = protocol::make_hello(protocol::PeerRole::slot, 0, "");
+	hello.class_index = index;
+	if (auto sent = rendezvous::send_message(conn->get(), &hello, sizeof(hello), nullptr, 0); !sent)
+		return make_error(sent.code(), which + ": " + sent.error().message);
+	auto msg = rendezvous::receive_message(conn->get(), deadline, which, 1);
+	if (!msg)
+		return msg.error();
+	auto welcome = protocol::parse_reply(msg->data, which);
+	if (!welcome)
+		return welcome.error();
+	if (msg->fds.size() != 1 || welcome->data_size != cls.slot_stride || welcome->format_seq == 0 ||
+	    welcome->format_seq > UINT32_MAX)
+		return make_error(Errc::not_a_pool,
+				  which + ": the owner sent " + std::to_string(msg->fds.size()) +
+					  " file descriptors for " + std::to_string(welcome->data_size) +
+					  " bytes of generation " + std::to_string(welcome->format_seq) +
+					  ", expected one for " + std::to_string(cls.slot_stride) + " bytes");
+	uint64_t offset = uint64_t{ index - cls.first_slot } * cls.slot_stride;
+	mapped_gen[index] = 0;
+	if (auto mapped = const_cast<Arena *>(cls.arena)->map_slot(offset, std::move(msg->fds[0])); !mapped)
+		return make_error(mapped.code(), which + ": " + mapped.error().message);
+	mapped_gen[index] = uint32_t(welcome->format_seq);
+	return {};
+}
+
+void Subscriber::unmap_trimmed()
+{
+	uint64_t trimmed = seg.header->trimmed.load(std::memory_order_acquire);
+	if (trimmed == trims_seen || seg.header->device_memory_cap == 0)
+		return;
+	std::lock_guard lock(slot_maps_lock);
+	trims_seen = trimmed;
+	for (uint32_t i = 0; i < mapped_gen.size(); i++) {
+		if (mapped_gen[i] == 0 || seg.slots[i].memory_gen.load(std::memory_order_acquire) == mapped_gen[i])
+			continue;
+		{
+			// A slot held here keeps its memory, whatever its record says.
+			std::lock_guard refs(pool_.refs_lock);
+			if (pool_.local_refs[i] != 0)
+				continue;
+		}
+		auto c = pool_.class_of(i);
+		if (!c)
+			continue;
+		const PoolImpl::SlotClass &cls = pool_.classes[*c];
+		const_cast<Arena *>(cls.arena)->unmap_slot(uint64_t{ i - cls.first_slot } * cls.slot_stride);
+		mapped_gen[i] = 0;
+	}
 }
 
 Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenOptions &options)

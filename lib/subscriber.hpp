@@ -33,12 +33,26 @@ public:
 	// Imports the memory of every size class the owner has added since this consumer
 	// last looked, each over a connection of its own (protocol.hpp, PeerRole::classes).
 	Result<void> import_classes();
+	// A dynamic class's device slot INDEX (docs/design.md, "Growth on demand"), held here:
+	// its memory mapped, of the generation the owner committed last, asked of the owner
+	// (PeerRole::slot) when the slot's record names another than the one mapped here.
+	Result<void> map_slot(uint32_t index);
+	// After the owner trimmed slots: the dynamic device slots this process does not hold
+	// whose memory went back, unmapped here too (their memory is freed once no process
+	// maps it). One load when nothing was trimmed.
+	void unmap_trimmed();
 
 private:
 	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
 	// One handshake on a connected socket; Errc::closed when the owner died in it.
 	Result<void> handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns);
 	Result<void> start_consumer(uint32_t index, UniqueFd event, const OpenOptions &options);
+	// Dynamic device slots: the memory generation mapped here, by slot (0: none), and the
+	// owner's trim count when they were last looked at; under slot_maps_lock, which is
+	// taken before refs_lock.
+	std::mutex slot_maps_lock;
+	std::vector<uint32_t> mapped_gen;
+	uint64_t trims_seen = 0;
 	// The device a class's memory is on, as this process numbers it (by its UUID).
 	Result<uint32_t> device_here(const layout::ClassRecord &c) const;
 	// Size class C's record, copied out and checked against the previous class's.

@@ -575,6 +575,10 @@ static int growth(void)
 	config.memory_cap_mib = 1;
 	config.trim_idle_ms = 60000;
 	xmem_pool *owner = NULL;
+	config.reserved_config[1] = 1;
+	CHECK_STATUS(xmem_pool_create("c-growth", &config, &owner), XMEM_EINVAL);
+	CHECK(strstr(xmem_last_error(), "reserved") != NULL);
+	config.reserved_config[1] = 0;
 	REQUIRE(xmem_pool_create("c-growth", &config, &owner) == XMEM_OK);
 	xmem_growth_stats g;
 	CHECK_STATUS(xmem_pool_growth_stats(owner, &g), XMEM_OK);

@@ -328,6 +328,8 @@ void print_json(const xmem::PoolSnapshot &v)
 	j.key("grown").number(v.growth.grown);
 	j.key("trimmed").number(v.growth.trimmed);
 	j.key("refused").number(v.growth.refused);
+	j.key("device_memory_cap").number(v.growth.device_memory_cap);
+	j.key("device_bytes").number(v.growth.device_bytes);
 	j.end_object();
 
 	j.key("slot_records").number(h.slot_count);
@@ -466,14 +468,22 @@ void print_text(const xmem::PoolSnapshot &v)
 			    (unsigned long long)c.slot_size, c.first_slot, c.first_slot + c.count - 1,
 			    c.index == 0 ? (", stride " + std::to_string(h.slot_stride)).c_str() : "", memory.c_str());
 	}
-	if (v.growth.memory_cap)
-		std::printf("  growth           %llu of %llu bytes of system memory in slots; %u made on demand "
-			    "(%llu bytes), %llu made, %llu trimmed (idle %llu ms), %llu refused at the cap\n",
-			    (unsigned long long)v.growth.system_bytes, (unsigned long long)v.growth.memory_cap,
-			    v.growth.dynamic_slots, (unsigned long long)v.growth.dynamic_bytes,
+	if (v.growth.memory_cap || v.growth.device_memory_cap) {
+		std::string caps;
+		if (v.growth.memory_cap)
+			caps = std::to_string(v.growth.system_bytes) + " of " + std::to_string(v.growth.memory_cap) +
+			       " bytes of system memory in slots";
+		if (v.growth.device_memory_cap)
+			caps += (caps.empty() ? "" : ", ") + std::to_string(v.growth.device_bytes) +
+				" bytes of device memory in slots (cap " + std::to_string(v.growth.device_memory_cap) +
+				" per device)";
+		std::printf("  growth           %s; %u made on demand (%llu bytes), %llu made, %llu trimmed "
+			    "(idle %llu ms), %llu refused at the cap\n",
+			    caps.c_str(), v.growth.dynamic_slots, (unsigned long long)v.growth.dynamic_bytes,
 			    (unsigned long long)v.growth.grown, (unsigned long long)v.growth.trimmed,
 			    (unsigned long long)(v.growth.trim_idle_ns / 1'000'000),
 			    (unsigned long long)v.growth.refused);
+	}
 	std::printf("  consumers        up to %u, rings of %u entries\n", h.max_consumers, h.ring_capacity);
 	if (h.storage_type == XMEM_STORAGE_CUDA)
 		std::printf("  storage          CUDA device %u (%s) in its producer, GPU ordering %s\n", h.device_id,

@@ -54,9 +54,9 @@ class CudaArena final : public Arena
 {
 public:
 	CudaArena(std::shared_ptr<PrimaryContext> ctx, uint32_t ordinal, uint32_t count, uint64_t stride,
-		  uint64_t alignment)
+		  uint64_t alignment, bool sparse)
 		: d_(cuda::driver().value()), ctx_(std::move(ctx)), ordinal_(ordinal), count_(count), stride_(stride),
-		  alignment_(alignment)
+		  alignment_(alignment), sparse_(sparse), mapped_(count, false)
 	{
 	}
 
@@ -66,12 +66,14 @@ public:
 		// Every stream of this process that may still read or write a slot finishes
 		// first, whatever its context: unmapping under queued work would fault it.
 		cuda::synchronize_contexts(*ctx_);
-		for (uint32_t i = 0; i < mapped_; i++)
-			d_->cuMemUnmap(base_ + CUdeviceptr(i) * stride_, stride_);
+		for (uint32_t i = 0; i < count_; i++)
+			if (mapped_[i])
+				d_->cuMemUnmap(base_ + CUdeviceptr(i) * stride_, stride_);
 		if (base_)
 			d_->cuMemAddressFree(base_, size());
 		for (CUmemGenericAllocationHandle h : handles_)
-			d_->cuMemRelease(h);
+			if (h)
+				d_->cuMemRelease(h);
 	}
 
 	Storage storage() const override { return Storage::cuda; }
@@ -84,15 +86,16 @@ public:
 	std::vector<int> fds() const override
 	{
 		std::vector<int> out;
-		for (const UniqueFd &fd : exported_)
-			out.push_back(fd.get());
+		if (!sparse_) // a sparse arena's go one slot at a time (slot_fd)
+			for (const UniqueFd &fd : exported_)
+				out.push_back(fd.get());
 		return out;
 	}
 	Result<bool> reach_from(uint32_t device) const override
 	{
 		if (device == ordinal_)
 			return true;
-		std::lock_guard guard(reach_lock_);
+		std::lock_guard guard(lock_);
 		if (auto it = reach_.find(device); it != reach_.end())
 			return it->second;
 		const std::string where = "CUDA device " + std::to_string(device) + " reading device " +
@@ -107,18 +110,124 @@ public:
 			// Access is set on this process's mapping, for the whole range cuMemMap
 			// mapped (cuMemSetAccess takes no part of one), read-write as for its own
 			// device (the flags documented for device memory). It ends with the mapping.
+			// A sparse arena's slots mapped later are given it as they are mapped.
 			ContextScope scope(*ctx_);
-			CUmemAccessDesc access{};
-			access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-			access.location.id = peer;
-			access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-			if (CUresult r = d_->cuMemSetAccess(base_, size(), &access, 1); r != CUDA_SUCCESS) {
+			CUresult r = CUDA_SUCCESS;
+			if (!sparse_)
+				r = grant(base_, size(), peer);
+			for (uint32_t i = 0; sparse_ && i < count_ && r == CUDA_SUCCESS; i++)
+				if (mapped_[i])
+					r = grant(base_ + CUdeviceptr(i) * stride_, stride_, peer);
+			if (r != CUDA_SUCCESS) {
 				reach_.emplace(device, false); // refused once: not asked again
 				return cuda_error(where, "cuMemSetAccess", r);
 			}
 		}
 		reach_.emplace(device, can != 0);
 		return can != 0;
+	}
+
+	bool maps_per_slot() const override { return sparse_; }
+
+	// Owner of a sparse arena: a slot's memory is an allocation of its own, made, exported
+	// and mapped at the commit; unmapped and released at the decommit (the driver frees
+	// it once every consumer's mapping of it is gone too).
+	Result<void> commit(uint64_t offset, uint64_t bytes) override
+	{
+		const std::string where = "CUDA device " + std::to_string(ordinal_) + " slot memory";
+		std::lock_guard guard(lock_);
+		auto i = slot_at(offset, bytes, where);
+		if (!i)
+			return i.error();
+		if (mapped_[*i])
+			return make_error(Errc::invalid_argument,
+					  where + ": slot " + std::to_string(*i) + " is committed already");
+		ContextScope scope(*ctx_);
+		CUmemAllocationProp prop = allocation_prop(ctx_->device());
+		CUmemGenericAllocationHandle h = 0;
+		if (CUresult r = d_->cuMemCreate(&h, stride_, &prop, 0); r != CUDA_SUCCESS)
+			return cuda_error(where + ": " + std::to_string(stride_) + " bytes", "cuMemCreate", r);
+		int fd = -1;
+		CUresult r = d_->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (r != CUDA_SUCCESS) {
+			d_->cuMemRelease(h);
+			return cuda_error(where, "cuMemExportToShareableHandle", r);
+		}
+		UniqueFd exported(fd);
+		if (auto m = map_one(*i, h, where); !m) {
+			d_->cuMemRelease(h);
+			return m;
+		}
+		handles_[*i] = h;
+		exported_[*i] = std::move(exported);
+		return {};
+	}
+
+	Result<void> decommit(uint64_t offset, uint64_t bytes) override
+	{
+		const std::string where = "CUDA device " + std::to_string(ordinal_) + " slot memory";
+		std::lock_guard guard(lock_);
+		auto i = slot_at(offset, bytes, where);
+		if (!i)
+			return i.error();
+		if (!mapped_[*i])
+			return make_error(Errc::invalid_argument,
+					  where + ": slot " + std::to_string(*i) + " is not committed");
+		ContextScope scope(*ctx_);
+		if (auto r = unmap_one(*i, where); !r)
+			return r;
+		d_->cuMemRelease(handles_[*i]);
+		handles_[*i] = 0;
+		exported_[*i] = UniqueFd();
+		return {};
+	}
+
+	Result<int> slot_fd(uint64_t offset) const override
+	{
+		std::lock_guard guard(lock_);
+		auto i = slot_at(offset, stride_, "slot memory");
+		if (!i)
+			return i.error();
+		if (*i >= exported_.size() || !exported_[*i].valid())
+			return make_error(Errc::not_found,
+					  "slot memory at offset " + std::to_string(offset) + " is not committed");
+		return exported_[*i].get();
+	}
+
+	// Consumer of a sparse arena: the slot's memory from the owner's FD, in place of
+	// what it mapped before.
+	Result<void> map_slot(uint64_t offset, UniqueFd fd) override
+	{
+		const std::string where = "CUDA device " + std::to_string(ordinal_) + " slot memory";
+		std::lock_guard guard(lock_);
+		auto i = slot_at(offset, stride_, where);
+		if (!i)
+			return i.error();
+		ContextScope scope(*ctx_);
+		if (mapped_[*i])
+			if (auto r = unmap_one(*i, where); !r)
+				return r;
+		CUmemGenericAllocationHandle h = 0;
+		CUresult r = d_->cuMemImportFromShareableHandle(&h, reinterpret_cast<void *>(intptr_t(fd.get())),
+								CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (r != CUDA_SUCCESS)
+			return make_error(Errc::not_a_pool, where + ": slot " + std::to_string(*i) +
+								    " is not a CUDA allocation: " +
+								    d_->describe("cuMemImportFromShareableHandle", r));
+		// The mapping keeps the memory; the import handle goes at once.
+		auto m = map_one(*i, h, where);
+		d_->cuMemRelease(h);
+		return m;
+	}
+
+	void unmap_slot(uint64_t offset) override
+	{
+		std::lock_guard guard(lock_);
+		auto i = slot_at(offset, stride_, "slot memory");
+		if (!i || !mapped_[*i])
+			return;
+		ContextScope scope(*ctx_);
+		(void)unmap_one(*i, "slot memory");
 	}
 	std::shared_ptr<PrimaryContext> context() const { return ctx_; }
 	void set_pitch_alignment(uint32_t a) { pitch_alignment_ = std::max(a, kMinPitchAlignment); }
@@ -129,6 +238,10 @@ public:
 		ContextScope scope(*ctx_);
 		if (auto r = reserve(where); !r)
 			return r;
+		handles_.assign(count_, 0);
+		exported_.resize(count_);
+		if (sparse_)
+			return {}; // each slot's at its commit
 		CUmemAllocationProp prop = allocation_prop(ctx_->device());
 		for (uint32_t i = 0; i < count_; i++) {
 			CUmemGenericAllocationHandle h;
@@ -136,13 +249,13 @@ public:
 				return cuda_error(where + ": slot " + std::to_string(i) + " of " +
 							  std::to_string(stride_) + " bytes",
 						  "cuMemCreate", r);
-			handles_.push_back(h);
+			handles_[i] = h;
 			int fd = -1;
 			if (CUresult r = d_->cuMemExportToShareableHandle(&fd, h,
 									  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 			    r != CUDA_SUCCESS)
 				return cuda_error(where, "cuMemExportToShareableHandle", r);
-			exported_.emplace_back(fd);
+			exported_[i] = UniqueFd(fd);
 			if (auto m = map(i, h, where); !m)
 				return m;
 		}
@@ -156,7 +269,7 @@ public:
 		ContextScope scope(*ctx_);
 		if (auto r = reserve(where); !r)
 			return r;
-		for (uint32_t i = 0; i < count_; i++) {
+		for (uint32_t i = 0; i < count_ && !sparse_; i++) {
 			CUmemGenericAllocationHandle h;
 			CUresult r =
 				d_->cuMemImportFromShareableHandle(&h, reinterpret_cast<void *>(intptr_t(fds[i].get())),
@@ -171,7 +284,7 @@ public:
 			if (!m)
 				return m;
 		}
-		return set_access(where);
+		return sparse_ ? Result<void>() : set_access(where);
 	}
 
 private:
@@ -189,17 +302,65 @@ private:
 	{
 		if (CUresult r = d_->cuMemMap(base_ + CUdeviceptr(i) * stride_, stride_, 0, h, 0); r != CUDA_SUCCESS)
 			return cuda_error(where + ": slot " + std::to_string(i), "cuMemMap", r);
-		mapped_ = i + 1;
+		mapped_[i] = true;
 		return {};
+	}
+
+	// Slot I of a sparse arena that OFFSET and BYTES name exactly. The offsets come from
+	// the class's layout, never a peer's record; checked all the same.
+	Result<uint32_t> slot_at(uint64_t offset, uint64_t bytes, const std::string &where) const
+	{
+		if (!sparse_ || bytes != stride_ || offset % stride_ != 0 || offset / stride_ >= count_)
+			return make_error(Errc::invalid_argument, where + ": offset " + std::to_string(offset) + " (+" +
+									  std::to_string(bytes) + ") is no slot of " +
+									  std::to_string(stride_) + " bytes of " +
+									  std::to_string(count_));
+		return uint32_t(offset / stride_);
+	}
+
+	// A new mapping has no access (cuMemSetAccess): its own device's, and that of each peer
+	// reach_from granted the arena's.
+	Result<void> map_one(uint32_t i, CUmemGenericAllocationHandle h, const std::string &where)
+	{
+		if (auto m = map(i, h, where); !m)
+			return m;
+		CUdeviceptr at = base_ + CUdeviceptr(i) * stride_;
+		CUresult r = grant(at, stride_, ctx_->device());
+		for (auto it = reach_.begin(); it != reach_.end() && r == CUDA_SUCCESS; ++it) {
+			CUdevice peer = 0;
+			if (it->second && (r = d_->cuDeviceGet(&peer, int(it->first))) == CUDA_SUCCESS)
+				r = grant(at, stride_, peer);
+		}
+		if (r != CUDA_SUCCESS) {
+			(void)unmap_one(i, where);
+			return cuda_error(where + ": slot " + std::to_string(i), "cuMemSetAccess", r);
+		}
+		return {};
+	}
+
+	// Every stream of this process that may still touch the slot finishes first, as at
+	// the arena's end: unmapping under queued work would fault it.
+	Result<void> unmap_one(uint32_t i, const std::string &where)
+	{
+		cuda::synchronize_contexts(*ctx_);
+		if (CUresult r = d_->cuMemUnmap(base_ + CUdeviceptr(i) * stride_, stride_); r != CUDA_SUCCESS)
+			return cuda_error(where + ": slot " + std::to_string(i), "cuMemUnmap", r);
+		mapped_[i] = false;
+		return {};
+	}
+
+	CUresult grant(CUdeviceptr at, uint64_t bytes, CUdevice device) const
+	{
+		CUmemAccessDesc access{};
+		access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		access.location.id = device;
+		access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+		return d_->cuMemSetAccess(at, bytes, &access, 1);
 	}
 
 	Result<void> set_access(const std::string &where)
 	{
-		CUmemAccessDesc access{};
-		access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		access.location.id = ctx_->device();
-		access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-		if (CUresult r = d_->cuMemSetAccess(base_, size(), &access, 1); r != CUDA_SUCCESS)
+		if (CUresult r = grant(base_, size(), ctx_->device()); r != CUDA_SUCCESS)
 			return cuda_error(where, "cuMemSetAccess", r);
 		return {};
 	}
@@ -210,13 +371,15 @@ private:
 	uint32_t count_;
 	uint64_t stride_;
 	uint64_t alignment_; // the device's minimum granularity, which stride_ is a multiple of
+	bool sparse_; // slots committed one at a time (ArenaSpec::sparse)
 	CUdeviceptr base_ = 0;
-	uint32_t mapped_ = 0; // slots [0, mapped_) are mapped
 	uint32_t pitch_alignment_ = kMinPitchAlignment;
-	std::vector<CUmemGenericAllocationHandle> handles_; // owner only
-	std::vector<UniqueFd> exported_; // owner only
+	// Serialises a sparse arena's commits, decommits and maps with reach_from.
+	mutable std::mutex lock_;
+	std::vector<bool> mapped_; // by slot: mapped here
+	std::vector<CUmemGenericAllocationHandle> handles_; // owner only, by slot (0: none)
+	std::vector<UniqueFd> exported_; // owner only, by slot
 	// Other devices asked about by reach_from: whether they reach this mapping.
-	mutable std::mutex reach_lock_;
 	mutable std::map<uint32_t, bool> reach_;
 };
 
@@ -239,8 +402,8 @@ Result<std::unique_ptr<Arena>> create_cuda_arena(const ArenaSpec &spec)
 	// Slots are recommended-sized for speed, and must be multiples of the minimum: cuda.h
 	// does not promise that one is a multiple of the other.
 	uint64_t stride = layout::round_up(spec.slot_size, std::lcm(*minimum, *recommended));
-	auto arena =
-		std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride, *minimum);
+	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride, *minimum,
+						 spec.sparse);
 	if (auto info = cuda::check_device(spec.device, where))
 		arena->set_pitch_alignment(info->pitch_alignment);
 	if (auto r = arena->allocate(where); !r)
@@ -274,7 +437,8 @@ Result<std::unique_ptr<Arena>> import_cuda_arena(const ArenaSpec &spec, uint64_t
 				  where + ": the pool's slot stride (" + std::to_string(stride) +
 					  " bytes) is not a multiple of CUDA device " + std::to_string(spec.device) +
 					  "'s allocation granularity (" + std::to_string(minimum) + " bytes)");
-	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride, minimum);
+	auto arena = std::make_unique<CudaArena>(std::move(ctx.value()), spec.device, spec.slot_count, stride, minimum,
+						 spec.sparse);
 	if (auto info = cuda::check_device(spec.device, where))
 		arena->set_pitch_alignment(info->pitch_alignment);
 	if (auto r = arena->import(std::move(fds), where); !r)

@@ -196,3 +196,37 @@ def test_a_pool_that_grows_makes_slots_on_demand_and_gives_them_back():
         with pytest.raises(xmem.Error, match="memory cap"):
             p.acquire(size=3 << 20, timeout=0.05)
         assert p.growth_stats()["refused"] == 1
+
+
+def test_cuda_memory_grows_on_demand_and_the_consumer_maps_each_slot():
+    """Growth of device memory (device_memory_cap_mib), on the CUDA simulator: a copy to
+    the GPU makes a device slot on demand, a consumer reads it back word for word, and
+    the slot's memory goes back once idle."""
+    pool = name()
+    size = 1 << 18
+    with xmem.create(pool, size, slots=2, device_memory_cap_mib=8, trim_idle_ms=100) as p, \
+            xmem.open(pool, timeout=5) as c:
+        g = p.growth_stats()
+        assert g["device_memory_cap"] == 8 << 20 and g["memory_cap"] == 0 and g["device_bytes"] == 0
+        data = numpy.arange(size // 4, dtype=numpy.float32)
+        host = p.acquire(size=size, timeout=1)
+        host.buffer[:size] = data.tobytes()
+        device = p.copy(host, "cuda")  # into a slot of device memory made on demand
+        host.release()
+        assert device.storage == "cuda"
+        g = p.growth_stats()
+        assert g["dynamic_slots"] == 1 and g["device_bytes"] == 2 << 20 and g["system_bytes"] == 2 * size
+        assert [(k["storage"], k["dynamic"]) for k in p.classes()] == [("system", False), ("cuda", True)]
+        p.publish(device, size=size, dtype="float32", shape=data.shape)
+        got = c.receive(timeout=5)
+        assert got.meta.storage == "cuda"
+        back = p.copy(got, "system")
+        got.release()
+        del got
+        assert numpy.array_equal(numpy.frombuffer(bytes(back.buffer[:size]), dtype=numpy.float32), data)
+        back.release()
+        deadline = time.monotonic() + 10
+        while p.growth_stats()["dynamic_slots"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        g = p.growth_stats()
+        assert g["dynamic_slots"] == 0 and g["trimmed"] == 1 and g["device_bytes"] == 0

@@ -684,10 +684,10 @@ class _Handle:
         return {name: getattr(s, name) for name, _ in _capi.SpillStats._fields_ if name != "reserved"}
 
     def growth_stats(self):
-        """Growth on demand (create(memory_cap_mib=...)): the cap and idle time, the system
-        memory of every class's committed slots, the dynamic slots and bytes committed
-        now, slots committed and trimmed so far, and acquires refused at the cap (all
-        zero for a pool that does not grow)."""
+        """Growth on demand (create(memory_cap_mib=..., device_memory_cap_mib=...)): the
+        caps and idle time, the system and the device memory of every class's committed
+        slots, the dynamic slots and bytes committed now, slots committed and trimmed so
+        far, and acquires refused at a cap (all zero for a pool that does not grow)."""
         s = _capi.GrowthStats()
         _check(lib.xmem_pool_growth_stats(self._get(), ctypes.byref(s)), "growth_stats")
         return {name: getattr(s, name) for name, _ in _capi.GrowthStats._fields_ if name != "reserved"}
@@ -1054,7 +1054,7 @@ class Producer(_Producing):
 
     def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
                  mode=0o600, group=None, spill_bytes=0, spill_frames=0, max_slots=0, memory_cap_mib=0,
-                 trim_idle_ms=0):
+                 trim_idle_ms=0, device_memory_cap_mib=0):
         if policy not in _capi.POLICIES:
             raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
         if storage not in _capi.STORAGES:
@@ -1074,6 +1074,7 @@ class Producer(_Producing):
         config.max_slots = int(max_slots)
         config.memory_cap_mib = int(memory_cap_mib)
         config.trim_idle_ms = int(trim_idle_ms)
+        config.device_memory_cap_mib = int(device_memory_cap_mib)
         if group is not None:
             config.has_group = 1
             config.group = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
@@ -1224,7 +1225,8 @@ def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", 
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,
-           group=None, spill_bytes=0, spill_frames=0, max_slots=0, memory_cap_mib=0, trim_idle_ms=0):
+           group=None, spill_bytes=0, spill_frames=0, max_slots=0, memory_cap_mib=0, trim_idle_ms=0,
+           device_memory_cap_mib=0):
     """Creates pool NAME and becomes its producer. MODE says who may attach, as file
     permission bits (0o660: GROUP's members too); GROUP is a gid or a group name the
     caller is a member of (None: the caller's group). NAME "@name" is an abstract socket.
@@ -1232,10 +1234,12 @@ def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="s
     MAX_SLOTS bounds the slots of every size class (Producer.preallocate) together; 0:
     SLOTS + 64. MEMORY_CAP_MIB lets acquire() make system-memory slots on demand while
     every class's slots hold at most that much; a free one made so gives its memory
-    back once not acquired for TRIM_IDLE_MS (0: 10 s)."""
+    back once not acquired for TRIM_IDLE_MS (0: 10 s). DEVICE_MEMORY_CAP_MIB does the
+    same for CUDA device memory, each device's within that cap."""
     return Producer(name, slot_size, slots=slots, format=format, policy=policy, storage=storage, device=device,
                     mode=mode, group=group, spill_bytes=spill_bytes, spill_frames=spill_frames, max_slots=max_slots,
-                    memory_cap_mib=memory_cap_mib, trim_idle_ms=trim_idle_ms)
+                    memory_cap_mib=memory_cap_mib, trim_idle_ms=trim_idle_ms,
+                    device_memory_cap_mib=device_memory_cap_mib)
 
 
 from .seed import BufferPool  # noqa: E402 (it builds on the classes above)

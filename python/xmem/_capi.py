@@ -81,6 +81,8 @@ class PoolConfig(ctypes.Structure):
         ("max_slots", ctypes.c_uint32),
         ("memory_cap_mib", ctypes.c_uint32),
         ("trim_idle_ms", ctypes.c_uint32),
+        ("device_memory_cap_mib", ctypes.c_uint32),
+        ("reserved_config", ctypes.c_uint32 * 3),
     ]
 
 
@@ -166,7 +168,8 @@ class GrowthStats(ctypes.Structure):
         ("grown", ctypes.c_uint64),
         ("trimmed", ctypes.c_uint64),
         ("refused", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 2),
+        ("device_memory_cap", ctypes.c_uint64),
+        ("device_bytes", ctypes.c_uint64),
     ]
 
 

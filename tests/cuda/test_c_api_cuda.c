@@ -49,6 +49,7 @@ static struct {
 	xmem_pool *system; /* a system-memory pool */
 	xmem_pool *spill; /* a device pool with a spill tier, and its two recorders */
 	xmem_pool *recorders[2];
+	xmem_pool *growing; /* a device pool that grows (device_memory_cap_mib) */
 } t;
 
 #define SLOT_SIZE (64u * 1024)
@@ -345,6 +346,34 @@ static int spill_tier(void)
 	return 0;
 }
 
+/* Growth of device memory: a size no class holds makes a device slot within the device
+ * cap, counted in xmem_pool_growth_stats; past the cap, XMEM_EFULL. */
+static int device_growth(void)
+{
+	xmem_pool_config config;
+	xmem_pool_config_init(&config);
+	config.slot_count = 1;
+	config.slot_size = SLOT_SIZE;
+	config.storage = XMEM_STORAGE_CUDA;
+	config.device_memory_cap_mib = 6; /* class 0's 2 MiB and one slot of 4 MiB */
+	CHECK_STATUS(xmem_pool_create("c-cuda-grow", &config, &t.growing), XMEM_OK);
+	xmem_growth_stats g;
+	CHECK_STATUS(xmem_pool_growth_stats(t.growing, &g), XMEM_OK);
+	CHECK(g.memory_cap == 0 && g.device_memory_cap == 6u << 20 && g.device_bytes == 2u << 20);
+	xmem_buffer *b = NULL;
+	CHECK_STATUS(xmem_pool_acquire_memory(t.growing, 3u << 20, XMEM_STORAGE_CUDA, 0, TIMEOUT, t.writer, &b),
+		     XMEM_OK);
+	CHECK(xmem_buffer_device_ptr(b) != 0);
+	CHECK_STATUS(xmem_pool_growth_stats(t.growing, &g), XMEM_OK);
+	CHECK(g.grown == 1 && g.dynamic_slots == 1 && g.device_bytes == 6u << 20 && g.system_bytes == 0);
+	xmem_buffer *past = NULL;
+	CHECK_STATUS(xmem_pool_acquire_memory(t.growing, 5u << 20, XMEM_STORAGE_CUDA, 0, 0, t.writer, &past),
+		     XMEM_EFULL);
+	CHECK(strstr(xmem_last_error(), "memory cap") != NULL);
+	xmem_buffer_release(b);
+	return 0;
+}
+
 static int run(void)
 {
 	const char *path = getenv("XMEM_CUDA_DRIVER");
@@ -474,6 +503,8 @@ static int run(void)
 
 	if (system_pool())
 		return 1;
+	if (device_growth())
+		return 1;
 	return spill_tier();
 }
 
@@ -488,6 +519,7 @@ static void teardown(void)
 	xmem_pool_close(t.recorders[0]);
 	xmem_pool_close(t.recorders[1]);
 	xmem_pool_close(t.spill);
+	xmem_pool_close(t.growing);
 	xmem_pool_close(t.system);
 	xmem_pool_close(t.consumer);
 	xmem_pool_close(t.owner);

@@ -93,6 +93,14 @@ void fuzz_owner(std::span<const uint8_t> payload, uint32_t nfds, uint32_t kind)
 	bool inspector = parsed->role == protocol::PeerRole::inspector;
 	// A size class's import: this pool has only its first class (which comes with the
 	// attach), so every one is refused, and with no fds.
+	// A dynamic device slot's import: this pool has none, so every one is refused, with no
+	// fds.
+	if (parsed->role == protocol::PeerRole::slot) {
+		XMEM_FUZZ_CHECK(!answer && reply->fds.empty(),
+				"an import of a slot of no dynamic device class: " +
+					(answer.ok() ? std::string("welcome") : answer.error().message));
+		return;
+	}
 	if (parsed->role == protocol::PeerRole::classes) {
 		XMEM_FUZZ_CHECK(!answer && reply->fds.empty(),
 				"an import of a class the owner lacks: " +

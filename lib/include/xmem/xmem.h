@@ -175,6 +175,11 @@ typedef struct xmem_pool_config {
 	 * when a new slot would pass the cap, gives its memory back. 0 MiB: no growth. */
 	uint32_t memory_cap_mib;
 	uint32_t trim_idle_ms;
+	/* Growth of CUDA device memory: as MEMORY_CAP_MIB, for the device memory of the
+	 * pool's slots on each CUDA device (acquiring device memory that no free slot fits
+	 * makes a slot). 0: device memory does not grow. */
+	uint32_t device_memory_cap_mib;
+	uint32_t reserved_config[3]; /* must be zero (xmem_pool_config_init does it) */
 } xmem_pool_config;
 
 /* A size class of a pool: COUNT slots of SLOT_SIZE bytes of one memory, slots
@@ -266,7 +271,8 @@ typedef struct xmem_growth_stats {
 	uint64_t grown; /* dynamic slots committed since the pool was created */
 	uint64_t trimmed; /* dynamic slots whose memory went back */
 	uint64_t refused; /* acquires that found no room under the cap */
-	uint64_t reserved[2];
+	uint64_t device_memory_cap; /* bytes of each CUDA device; 0: device memory does not grow */
+	uint64_t device_bytes; /* device memory of every class's committed slots now, all devices */
 } xmem_growth_stats;
 
 /* A frame ticket (xmem_pool_publish_ticket): one published frame of one pool, for a

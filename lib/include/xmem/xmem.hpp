@@ -159,6 +159,11 @@ struct PoolConfig {
 	// 0: no growth.
 	uint64_t memory_cap = 0;
 	std::chrono::milliseconds trim_idle{ 0 };
+	// Growth of CUDA device memory, as memory_cap: acquire() of device memory that no free
+	// slot fits makes a slot while each CUDA device's memory of the pool's slots stays
+	// within DEVICE_MEMORY_CAP bytes. Consumers map a slot's memory when a frame of it
+	// first reaches them, and again after a trim gave it back. 0: no growth.
+	uint64_t device_memory_cap = 0;
 };
 
 // A size class of a pool: COUNT slots of SLOT_SIZE bytes of one memory, slots
