@@ -197,9 +197,10 @@ static gboolean gst_xmem_buffer_pool_set_config(GstBufferPool *pool, GstStructur
 	guint64 largest = 0;
 	for (const xmem::SizeClass &c : (*self->core)->classes())
 		largest = std::max(largest, c.slot_size);
-	/* A pool that grows makes slots of system memory up to its cap. */
-	if ((*self->core)->storage() == xmem::Storage::system)
-		largest = std::max(largest, (*self->core)->growth_stats().memory_cap);
+	/* A pool that grows makes slots of its memory up to its cap. */
+	xmem::GrowthStats growth = (*self->core)->growth_stats();
+	largest = std::max(largest, (*self->core)->storage() == xmem::Storage::system ? growth.memory_cap
+										      : growth.device_memory_cap);
 	if (self->size > largest) {
 		GST_WARNING_OBJECT(pool, "frames of %" G_GSIZE_FORMAT " bytes do not fit slots of %" G_GUINT64_FORMAT,
 				   self->size, largest);

@@ -264,8 +264,9 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	SinkState *s = self->state;
 	std::unique_lock lock(s->lock);
 	bool same_memory = s->pool && s->pool->storage() == s->storage && s->pool->device() == s->device;
-	if (same_memory && frame_size > s->slot_limit && s->storage == xmem::Storage::system &&
-	    s->pool->growth_stats().memory_cap >= frame_size) {
+	xmem::GrowthStats growth = s->pool ? s->pool->growth_stats() : xmem::GrowthStats{};
+	guint64 cap = s->storage == xmem::Storage::system ? growth.memory_cap : growth.device_memory_cap;
+	if (same_memory && frame_size > s->slot_limit && cap >= frame_size) {
 		/* A pool that grows makes slots of the new size as frames need them, within its
 		 * cap; those of the old size go back once unused. */
 		GST_INFO_OBJECT(self, "frames of %" G_GSIZE_FORMAT " bytes: slots made on demand in pool '%s'",
@@ -319,7 +320,11 @@ static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize fr
 	config.policy = xmem::Policy(s->policy);
 	config.block_timeout = std::chrono::nanoseconds(s->block_timeout);
 	config.spill_bytes = s->spill_size;
-	config.memory_cap = s->memory_cap;
+	/* The cap is on the pool's memory: system memory, or its CUDA device's. */
+	if (s->storage == xmem::Storage::cuda)
+		config.device_memory_cap = s->memory_cap;
+	else
+		config.memory_cap = s->memory_cap;
 	config.mode = s->perms;
 	if (!s->group.empty()) {
 		auto gid = resolve_group(s->group);
@@ -1238,7 +1243,8 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 	g_object_class_install_property(
 		gobject, PROP_MEMORY_CAP,
 		g_param_spec_uint64("memory-cap", "Memory cap",
-				    "Bytes of system memory the pool's slots may hold: frames larger than its slots "
+				    "Bytes of memory the pool's slots may hold (system memory, or its CUDA device's): "
+				    "frames larger than its slots "
 				    "get slots made on demand, whose memory goes back once free and not acquired for "
 				    "10 s (0: a size class of `buffers` slots per larger size instead)",
 				    0, guint64{ 1 } << 44, 0, flags));

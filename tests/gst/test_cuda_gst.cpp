@@ -1124,14 +1124,18 @@ TEST_F(Nvcodec, SourceAloneMakesItsOwnContext)
 }
 
 // Caps change twice within the device slots, then frames outgrow them (a size class
-// of device slots added to the pool): each frame arrives with the caps it was made in,
-// and the consumer never reattaches.
+// of device slots added to the pool, preallocated or, with memory-cap, made on demand):
+// each frame arrives with the caps it was made in, and the consumer never reattaches.
 TEST_F(CudaElements, CapsChangesInDevicePools)
 {
 	xmem::gsttest::run_caps_changes("devchange", { { 640, 480 }, { 320, 240 }, { 640, 480 } }, 4, 0, 1,
 					"memory=cuda", "video/x-raw");
 	xmem::gsttest::run_caps_changes("devgrow", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, 0, 2, "memory=cuda",
 					"video/x-raw");
+	// With memory-cap, the larger frames get device slots made on demand: the consumer
+	// maps each slot's memory as its first frame comes.
+	xmem::gsttest::run_caps_changes("devgrowcap", { { 320, 240 }, { 640, 480 }, { 320, 240 } }, 4, 0, 2,
+					"memory=cuda memory-cap=67108864", "video/x-raw");
 }
 
 // A device pool that also holds a class of system memory (a C++ producer made it: the
