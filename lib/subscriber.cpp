@@ -341,6 +341,9 @@ Result<void> Subscriber::map_slot(uint32_t index)
 					  " file descriptors for " + std::to_string(welcome->data_size) +
 					  " bytes of generation " + std::to_string(welcome->format_seq) +
 					  ", expected one for " + std::to_string(cls.slot_stride) + " bytes");
+	// The memory mapped here already (the record lied): kept, the fd closed.
+	if (mapped_gen[index] == welcome->format_seq)
+		return {};
 	uint64_t offset = uint64_t{ index - cls.first_slot } * cls.slot_stride;
 	mapped_gen[index] = 0;
 	if (auto mapped = const_cast<Arena *>(cls.arena)->map_slot(offset, std::move(msg->fds[0])); !mapped)

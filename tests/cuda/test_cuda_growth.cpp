@@ -11,6 +11,7 @@
 
 #include "cuda/contexts.hpp"
 #include "cuda/driver.hpp"
+#include "layout.hpp"
 #include "peer_frames.hpp"
 
 #include <csignal>
@@ -297,4 +298,37 @@ TEST(CudaGrowth, OnlyTheMemoryWithACapGrows)
 	auto past = (*still)->acquire(kFrame, Storage::cuda, 0, 50ms);
 	EXPECT_EQ(past.code(), Errc::out_of_range) << xmem::test::why(past);
 	EXPECT_EQ((*still)->growth_stats().device_memory_cap, 0u);
+}
+
+// A peer writes the memory generations of the slot records (any attached process can):
+// a consumer whose mapping the record no longer names asks the owner, which answers with
+// the slot's memory as it committed it and the generation it really is, so frames still
+// read right and no other memory is ever mapped.
+TEST(CudaGrowth, ScribbledGenerationsCostARoundTripNeverTheWrongMemory)
+{
+	RuntimeDir dir;
+	auto owner = xmem::BufferPool::create("grow-dev-scribble", growing_config(60s));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("grow-dev-scribble");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	auto bytes = (*consumer)->control_segment();
+	auto *base = const_cast<std::byte *>(bytes.data());
+	auto *slots = reinterpret_cast<xmem::layout::SlotRecord *>(base + xmem::layout::slots_offset());
+	Gpu g;
+	uint32_t index = 0;
+	for (uint64_t seq = 1; seq <= 8; seq++) {
+		auto f = written(**owner, g, kFrame, seq);
+		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+		index = f->index();
+		publish(**owner, g, std::move(f.value()));
+		auto r = (*consumer)->receive(5s);
+		expect_frame(r, seq);
+		EXPECT_EQ(r->index(), index) << "one dynamic slot, reused";
+		r = xmem::Result<xmem::BufferGuard>(xmem::Error{ Errc::closed, "" });
+		// Each round, another lie: a generation of no commit, 0, or every bit.
+		slots[index].memory_gen.store(seq % 3 == 0 ? 0u : seq % 3 == 1 ? 12345u : ~0u);
+	}
+	EXPECT_EQ((*owner)->growth_stats().grown, 1u) << "the slot's memory was committed once";
+	EXPECT_EQ(allocations(::getpid(), kDynamicStride), simulated() ? 1 : -1)
+		<< "the consumer mapped the one allocation each time";
 }
