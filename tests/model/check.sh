@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/model/check.sh - checks xmem.pml (and tickets.pml) with spin: every configuration below must
+# tests/model/check.sh - checks xmem.pml (and tickets.pml, growth.pml) with spin: every configuration below must
 # verify with no error and a complete search; with --mutants, every seeded bug (and
 # the code before each finding's fix, see README.md) must produce a counterexample.
 #   check.sh [--mutants] [WORK_PARENT]   pan is built in a private directory under
@@ -138,6 +138,12 @@ configs=(
 	# one redemption, and for two.
 	"tickets|--model=tickets.pml"
 	"tickets-2|--model=tickets.pml -DREDEMPTIONS=2"
+	# Growth on demand of device memory (growth.pml): one dynamic slot committed,
+	# trimmed and committed again as new memory under 3 frames for 2 consumers that map
+	# it by its generation, take frames by queue or get(), read on the GPU; consumer 0
+	# killed at any step in growth-kill.
+	"growth|--model=growth.pml"
+	"growth-kill|--model=growth.pml -DKILL=1"
 )
 
 # Seeded bugs (and the code before a finding's fix): each must yield a counterexample.
@@ -187,6 +193,11 @@ mutants=(
 	"ticket-no-owner-hold|--model=tickets.pml -DM_NO_OWNER_HOLD"
 	"ticket-no-zero|--model=tickets.pml -DM_NO_ZERO"
 	"ticket-no-release|--model=tickets.pml -DM_NO_RELEASE"
+	# Growth on demand of device memory, seeded bugs (growth.pml names each).
+	"growth-no-remap|--model=growth.pml -DM_NO_REMAP"
+	"growth-trim-by-state|--model=growth.pml -DM_TRIM_BY_STATE"
+	"growth-no-claim-wait|--model=growth.pml -DM_NO_CLAIM_WAIT"
+	"growth-reads-unguarded|--model=growth.pml -DM_UNMAP_NO_SYNC -DM_TRIM_IGNORES_READS"
 )
 
 status=0
