@@ -1017,6 +1017,12 @@ bool Publisher::trim_one(uint64_t used_before, std::optional<Memory> memory)
 
 void Publisher::trim_idle()
 {
+	// Tickets used up give their slots back first (as an acquire has them do), so a
+	// redeemed ticket's slot is trimmed at the next tick, not at the ticket's TTL.
+	if (live_tickets.load(std::memory_order_relaxed) != 0) {
+		std::lock_guard lock(publish_lock);
+		end_tickets(false);
+	}
 	std::lock_guard lock(growth_lock);
 	uint64_t now = monotonic_ns();
 	while (trim_one(now - std::min(now, trim_idle_ns))) {

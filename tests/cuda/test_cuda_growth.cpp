@@ -332,3 +332,35 @@ TEST(CudaGrowth, ScribbledGenerationsCostARoundTripNeverTheWrongMemory)
 	EXPECT_EQ(allocations(::getpid(), kDynamicStride), simulated() ? 1 : -1)
 		<< "the consumer mapped the one allocation each time";
 }
+
+// A guest (an attached process producing) leases a device slot the owner makes on
+// demand for it: the guest maps the slot's memory as a consumer does, writes a frame and
+// publishes it as a ticket, which another handle redeems and reads word for word. After
+// a trim the next lease is new memory, mapped again by both.
+TEST(CudaGrowth, AGuestsLeaseAndATicketOfASlotMadeOnDemand)
+{
+	RuntimeDir dir;
+	auto owner = xmem::BufferPool::create("grow-dev-guest", growing_config(50ms));
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto guest = xmem::BufferPool::open("grow-dev-guest");
+	auto redeemer = xmem::BufferPool::open("grow-dev-guest");
+	ASSERT_TRUE(guest.ok() && redeemer.ok());
+	Gpu g;
+	for (uint64_t seq = 1; seq <= 3; seq++) {
+		auto f = written(**guest, g, kFrame, 0x700 + seq);
+		ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+		EXPECT_EQ(f->capacity(), kFrame);
+		auto ticket = (*guest)->publish_ticket(std::move(f.value()), 1, 10s, g.stream);
+		ASSERT_TRUE(ticket.ok()) << xmem::test::why(ticket);
+		auto r = (*redeemer)->get(*ticket);
+		expect_frame(r, 0x700 + seq);
+		r = xmem::Result<xmem::BufferGuard>(xmem::Error{ Errc::closed, "" });
+		EXPECT_EQ((*owner)->growth_stats().dynamic_slots, 1u);
+		// Given back once idle: the next lease is of new memory.
+		ASSERT_TRUE(eventually([&] { return (*owner)->growth_stats().dynamic_slots == 0; }, 10s));
+	}
+	xmem::GrowthStats s = (*owner)->growth_stats();
+	EXPECT_EQ(s.grown, 3u);
+	EXPECT_EQ(s.trimmed, 3u);
+	EXPECT_EQ(s.device_bytes, kFirstBytes);
+}
