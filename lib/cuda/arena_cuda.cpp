@@ -134,14 +134,11 @@ public:
 	// it once every consumer's mapping of it is gone too).
 	Result<void> commit(uint64_t offset, uint64_t bytes) override
 	{
-		const std::string where = "CUDA device " + std::to_string(ordinal_) + " slot memory";
+		const std::string where = slot_memory();
 		std::lock_guard guard(lock_);
-		auto i = slot_at(offset, bytes, where);
+		auto i = slot_in_state(offset, bytes, false, where);
 		if (!i)
 			return i.error();
-		if (mapped_[*i])
-			return make_error(Errc::invalid_argument,
-					  where + ": slot " + std::to_string(*i) + " is committed already");
 		ContextScope scope(*ctx_);
 		CUmemAllocationProp prop = allocation_prop(ctx_->device());
 		CUmemGenericAllocationHandle h = 0;
@@ -165,14 +162,11 @@ public:
 
 	Result<void> decommit(uint64_t offset, uint64_t bytes) override
 	{
-		const std::string where = "CUDA device " + std::to_string(ordinal_) + " slot memory";
+		const std::string where = slot_memory();
 		std::lock_guard guard(lock_);
-		auto i = slot_at(offset, bytes, where);
+		auto i = slot_in_state(offset, bytes, true, where);
 		if (!i)
 			return i.error();
-		if (!mapped_[*i])
-			return make_error(Errc::invalid_argument,
-					  where + ": slot " + std::to_string(*i) + " is not committed");
 		ContextScope scope(*ctx_);
 		if (auto r = unmap_one(*i, where); !r)
 			return r;
@@ -198,7 +192,7 @@ public:
 	// what it mapped before.
 	Result<void> map_slot(uint64_t offset, UniqueFd fd) override
 	{
-		const std::string where = "CUDA device " + std::to_string(ordinal_) + " slot memory";
+		const std::string where = slot_memory();
 		std::lock_guard guard(lock_);
 		auto i = slot_at(offset, stride_, where);
 		if (!i)
@@ -316,6 +310,19 @@ private:
 									  std::to_string(stride_) + " bytes of " +
 									  std::to_string(count_));
 		return uint32_t(offset / stride_);
+	}
+
+	std::string slot_memory() const { return "CUDA device " + std::to_string(ordinal_) + " slot memory"; }
+
+	// slot_at's slot, committed (mapped here) or not, as COMMITTED says.
+	Result<uint32_t> slot_in_state(uint64_t offset, uint64_t bytes, bool committed, const std::string &where) const
+	{
+		auto i = slot_at(offset, bytes, where);
+		if (i && mapped_[*i] != committed)
+			return make_error(Errc::invalid_argument,
+					  where + ": slot " + std::to_string(*i) +
+						  (committed ? " is not committed" : " is committed already"));
+		return i;
 	}
 
 	// A new mapping has no access (cuMemSetAccess): its own device's, and that of each peer
