@@ -673,10 +673,6 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 {
 	if (!memory)
 		memory = Memory{ pool_.classes[0].arena->storage(), pool_.classes[0].arena->device() };
-	auto of_memory = [&](const PoolImpl::SlotClass &c) {
-		return c.arena->storage() == memory->storage &&
-		       (memory->storage == Storage::system || c.arena->device() == memory->device);
-	};
 	auto memory_name = [&] {
 		return memory->storage == Storage::cuda ? "memory of CUDA device " + std::to_string(memory->device)
 							: std::string("system memory");
@@ -695,7 +691,7 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		uint32_t fitting = 0;
 		uint64_t largest = 0;
 		for (uint32_t c = 0; c < n; c++) {
-			if (!of_memory(pool_.classes[c]))
+			if (!memory->holds(*pool_.classes[c].arena))
 				continue;
 			largest = std::max(largest, pool_.classes[c].slot_size);
 			if (size == 0 ? fitting == 0 : pool_.classes[c].slot_size >= size)
@@ -879,10 +875,6 @@ std::optional<uint32_t> Publisher::grow(uint64_t size, Memory memory)
 	if (shut.load(std::memory_order_acquire))
 		return std::nullopt;
 	uint64_t cap = cap_of(memory);
-	auto of_memory = [&](const PoolImpl::SlotClass &cls) {
-		return cls.arena->storage() == memory.storage &&
-		       (memory.storage == Storage::system || cls.arena->device() == memory.device);
-	};
 	// A record of a dynamic class of that size and memory whose memory is not committed;
 	// or a new dynamic class's first record.
 	auto spare = [&]() -> std::optional<uint32_t> {
@@ -890,7 +882,7 @@ std::optional<uint32_t> Publisher::grow(uint64_t size, Memory memory)
 		uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
 		for (uint32_t c = 0; c < n; c++) {
 			const PoolImpl::SlotClass &cls = pool_.classes[c];
-			if (!((dynamic >> c) & 1) || cls.slot_size != slot_size || !of_memory(cls))
+			if (!((dynamic >> c) & 1) || cls.slot_size != slot_size || !memory.holds(*cls.arena))
 				continue;
 			for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
 				if (!committed[i].load(std::memory_order_relaxed))
@@ -966,17 +958,11 @@ void Publisher::for_each_dynamic_slot(Visit visit)
 
 bool Publisher::trim_one(uint64_t used_before, std::optional<Memory> memory)
 {
-	auto of_memory = [&](uint32_t i) {
-		if (!memory)
-			return true;
-		const Arena &a = *pool_.classes[*pool_.class_of(i)].arena;
-		return a.storage() == memory->storage &&
-		       (memory->storage == Storage::system || a.device() == memory->device);
-	};
 	// The free dynamic slots last used before USED_BEFORE, least recently used first.
 	std::vector<std::pair<uint64_t, uint32_t>> idle;
 	for_each_dynamic_slot([&](uint32_t i, uint64_t used) {
-		if (used < used_before && slot_is_free(seg.slots[i]) && of_memory(i))
+		if (used < used_before && slot_is_free(seg.slots[i]) &&
+		    (!memory || memory->holds(*pool_.classes[*pool_.class_of(i)].arena)))
 			idle.emplace_back(used, i);
 	});
 	std::sort(idle.begin(), idle.end());

@@ -62,6 +62,11 @@ public:
 	struct Memory {
 		Storage storage = Storage::system;
 		uint32_t device = 0;
+		// Whether ARENA is of this memory.
+		bool holds(const Arena &arena) const
+		{
+			return arena.storage() == storage && (storage == Storage::system || arena.device() == device);
+		}
 	};
 	// A free slot of SIZE bytes or more, of the smallest class of MEMORY (none: the first
 	// class's) that has one; SIZE 0: of the first class (BufferPool::acquire).

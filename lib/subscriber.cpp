@@ -313,8 +313,6 @@ Result<void> Subscriber::map_slot(uint32_t index)
 	const PoolImpl::SlotClass &cls = pool_.classes[*c];
 	const std::string which = pool_.where() + ": slot " + std::to_string(index) + "'s device memory";
 	std::lock_guard lock(slot_maps_lock);
-	if (mapped_gen.size() < seg.slot_count)
-		mapped_gen.resize(seg.slot_count, 0);
 	// The record's generation is a hint (another process may write it): mapped already
 	// when it is the one mapped here; otherwise the owner says what the slot's memory is.
 	uint32_t hint = seg.slots[index].memory_gen.load(std::memory_order_acquire);
@@ -354,11 +352,13 @@ Result<void> Subscriber::map_slot(uint32_t index)
 
 void Subscriber::unmap_trimmed()
 {
+	if (seg.header->device_memory_cap == 0)
+		return;
 	uint64_t trimmed = seg.header->trimmed.load(std::memory_order_acquire);
-	if (trimmed == trims_seen || seg.header->device_memory_cap == 0)
+	if (trimmed == trims_seen.load(std::memory_order_relaxed))
 		return;
 	std::lock_guard lock(slot_maps_lock);
-	trims_seen = trimmed;
+	trims_seen.store(trimmed, std::memory_order_relaxed);
 	for (uint32_t i = 0; i < mapped_gen.size(); i++) {
 		if (mapped_gen[i] == 0 || seg.slots[i].memory_gen.load(std::memory_order_acquire) == mapped_gen[i])
 			continue;
@@ -399,6 +399,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	}
 	pool_.local_refs.assign(pool_.index_count(), 0);
 	pool_.exclusive.assign(seg.slot_count, 0);
+	mapped_gen.assign(seg.slot_count, 0);
 	pool_.leased.assign(pool_.index_count(), 0);
 	event = std::move(ev);
 	arm_set.store(true, std::memory_order_relaxed); // the owner arms new consumers (see Publisher::admit)

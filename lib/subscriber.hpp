@@ -51,8 +51,8 @@ private:
 	// owner's trim count when they were last looked at; under slot_maps_lock, which is
 	// taken before refs_lock.
 	std::mutex slot_maps_lock;
-	std::vector<uint32_t> mapped_gen;
-	uint64_t trims_seen = 0;
+	std::vector<uint32_t> mapped_gen; // sized at attach
+	std::atomic<uint64_t> trims_seen{ 0 }; // also read without the lock, first
 	// The device a class's memory is on, as this process numbers it (by its UUID).
 	Result<uint32_t> device_here(const layout::ClassRecord &c) const;
 	// Size class C's record, copied out and checked against the previous class's.
