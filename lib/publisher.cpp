@@ -2,6 +2,9 @@
 // the queue policies, and the thread that attaches and reaps consumers.
 #include "publisher.hpp"
 
+#include "owner/config.hpp"
+#include "owner/slot_claim.hpp"
+
 #include "frame_check.hpp"
 #include "identity.hpp"
 
@@ -26,15 +29,13 @@
 namespace xmem {
 
 using namespace layout;
+using owner::gpu_ordering_wanted;
+using owner::kMaxSlotSize;
 
 namespace {
 
 constexpr uint64_t kHelloTimeoutNs = 2'000'000'000;
-constexpr uint64_t kMaxSlotSize = uint64_t{ 1 } << 40;
 constexpr uint32_t kDefaultQueueSize = 4;
-// Slot records a pool reserves for size classes added later, unless PoolConfig::max_slots
-// says otherwise. A record untouched costs no memory (the segment is a memfd).
-constexpr uint32_t kDefaultSpareSlots = 64;
 
 enum class IoTag : uint32_t {
 	listener = 1,
@@ -65,24 +66,6 @@ constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
 // How much of the tier one piece of a trim punches, publish_lock held.
 constexpr uint64_t kSpillTrimChunk = 16 << 20;
 
-// Growth on demand: the records a dynamic class reserves (its slots' memory is committed
-// one at a time), how long a free dynamic slot keeps its memory unless PoolConfig::trim_idle
-// says otherwise, and the system page.
-constexpr uint32_t kDynamicClassSlots = 8;
-constexpr uint64_t kDefaultTrimIdleNs = 10'000'000'000;
-constexpr uint64_t kPage = 4096;
-
-// The slot size of the dynamic class that holds SIZE bytes: whole pages, and above 16 KiB
-// a quarter step of a power of two (2^k, 1.25 * 2^k, 1.5 * 2^k, 1.75 * 2^k), so a stream
-// of sizes makes few classes and a slot wastes under a quarter of itself.
-uint64_t dynamic_slot_size(uint64_t size)
-{
-	uint64_t pages = round_up(std::max<uint64_t>(size, 1), kPage);
-	if (pages <= 4 * kPage)
-		return pages;
-	return round_up(pages, std::bit_floor(pages) / 4);
-}
-
 // How long a quarantined consumer whose process this owner cannot watch (another PID
 // namespace, no pidfd) keeps its record and write-held slots: a grace period, not a
 // proof that its GPU work is over.
@@ -96,21 +79,6 @@ uint64_t io_data(IoTag tag, uint32_t index, int fd)
 	return uint64_t(tag) << 56 | uint64_t(index & 0xffffff) << 32 | uint32_t(fd);
 }
 
-// Arms TIMER (a timerfd, if any) for monotonic AT_NS (UINT64_MAX: disarms it); ARMED
-// says for when it is armed once it is.
-void arm_timer(const UniqueFd &timer, uint64_t at_ns, uint64_t &armed)
-{
-	if (!timer.valid())
-		return;
-	itimerspec t{};
-	if (at_ns != UINT64_MAX) {
-		t.it_value.tv_sec = time_t(at_ns / 1'000'000'000);
-		t.it_value.tv_nsec = long(at_ns % 1'000'000'000);
-	}
-	if (::timerfd_settime(timer.get(), TFD_TIMER_ABSTIME, &t, nullptr) == 0)
-		armed = at_ns;
-}
-
 // What a process's exit is waited for with where it has no pidfd: a timer that polls
 // readable once the quarantine's grace period is over; none when it cannot be made.
 UniqueFd grace_timer()
@@ -121,34 +89,6 @@ UniqueFd grace_timer()
 	if (!timer.valid() || ::timerfd_settime(timer.get(), 0, &t, nullptr) < 0)
 		return UniqueFd();
 	return timer;
-}
-
-// SplitMix64's finalizer: a bijection that scatters consecutive inputs.
-uint64_t mix64(uint64_t x)
-{
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-	return x ^ (x >> 31);
-}
-
-// 64 random bits from the kernel; the clock and pid where it has none to give
-// (GRND_NONBLOCK: never waits for entropy at boot).
-uint64_t random_key()
-{
-	uint64_t key = 0;
-	if (::getrandom(&key, sizeof(key), GRND_NONBLOCK) != ssize_t(sizeof(key)))
-		key = mix64(monotonic_ns() ^ (uint64_t(::getpid()) << 32));
-	return key;
-}
-
-// Stream memory operations where the device has them, unless XMEM_CUDA_SYNC=cpu asks
-// for the CPU fallback (to compare the two, or to work around a driver).
-bool gpu_ordering_wanted(uint32_t device)
-{
-	const char *env = std::getenv("XMEM_CUDA_SYNC"); // NOLINT(concurrency-mt-unsafe): see system.hpp
-	if (env && std::string_view(env) == "cpu")
-		return false;
-	return device_has_stream_mem_ops(device);
 }
 
 } // namespace
@@ -169,26 +109,6 @@ Result<void> Publisher::set_format(std::string_view f)
 	seg.header->format_seq.store(pool_.format_seq, std::memory_order_relaxed);
 	seg.header->format_lock.fetch_add(1, std::memory_order_release);
 	return {};
-}
-
-bool Publisher::try_reclaim(uint32_t index, SlotState to)
-{
-	SlotRecord &slot = seg.slots[index];
-	uint32_t s = slot.state.load(std::memory_order_acquire);
-	if (s == kSlotFree)
-		return slot.state.compare_exchange_strong(s, to, std::memory_order_seq_cst);
-	if ((s != kSlotPublished && s != kSlotExclusive) || holders_of(slot) != 0)
-		return false;
-	if (!slot.state.compare_exchange_strong(s, kSlotReclaiming, std::memory_order_seq_cst))
-		return false;
-	// A consumer's get() sets its bit, then reads the state: after our CAS either we
-	// see its bit here, or it sees RECLAIMING/`to` and backs off.
-	if (holders_of(slot) == 0) {
-		slot.state.store(to, std::memory_order_seq_cst);
-		return true;
-	}
-	slot.state.store(s, std::memory_order_seq_cst);
-	return false;
 }
 
 // Sleeps until DONE() or DEADLINE. Consumers bump `progress` when they release a
@@ -543,124 +463,6 @@ bool Publisher::drop_oldest_frame(uint32_t c)
 	return false;
 }
 
-Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device)
-{
-	std::lock_guard growing(growth_lock);
-	return add_class(slot_size, count, storage, device, false);
-}
-
-Result<uint32_t> Publisher::add_class(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device,
-				      bool dynamic)
-{
-	const std::string where = pool_.where() + (dynamic ? ": growth" : ": preallocate");
-	if (count < 1)
-		return make_error(Errc::invalid_argument, where + ": a class has at least one slot");
-	if (slot_size == 0 || slot_size > kMaxSlotSize)
-		return make_error(Errc::invalid_argument, where + ": slot size " + std::to_string(slot_size) +
-								  " out of range 1.." + std::to_string(kMaxSlotSize));
-	if (storage != Storage::system && storage != Storage::cuda)
-		return make_error(Errc::invalid_argument,
-				  where + ": unknown storage type " + std::to_string(uint32_t(storage)));
-	if (storage == Storage::system && device != 0)
-		return make_error(Errc::invalid_argument, where + ": a device is only for CUDA storage");
-	const ClassRecord &first = seg.classes[0];
-	bool first_memory =
-		uint32_t(storage) == first.storage && (storage == Storage::system || device == first.device);
-	// The spill tier's copies (and a device pool's DeviceSpill) are of the first memory.
-	if (!first_memory && pool_.spill)
-		return make_error(Errc::invalid_argument, where + ": a pool with a spill tier holds one memory, its "
-								  "first class's");
-	if (shut.load(std::memory_order_acquire))
-		return make_error(Errc::closed, pool_.where() + " is closed");
-
-	std::lock_guard lock(pool_.classes_lock);
-	uint32_t n = pool_.classes_known.load(std::memory_order_relaxed);
-	// CUDA memory: its device found by UUID in other processes, and ordered by the
-	// DeviceSync of that device's first class here (each device's own, sharing the
-	// control segment's one registration: cuda/ordering.cpp).
-	DeviceUuid uuid{};
-	DeviceSync *sync = nullptr;
-	if (storage == Storage::cuda) {
-		auto id = device_uuid(device, where);
-		if (!id)
-			return id.error();
-		uuid = *id;
-		for (uint32_t c = 0; c < n && !sync; c++) {
-			const ClassRecord &other = seg.classes[c];
-			if (other.storage == XMEM_STORAGE_CUDA &&
-			    std::memcmp(other.device_uuid, uuid.data(), uuid.size()) == 0)
-				sync = pool_.classes[c].sync;
-		}
-	}
-	if (n == kMaxClasses)
-		return make_error(Errc::full, where + ": the pool has its maximum of " + std::to_string(kMaxClasses) +
-						      " size classes");
-	const PoolImpl::SlotClass &last = pool_.classes[n - 1];
-	uint32_t first_slot = last.first_slot + last.count;
-	uint32_t room = seg.slot_count - first_slot;
-	if (count > room)
-		return make_error(Errc::full, where + ": room for " + std::to_string(room) + " more slots of the " +
-						      std::to_string(seg.slot_count) +
-						      " the pool was created with (PoolConfig::max_slots)");
-	ArenaSpec spec{ pool_.name, storage, device, count, slot_size, seg.constants().mode };
-	spec.sparse = dynamic;
-	auto made = create_arena(spec);
-	if (!made)
-		return make_error(made.code(), where + ": " + made.error().message);
-	std::unique_ptr<Arena> memory = std::move(made.value());
-	if (storage == Storage::cuda && !sync) {
-		// The pool's first class of device memory: its device's GPU ordering, chosen as
-		// create() chooses a device pool's.
-		auto ordering = pool_.add_sync(*memory, gpu_ordering_wanted(device));
-		if (!ordering)
-			return make_error(ordering.code(), where + ": " + ordering.error().message);
-		sync = *ordering;
-	}
-
-	ClassRecord record{};
-	record.storage = uint32_t(storage);
-	record.device = storage == Storage::cuda ? device : 0;
-	std::memcpy(record.device_uuid, uuid.data(), sizeof(record.device_uuid));
-	record.device_kind = storage == Storage::cuda && is_mig_device(uuid) ? kDeviceMig : kDeviceGpu;
-	record.sync_mode = sync ? sync->mode() : kSyncNone;
-	record.first_slot = first_slot;
-	record.count = count;
-	record.slot_size = slot_size;
-	record.slot_stride = memory->slot_stride();
-	record.data_size = record.slot_stride * count;
-	seg.classes[n] = record;
-	for (uint32_t i = first_slot; i < first_slot + count; i++) {
-		// A record no process holds (UNUSED is never held): its words are reset, then
-		// it becomes free once the class is counted.
-		SlotRecord &slot = seg.slots[i];
-		for (auto &word : slot.holders)
-			word.store(0, std::memory_order_relaxed);
-		slot.index = i;
-		slot.offset = uint64_t{ i - first_slot } * record.slot_stride;
-		slot.meta = FrameMeta{};
-		slot.ticket_check.store(0, std::memory_order_relaxed);
-		slot.ticket_left.store(0, std::memory_order_relaxed);
-		// A dynamic class's slots stay UNUSED until grow() commits their memory.
-		slot.state.store(dynamic ? kSlotUnused : kSlotFree, std::memory_order_release);
-	}
-	pool_.class_arenas.push_back(std::move(memory));
-	pool_.add_class(n, record, pool_.class_arenas.back().get(), sync);
-	if (dynamic) {
-		dynamic_mask |= uint32_t{ 1 } << n;
-		seg.header->dynamic_classes.store(dynamic_mask, std::memory_order_release);
-	} else {
-		count_bytes(pool_.classes[n], int64_t(record.data_size));
-		if (committed)
-			for (uint32_t i = first_slot; i < first_slot + count; i++)
-				committed[i].store(true, std::memory_order_release);
-	}
-	seg.header->classes.store(n + 1, std::memory_order_release);
-	// An acquire() waiting for a slot may take one of these.
-	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
-	futex_wake_all(&seg.header->progress);
-	return n;
-}
-
 bool Publisher::in_classes(uint32_t index, uint32_t classes) const
 {
 	if (classes == kAllClasses)
@@ -699,20 +501,14 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		}
 		// A pool that grows makes a slot when no class holds SIZE (size 0 names the first
 		// class, which always holds it).
-		bool grows = cap_of(*memory) != 0 && size <= kMaxSlotSize;
+		bool grows = growth.cap_of(*memory) != 0 && size <= kMaxSlotSize;
 		if (fitting == 0 && grows && size != 0) {
-			if (auto made = grow(size, *memory))
+			if (auto made = growth.grow(size, *memory))
 				return claim(*made, pool_.classes[*pool_.class_of(*made)], stream, deadline);
-			std::string summary;
-			{
-				std::lock_guard lock(growth_lock);
-				summary = std::to_string(committed_bytes(*memory)) + " of " +
-					  std::to_string(cap_of(*memory)) + " bytes in use";
-			}
 			return make_error(Errc::full, pool_.where() + ": no room for a slot of " +
 							      std::to_string(size) + " bytes of " + memory_name() +
-							      " under the pool's memory cap (" + summary + ", " +
-							      growth_summary() + ")");
+							      " under the pool's memory cap (" +
+							      growth.full_reason(*memory) + ")");
 		}
 		if (fitting == 0)
 			return make_error(Errc::out_of_range,
@@ -728,9 +524,9 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		for (uint32_t k = 0; k < fitting; k++)
 			mask |= uint32_t{ 1 } << order[k];
 		// Tickets used up or expired give their slots back first.
-		if (live_tickets.load(std::memory_order_relaxed) != 0) {
+		if (tickets.any_live()) {
 			std::lock_guard lock(publish_lock);
-			end_tickets(false);
+			tickets.end(false);
 		}
 		for (uint32_t k = 0; k < fitting; k++) {
 			const PoolImpl::SlotClass &cls = pool_.classes[order[k]];
@@ -740,8 +536,7 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 				uint32_t i = cls.first_slot + (start + m) % cls.count;
 				// A dynamic slot whose memory is not committed is UNUSED, unless another
 				// process wrote its state: the owner's own count says.
-				if ((committed && !committed[i].load(std::memory_order_acquire)) ||
-				    !try_reclaim(i, kSlotWriting))
+				if (!growth.committed(i) || !owner::try_reclaim(seg.slots[i], kSlotWriting))
 					continue;
 				cursor.store(i - cls.first_slot + 1, std::memory_order_relaxed);
 				return claim(i, cls, stream, deadline);
@@ -749,7 +544,7 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 		}
 		// No free slot fits. A pool that grows makes one, within its cap.
 		if (grows)
-			if (auto made = grow(size ? size : pool_.classes[order[0]].slot_size, *memory))
+			if (auto made = growth.grow(size ? size : pool_.classes[order[0]].slot_size, *memory))
 				return claim(*made, pool_.classes[*pool_.class_of(*made)], stream, deadline);
 		// No free slot. Frames queued only for fifo-spill consumers move to the spill
 		// tier first (nobody loses a frame); then consumers that chose to lose queued
@@ -783,8 +578,7 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 			// A record whose memory is not committed is no slot, whatever its state says
 			// (another process may have written it): the scan above skips it too.
 			for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count && !free; i++)
-				free = (!committed || committed[i].load(std::memory_order_acquire)) &&
-				       slot_is_free(seg.slots[i]);
+				free = growth.committed(i) && slot_is_free(seg.slots[i]);
 		}
 		uint64_t now = monotonic_ns();
 		bool expired = !free && !in_flight && now >= deadline;
@@ -792,8 +586,8 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 			// A ticket's expiry frees its slot: wake for it (its last redemption bumps
 			// `progress`).
 			uint64_t until = in_flight ? std::max(deadline, now + kSpillWaitNs) : deadline;
-			if (live_tickets.load(std::memory_order_relaxed) != 0)
-				until = std::min(until, next_ticket_ns.load(std::memory_order_relaxed));
+			if (tickets.any_live())
+				until = std::min(until, tickets.next_expiry_ns());
 			futex_wait(&h->progress, seen, until);
 		}
 		h->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
@@ -805,6 +599,22 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 					(size ? " of " + std::to_string(size) + " bytes or more" : std::string()) +
 					" are held)");
 	}
+}
+
+Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device)
+{
+	return growth.preallocate(slot_size, count, storage, device);
+}
+
+void Publisher::trim_idle()
+{
+	// Tickets used up give their slots back first (as an acquire has them do), so a
+	// redeemed ticket's slot is trimmed at the next tick, not at the ticket's TTL.
+	if (tickets.any_live()) {
+		std::lock_guard lock(publish_lock);
+		tickets.end(false);
+	}
+	growth.trim_idle();
 }
 
 Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls, void *stream, uint64_t deadline)
@@ -823,8 +633,7 @@ Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls,
 		seg.slots[i].holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
 		pool_.local_refs[i] = 1;
 	}
-	if (last_used)
-		last_used[i].store(monotonic_ns(), std::memory_order_relaxed);
+	growth.used(i);
 	FrameMeta &m0 = seg.slots[i].meta;
 	m0 = FrameMeta{};
 	m0.index = i;
@@ -833,200 +642,6 @@ Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls,
 	m0.pts = m0.dts = m0.duration = XMEM_NONE;
 	seg.slots[i].side_data_size = 0;
 	return pool_.make_guard(i, true);
-}
-
-void Publisher::count_system_bytes(int64_t bytes)
-{
-	system_committed += uint64_t(bytes);
-	seg.header->system_bytes.store(system_committed, std::memory_order_relaxed);
-}
-
-void Publisher::count_bytes(const PoolImpl::SlotClass &cls, int64_t bytes)
-{
-	if (cls.arena->storage() == Storage::system)
-		return count_system_bytes(bytes);
-	device_committed[cls.arena->device()] += uint64_t(bytes);
-	seg.header->device_bytes.fetch_add(uint64_t(bytes), std::memory_order_relaxed);
-}
-
-uint64_t Publisher::cap_of(Memory memory) const
-{
-	return memory.storage == Storage::system ? memory_cap : device_memory_cap;
-}
-
-uint64_t Publisher::committed_bytes(Memory memory) const
-{
-	if (memory.storage == Storage::system)
-		return system_committed;
-	auto it = device_committed.find(memory.device);
-	return it == device_committed.end() ? 0 : it->second;
-}
-
-std::string Publisher::growth_summary() const
-{
-	const ControlHeader *h = seg.header;
-	return std::to_string(h->dynamic_slots.load(std::memory_order_relaxed)) + " slots made on demand";
-}
-
-std::optional<uint32_t> Publisher::grow(uint64_t size, Memory memory)
-{
-	uint64_t slot_size = dynamic_slot_size(size);
-	std::lock_guard lock(growth_lock);
-	if (shut.load(std::memory_order_acquire))
-		return std::nullopt;
-	uint64_t cap = cap_of(memory);
-	// A record of a dynamic class of that size and memory whose memory is not committed;
-	// or a new dynamic class's first record.
-	auto spare = [&]() -> std::optional<uint32_t> {
-		uint32_t dynamic = dynamic_mask;
-		uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
-		for (uint32_t c = 0; c < n; c++) {
-			const PoolImpl::SlotClass &cls = pool_.classes[c];
-			if (!((dynamic >> c) & 1) || cls.slot_size != slot_size || !memory.holds(*cls.arena))
-				continue;
-			for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
-				if (!committed[i].load(std::memory_order_relaxed))
-					return i;
-		}
-		return std::nullopt;
-	};
-	auto refused = [&] {
-		seg.header->growth_refused.fetch_add(1, std::memory_order_relaxed);
-		return std::nullopt;
-	};
-	// A slot the cap could never hold makes no class.
-	if (slot_size > cap)
-		return refused();
-	std::optional<uint32_t> index = spare();
-	if (!index) {
-		// Records for no more slots than the cap could hold at once.
-		uint32_t room = seg.slot_count - pool_.slots_end();
-		uint32_t count = uint32_t(std::min<uint64_t>({ kDynamicClassSlots, room, cap / slot_size }));
-		if (count == 0)
-			return refused();
-		auto made = add_class(slot_size, count, memory.storage, memory.device, true);
-		if (!made)
-			return refused();
-		index = pool_.classes[*made].first_slot;
-	}
-	uint32_t i = *index;
-	const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
-	// A device slot's memory is whole allocations of the device's granularity: one the cap
-	// could never hold is refused as above.
-	if (cls.slot_stride > cap)
-		return refused();
-	// Room under the cap: the free dynamic slots of this memory used least recently give
-	// theirs back.
-	while (committed_bytes(memory) + cls.slot_stride > cap)
-		if (!trim_one(UINT64_MAX, memory))
-			return refused();
-	SlotRecord &slot = seg.slots[i];
-	// The offset as the class lays it out: the record's copy is another process's to write.
-	uint64_t offset = uint64_t{ i - cls.first_slot } * cls.slot_stride;
-	if (!const_cast<Arena *>(cls.arena)->commit(offset, cls.slot_stride))
-		return refused();
-	if (cls.arena->maps_per_slot()) {
-		// New memory: consumers that mapped the slot's earlier memory map this one.
-		memory_gen[i] = ++memory_gens ? memory_gens : ++memory_gens;
-		slot.memory_gen.store(memory_gen[i], std::memory_order_relaxed);
-	}
-	committed[i].store(true, std::memory_order_release);
-	count_bytes(cls, int64_t(cls.slot_stride));
-	seg.header->dynamic_slots.fetch_add(1, std::memory_order_relaxed);
-	seg.header->dynamic_bytes.fetch_add(cls.slot_stride, std::memory_order_relaxed);
-	seg.header->grown.fetch_add(1, std::memory_order_relaxed);
-	// Its last use is stamped by claim(), which the caller makes next.
-	arm_trim_timer(monotonic_ns() + trim_idle_ns);
-	// Only this owner moves a record out of UNUSED; consumers read nothing in it.
-	slot.state.store(kSlotWriting, std::memory_order_seq_cst);
-	return i;
-}
-
-template<typename Visit>
-void Publisher::for_each_dynamic_slot(Visit visit)
-{
-	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
-	for (uint32_t c = 0; c < n; c++) {
-		if (!((dynamic_mask >> c) & 1))
-			continue;
-		const PoolImpl::SlotClass &cls = pool_.classes[c];
-		for (uint32_t i = cls.first_slot; i < cls.first_slot + cls.count; i++)
-			if (committed[i].load(std::memory_order_relaxed))
-				visit(i, last_used[i].load(std::memory_order_relaxed));
-	}
-}
-
-bool Publisher::trim_one(uint64_t used_before, std::optional<Memory> memory)
-{
-	// The free dynamic slots last used before USED_BEFORE, least recently used first.
-	std::vector<std::pair<uint64_t, uint32_t>> idle;
-	for_each_dynamic_slot([&](uint32_t i, uint64_t used) {
-		if (used < used_before && slot_is_free(seg.slots[i]) &&
-		    (!memory || memory->holds(*pool_.classes[*pool_.class_of(i)].arena)))
-			idle.emplace_back(used, i);
-	});
-	std::sort(idle.begin(), idle.end());
-	for (auto [used, i] : idle) {
-		// WRITING, as for an acquire: a consumer's get() that set its bit meanwhile sees
-		// it and backs off, and no acquire takes the slot.
-		if (!try_reclaim(i, kSlotWriting))
-			continue;
-		const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(i)];
-		SlotRecord &slot = seg.slots[i];
-		// A device slot's last frame: its writes and every consumer's reads are over (its
-		// ready and done words, looked at without waiting), or it keeps its memory.
-		bool idle_now = !cls.sync || cls.sync->wait_done(i, slot.meta.seq, nullptr, 0).ok();
-		uint64_t offset = uint64_t{ i - cls.first_slot } * cls.slot_stride;
-		if (!idle_now || !const_cast<Arena *>(cls.arena)->decommit(offset, cls.slot_stride)) {
-			slot.state.store(kSlotFree, std::memory_order_seq_cst);
-			continue;
-		}
-		slot.meta = FrameMeta{};
-		slot.side_data_size = 0;
-		slot.ticket_check.store(0, std::memory_order_relaxed);
-		slot.ticket_left.store(0, std::memory_order_relaxed);
-		// No memory: consumers that mapped the slot's let it go (Subscriber::unmap_trimmed).
-		if (cls.arena->maps_per_slot()) {
-			memory_gen[i] = 0;
-			slot.memory_gen.store(0, std::memory_order_relaxed);
-		}
-		committed[i].store(false, std::memory_order_release);
-		slot.state.store(kSlotUnused, std::memory_order_seq_cst);
-		count_bytes(cls, -int64_t(cls.slot_stride));
-		seg.header->dynamic_slots.fetch_sub(1, std::memory_order_relaxed);
-		seg.header->dynamic_bytes.fetch_sub(cls.slot_stride, std::memory_order_relaxed);
-		seg.header->trimmed.fetch_add(1, std::memory_order_relaxed);
-		return true;
-	}
-	return false;
-}
-
-void Publisher::trim_idle()
-{
-	// Tickets used up give their slots back first (as an acquire has them do), so a
-	// redeemed ticket's slot is trimmed at the next tick, not at the ticket's TTL.
-	if (live_tickets.load(std::memory_order_relaxed) != 0) {
-		std::lock_guard lock(publish_lock);
-		end_tickets(false);
-	}
-	std::lock_guard lock(growth_lock);
-	uint64_t now = monotonic_ns();
-	while (trim_one(now - std::min(now, trim_idle_ns))) {
-	}
-	// Next: when the dynamic slot used least recently of those left has been idle long
-	// enough (one still held: a trim_idle_ns from now).
-	uint64_t next = UINT64_MAX;
-	for_each_dynamic_slot([&](uint32_t, uint64_t used) {
-		next = std::min(next, std::max(used + trim_idle_ns, now + trim_idle_ns / 4));
-	});
-	trim_timer_ns = UINT64_MAX; // it fired
-	arm_trim_timer(next);
-}
-
-void Publisher::arm_trim_timer(uint64_t at_ns)
-{
-	if (at_ns < trim_timer_ns)
-		arm_timer(trim_timer, at_ns, trim_timer_ns);
 }
 
 std::optional<uint32_t> Publisher::take_head(uint32_t c)
@@ -1365,11 +980,7 @@ Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptio
 		return make_error(Errc::invalid_argument, pool_.where() + ": a ticket for 0 redemptions");
 	if (ttl_ns <= 0)
 		return make_error(Errc::invalid_argument, pool_.where() + ": a ticket's time to live must be positive");
-	// Unpredictable and never 0: a ticket of another pool or of an earlier frame of this
-	// slot does not match by chance.
-	uint64_t check = 0;
-	while (check == 0)
-		check = mix64(ticket_key + ticket_count.fetch_add(1, std::memory_order_relaxed) + 1);
+	uint64_t check = tickets.draw_check();
 	std::unique_lock lock(publish_lock, std::defer_lock);
 	auto seq = put_out(g, stream, lock, check, redemptions, origin);
 	if (!seq) {
@@ -1380,45 +991,8 @@ Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptio
 	// releasing it.
 	uint32_t index = g.index_;
 	g.pool_.reset();
-	uint64_t deadline = deadline_after(ttl_ns);
-	tickets.push_back({ index, deadline });
-	uint64_t next = std::min(next_ticket_ns.load(std::memory_order_relaxed), deadline);
-	next_ticket_ns.store(next, std::memory_order_relaxed);
-	arm_ticket_timer(next);
-	live_tickets.fetch_add(1, std::memory_order_relaxed);
-	seg.header->tickets_issued.fetch_add(1, std::memory_order_relaxed);
-	seg.header->tickets_live.fetch_add(1, std::memory_order_relaxed);
+	tickets.add(index, deadline_after(ttl_ns));
 	return Ticket{ index, *seq, check };
-}
-
-void Publisher::end_tickets(bool all)
-{
-	uint64_t now = monotonic_ns(), next = UINT64_MAX;
-	for (auto it = tickets.begin(); it != tickets.end();) {
-		SlotRecord &slot = seg.slots[it->slot];
-		if (!all && now < it->deadline_ns && slot.ticket_left.load(std::memory_order_seq_cst) != 0) {
-			next = std::min(next, it->deadline_ns);
-			++it;
-			continue;
-		}
-		// Left to 0 first: a redeemer's CAS fails from here on, and one that made its
-		// redemption before holds the slot by its own bit.
-		if (slot.ticket_left.exchange(0, std::memory_order_seq_cst) != 0)
-			seg.header->tickets_expired.fetch_add(1, std::memory_order_relaxed);
-		slot.ticket_check.store(0, std::memory_order_seq_cst);
-		(void)pool_.release(it->slot, nullptr, false);
-		seg.header->tickets_live.fetch_sub(1, std::memory_order_relaxed);
-		live_tickets.fetch_sub(1, std::memory_order_relaxed);
-		it = tickets.erase(it);
-	}
-	next_ticket_ns.store(next, std::memory_order_relaxed);
-	arm_ticket_timer(next);
-}
-
-void Publisher::arm_ticket_timer(uint64_t at_ns)
-{
-	if (at_ns != ticket_timer_ns)
-		arm_timer(ticket_timer, at_ns, ticket_timer_ns);
 }
 
 void Publisher::spill_loop()
@@ -1507,7 +1081,7 @@ void Publisher::shutdown()
 		std::lock_guard lock(publish_lock);
 		// Tickets end with the pool: redemptions from here on are refused.
 		if (seg.header)
-			end_tickets(true);
+			tickets.end(true);
 		if (seg.header) {
 			seg.header->state.store(kPoolClosed, std::memory_order_seq_cst);
 			// Wake this process's own threads waiting in acquire() or publish().
@@ -1567,9 +1141,9 @@ void Publisher::io_loop()
 				// An owner that acquires nothing still ends its tickets on time.
 				uint64_t expirations;
 				[[maybe_unused]] ssize_t r =
-					::read(ticket_timer.get(), &expirations, sizeof(expirations));
+					::read(tickets.timer().get(), &expirations, sizeof(expirations));
 				std::lock_guard lock(publish_lock);
-				end_tickets(false);
+				tickets.end(false);
 				break;
 			}
 			case IoTag::guest:
@@ -1578,7 +1152,7 @@ void Publisher::io_loop()
 			case IoTag::trim: {
 				uint64_t expirations;
 				[[maybe_unused]] ssize_t r =
-					::read(trim_timer.get(), &expirations, sizeof(expirations));
+					::read(growth.timer().get(), &expirations, sizeof(expirations));
 				trim_idle();
 				break;
 			}
@@ -1706,7 +1280,7 @@ void Publisher::handle_hello(int fd)
 	if (hello->role == protocol::PeerRole::slot) {
 		if (!msg->fds.empty())
 			return reject(make_error(Errc::invalid_argument, "a slot's import sends no file descriptors"));
-		return send_slot(conn.get(), hello->class_index);
+		return growth.send_slot(conn.get(), hello->class_index);
 	}
 	if (hello->role == protocol::PeerRole::producer)
 		return admit_guest(std::move(conn), *hello, *cred, msg->fds);
@@ -1778,38 +1352,6 @@ void Publisher::send_class(int conn, uint32_t index)
 	}
 	protocol::Welcome w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), size, 0, "");
 	(void)rendezvous::send_welcome(conn, w, -1, fds);
-}
-
-void Publisher::send_slot(int conn, uint32_t index)
-{
-	int fd = -1;
-	uint64_t stride = 0;
-	uint32_t gen = 0;
-	std::string refused;
-	{
-		// Under growth_lock: no trim or commit of the slot meanwhile, so the fd is the
-		// memory of generation GEN until the Welcome is sent.
-		std::lock_guard lock(growth_lock);
-		auto c = index < seg.slot_count ? pool_.class_of(index) : std::nullopt;
-		const PoolImpl::SlotClass *cls = c ? &pool_.classes[*c] : nullptr;
-		if (!cls || !cls->arena->maps_per_slot())
-			refused = "slot " + std::to_string(index) + " is no dynamic slot of device memory";
-		else if (!committed[index].load(std::memory_order_relaxed))
-			refused = "slot " + std::to_string(index) + " has no memory now";
-		else if (auto got = cls->arena->slot_fd(uint64_t{ index - cls->first_slot } * cls->slot_stride))
-			fd = *got, stride = cls->slot_stride, gen = memory_gen[index];
-		else
-			refused = got.error().message;
-		if (fd >= 0) {
-			// The memory's generation goes as the Welcome's format_seq.
-			protocol::Welcome w =
-				protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), stride, gen, "");
-			(void)rendezvous::send_welcome(conn, w, -1, { fd });
-			return;
-		}
-	}
-	protocol::Reject r = protocol::make_reject(XMEM_EINVAL, refused);
-	(void)rendezvous::send_message(conn, &r, sizeof(r), nullptr, 0);
 }
 
 void Publisher::admit_guest(UniqueFd conn, const protocol::Hello &hello, const PeerCredentials &cred,
@@ -2081,7 +1623,7 @@ void Publisher::reap(uint32_t c)
 			uint64_t old =
 				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 			if (old & holder_mask(bit))
-				try_reclaim(i, kSlotFree);
+				owner::try_reclaim(seg.slots[i], kSlotFree);
 		}
 		// Its spilled frames: their buffers go back once no other consumer holds them.
 		if (pool_.spill) {
@@ -2148,7 +1690,7 @@ void Publisher::end_quarantine(uint32_t c)
 			uint64_t old =
 				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
 			if (old & holder_mask(bit))
-				try_reclaim(i, kSlotFree);
+				owner::try_reclaim(seg.slots[i], kSlotFree);
 		}
 		for (UniqueFd *fd : { &consumer_pidfd[c], &consumer_grace[c] }) {
 			if (fd->valid())
@@ -2161,73 +1703,7 @@ void Publisher::end_quarantine(uint32_t c)
 	futex_wake_all(&seg.header->progress);
 }
 
-namespace {
-
-Result<void> validate_config(const std::string &where, const PoolConfig &config)
-{
-	if (config.slot_count < 1 || config.slot_count > XMEM_MAX_SLOTS)
-		return make_error(Errc::invalid_argument, where + ": slot count " + std::to_string(config.slot_count) +
-								  " out of range 1.." + std::to_string(XMEM_MAX_SLOTS));
-	if (config.slot_size == 0 || config.slot_size > kMaxSlotSize)
-		return make_error(Errc::invalid_argument, where + ": slot size " + std::to_string(config.slot_size) +
-								  " out of range 1.." + std::to_string(kMaxSlotSize));
-	if (config.max_consumers < 1 || config.max_consumers > XMEM_MAX_CONSUMERS)
-		return make_error(Errc::invalid_argument,
-				  where + ": max consumers " + std::to_string(config.max_consumers) +
-					  " out of range 1.." + std::to_string(XMEM_MAX_CONSUMERS));
-	if (!policy_name(config.policy))
-		return make_error(Errc::invalid_argument,
-				  where + ": unknown policy " + std::to_string(int(config.policy)));
-	if (config.policy == Policy::fifo_spill && config.spill_bytes == 0)
-		return make_error(Errc::invalid_argument,
-				  where + ": the fifo-spill policy needs a spill tier (a spill size)");
-	if (config.storage != Storage::system && config.storage != Storage::cuda)
-		return make_error(Errc::invalid_argument,
-				  where + ": unknown storage type " + std::to_string(uint32_t(config.storage)));
-	if (config.storage == Storage::system && config.device != 0)
-		return make_error(Errc::invalid_argument, where + ": a device is only for CUDA storage");
-	if (config.mode & ~0777u)
-		return make_error(Errc::invalid_argument, where + ": mode must be within 0777");
-	if ((config.mode & 0600) != 0600)
-		return make_error(Errc::invalid_argument, where + ": mode must give the owner read and write (0600)");
-	if (config.block_timeout.count() < 0)
-		return make_error(Errc::invalid_argument, where + ": negative block timeout");
-	if (config.producer.size() >= XMEM_PRODUCER_MAX)
-		return make_error(Errc::invalid_argument, where + ": producer name longer than " +
-								  std::to_string(XMEM_PRODUCER_MAX - 1) + " bytes");
-	if (config.spill_bytes > (uint64_t{ 1 } << 44))
-		return make_error(Errc::invalid_argument, where + ": spill size over 16 TiB");
-	if (config.spill_frames > kMaxSpillFrames)
-		return make_error(Errc::invalid_argument,
-				  where + ": spill frames " + std::to_string(config.spill_frames) +
-					  " out of range 0.." + std::to_string(kMaxSpillFrames));
-	if (config.spill_frames && !config.spill_bytes)
-		return make_error(Errc::invalid_argument, where + ": spill frames without a spill size");
-	if (config.trim_idle.count() < 0)
-		return make_error(Errc::invalid_argument, where + ": negative trim idle time");
-	if (config.trim_idle.count() && !config.memory_cap && !config.device_memory_cap)
-		return make_error(Errc::invalid_argument, where + ": a trim idle time without a memory cap");
-	uint64_t stride = round_up(config.slot_size, 4096);
-	if (stride * config.slot_count / config.slot_count != stride)
-		return make_error(Errc::invalid_argument, where + ": slots too large");
-	if (config.max_slots && (config.max_slots < config.slot_count || config.max_slots > XMEM_MAX_SLOTS))
-		return make_error(Errc::invalid_argument, where + ": max slots " + std::to_string(config.max_slots) +
-								  " out of range " + std::to_string(config.slot_count) +
-								  ".." + std::to_string(XMEM_MAX_SLOTS));
-	return {};
-}
-
-// Slot records a pool of CONFIG reserves: its first class's and room for later classes.
-uint32_t slot_records(const PoolConfig &config)
-{
-	if (config.max_slots)
-		return config.max_slots;
-	return std::min<uint32_t>(config.slot_count + kDefaultSpareSlots, XMEM_MAX_SLOTS);
-}
-
-} // namespace
-
-Publisher::Publisher(PoolImpl &pool) : pool_(pool), seg(pool.seg), ticket_key(random_key())
+Publisher::Publisher(PoolImpl &pool) : pool_(pool), seg(pool.seg)
 {
 }
 
@@ -2242,7 +1718,7 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	impl->role = Role::owner;
 	impl->name = std::string(name);
 	impl->path = std::move(path);
-	auto valid = validate_config(impl->where(), config);
+	auto valid = owner::validate_config(impl->where(), config);
 	if (!valid)
 		return valid.error();
 	auto claimed = rendezvous::claim(impl->path, config.mode, config.group);
@@ -2259,7 +1735,7 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	impl->arena = std::move(arena.value());
 
 	SegmentParams params;
-	params.slot_count = slot_records(config);
+	params.slot_count = owner::slot_records(config);
 	params.first_class_slots = config.slot_count;
 	params.max_consumers = config.max_consumers;
 	params.slot_size = config.slot_size;
@@ -2340,24 +1816,8 @@ Result<void> Publisher::start(const PoolConfig &config)
 	config_gid = config.group ? gid_t(*config.group) : ::getegid();
 	std::memcpy(config_producer, seg.header->producer, sizeof(config_producer));
 	owner_pid = seg.constants().owner_pid;
-	// Growth on demand: the owner's own copies; the header's are for peers to read.
-	memory_cap = config.memory_cap;
-	device_memory_cap = config.device_memory_cap;
-	trim_idle_ns = config.trim_idle.count() ? uint64_t(config.trim_idle.count()) * 1'000'000 : kDefaultTrimIdleNs;
-	if (memory_cap || device_memory_cap) {
-		last_used = std::make_unique<std::atomic<uint64_t>[]>(seg.slot_count);
-		committed = std::make_unique<std::atomic<bool>[]>(seg.slot_count);
-		memory_gen = std::make_unique<uint32_t[]>(seg.slot_count);
-		for (uint32_t i = 0; i < seg.constants().first_class_slots; i++)
-			committed[i].store(true, std::memory_order_relaxed);
-		seg.header->memory_cap = memory_cap;
-		seg.header->device_memory_cap = device_memory_cap;
-		seg.header->trim_idle_ns = trim_idle_ns;
-	}
-	{
-		std::lock_guard lock(growth_lock);
-		count_bytes(pool_.classes[0], int64_t(seg.constants().data_size));
-	}
+	if (auto grown = growth.start(config); !grown)
+		return grown.error();
 	served.assign(seg.max_consumers, Served{});
 	spill_seqs.assign(pool_.spill ? pool_.spill->frames() : 0, 0);
 	consumer_generation.assign(seg.max_consumers, 0);
@@ -2372,11 +1832,9 @@ Result<void> Publisher::start(const PoolConfig &config)
 
 	io_epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 	io_stop = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-	ticket_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-	bool grows = config.memory_cap || config.device_memory_cap;
-	if (grows)
-		trim_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-	if (!io_epoll.valid() || !io_stop.valid() || !ticket_timer.valid() || (grows && !trim_timer.valid()))
+	if (auto timer = tickets.start(); !timer)
+		return timer.error();
+	if (!io_epoll.valid() || !io_stop.valid())
 		return errno_error(pool_.where() + ": epoll/eventfd/timerfd");
 	epoll_event ev{};
 	ev.events = EPOLLIN;
@@ -2386,12 +1844,12 @@ Result<void> Publisher::start(const PoolConfig &config)
 	ev.data.u64 = io_data(IoTag::stop, 0, io_stop.get());
 	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, io_stop.get(), &ev) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
-	ev.data.u64 = io_data(IoTag::tickets, 0, ticket_timer.get());
-	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, ticket_timer.get(), &ev) < 0)
+	ev.data.u64 = io_data(IoTag::tickets, 0, tickets.timer().get());
+	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, tickets.timer().get(), &ev) < 0)
 		return errno_error(pool_.where() + ": epoll_ctl");
-	if (trim_timer.valid()) {
-		ev.data.u64 = io_data(IoTag::trim, 0, trim_timer.get());
-		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, trim_timer.get(), &ev) < 0)
+	if (growth.timer().valid()) {
+		ev.data.u64 = io_data(IoTag::trim, 0, growth.timer().get());
+		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, growth.timer().get(), &ev) < 0)
 			return errno_error(pool_.where() + ": epoll_ctl");
 	}
 	// The threads touch only this Publisher, which shutdown() outlives by joining them.

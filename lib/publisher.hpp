@@ -3,6 +3,8 @@
 #pragma once
 
 #include "identity.hpp"
+#include "owner/growth.hpp"
+#include "owner/tickets.hpp"
 #include "pool_impl.hpp"
 #include "protocol.hpp"
 #include "rendezvous.hpp"
@@ -57,17 +59,7 @@ public:
 	Publisher(const Publisher &) = delete;
 	Publisher &operator=(const Publisher &) = delete;
 
-	// Where a slot's bytes live: system memory (device 0), or CUDA device DEVICE's (the
-	// owner's ordinal).
-	struct Memory {
-		Storage storage = Storage::system;
-		uint32_t device = 0;
-		// Whether ARENA is of this memory.
-		bool holds(const Arena &arena) const
-		{
-			return arena.storage() == storage && (storage == Storage::system || arena.device() == device);
-		}
-	};
+	using Memory = owner::Memory;
 	// A free slot of SIZE bytes or more, of the smallest class of MEMORY (none: the first
 	// class's) that has one; SIZE 0: of the first class (BufferPool::acquire).
 	Result<BufferGuard> acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream);
@@ -90,35 +82,9 @@ private:
 	// its metadata reset: a writable guard once its device slot's GPU reads are done
 	// (STREAM waits).
 	Result<BufferGuard> claim(uint32_t i, const PoolImpl::SlotClass &cls, void *stream, uint64_t deadline);
-	// Adds a size class (preallocate(); DYNAMIC: grow()'s, its memory sparse and its
-	// records UNUSED). growth_lock held.
-	Result<uint32_t> add_class(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device, bool dynamic);
-	// Growth on demand (PoolConfig::memory_cap, device_memory_cap; docs/design.md, "Growth
-	// on demand"): a slot of SIZE bytes or more of MEMORY, a dynamic class's whose memory
-	// was not committed (a new dynamic class's first), committed within that memory's cap
-	// once free dynamic slots of it made room, least recently used first. WRITING, not yet
-	// held (claim()); none when the cap, the pool's records or the system leave no room.
-	std::optional<uint32_t> grow(uint64_t size, Memory memory);
-	// The cap of MEMORY (0: it does not grow), and its committed bytes now (growth_lock).
-	uint64_t cap_of(Memory memory) const;
-	uint64_t committed_bytes(Memory memory) const;
-	// growth_lock held: VISIT(slot, last used) for each dynamic slot whose memory is
-	// committed.
-	template<typename Visit>
-	void for_each_dynamic_slot(Visit visit);
-	// growth_lock held: the free dynamic slot used least recently (and before USED_BEFORE;
-	// of MEMORY when given) gives its memory back, its record UNUSED again; false when
-	// there is none. A device slot's GPU work must be over (its done words): one whose
-	// consumers' reads are still queued stays.
-	bool trim_one(uint64_t used_before, std::optional<Memory> memory = std::nullopt);
-	// The I/O thread's trim timer fired: free dynamic slots not acquired for trim_idle_ns
-	// give their memory back; the timer is armed for the next that may.
+	// The I/O thread's trim timer fired: tickets used up end, then idle dynamic slots
+	// give their memory back (Growth::trim_idle).
 	void trim_idle();
-	void arm_trim_timer(uint64_t at_ns); // growth_lock held
-	void count_system_bytes(int64_t bytes); // growth_lock held
-	void count_bytes(const PoolImpl::SlotClass &cls, int64_t bytes); // growth_lock held
-	std::string growth_summary() const;
-	bool try_reclaim(uint32_t index, layout::SlotState to);
 	// Claims the entry at consumer C's head as its consumer's take_entry() does: what it
 	// held; none when the queue is empty (or garbage: then C is hung up on).
 	std::optional<uint32_t> take_head(uint32_t c);
@@ -176,13 +142,6 @@ private:
 	// returns the frame's sequence number, LOCK held; the owner's reference stays.
 	Result<uint64_t> put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
 				 uint64_t ticket_check, uint32_t redemptions, const Origin &origin);
-	// Tickets whose redemptions are all made or whose time is up (ALL: every one, at
-	// close) end: their redemptions left are refused and the owner's hold on their slots
-	// goes. publish_lock held.
-	void end_tickets(bool all);
-	// The I/O thread's timer for the next ticket's expiry, set to AT_NS (UINT64_MAX:
-	// disarmed) unless it is already. publish_lock held.
-	void arm_ticket_timer(uint64_t at_ns);
 	// Which consumers get frame SEQ now, applying the policy to full queues; never EXCEPT.
 	uint32_t choose_targets(uint32_t *targets, uint64_t *masks, uint32_t except);
 
@@ -240,6 +199,9 @@ private:
 	// Set once by shutdown() (release), read by acquire's and publish's waits
 	// (acquire): they stop waiting. Nothing else is published through it.
 	std::atomic<bool> shut{ false };
+	// The classes and growth on demand: their own state and lock (growth_lock, taken
+	// before the pool's classes_lock, with no lock of this class held).
+	owner::Growth growth{ pool_, shut };
 	// Guards the consumer set (active, connections, eventfds) against publish and
 	// the drop/EOS paths, and the owner's writes of the pool's format. Held during a
 	// block-policy wait, which is bounded by block_timeout and cut short when the
@@ -298,43 +260,9 @@ private:
 	uint64_t last_spill_ns = 0; // under publish_lock
 	bool spill_untrimmed = false; // freed buffers' pages are kept; under publish_lock
 	uint64_t published_count = 0; // under publish_lock
-	// Live tickets, under publish_lock: the slot each holds and when it expires. Their
-	// count and the earliest expiry, for acquire() to look at without the lock.
-	struct LiveTicket {
-		uint32_t slot;
-		uint64_t deadline_ns;
-	};
-	std::vector<LiveTicket> tickets;
-	std::atomic<uint32_t> live_tickets{ 0 };
-	std::atomic<uint64_t> next_ticket_ns{ UINT64_MAX };
-	UniqueFd ticket_timer; // polled by the I/O thread
-	uint64_t ticket_timer_ns = UINT64_MAX; // what it is armed for, under publish_lock
-	// Check words: a key drawn at create, mixed with a count (any publishing thread).
-	uint64_t ticket_key = 0;
-	std::atomic<uint64_t> ticket_count{ 0 };
+	// Frame tickets: their list and timer under publish_lock.
+	owner::Tickets tickets{ pool_ };
 	uint32_t owner_pid = 0; // getpid() at create, not a syscall per frame
-	// Growth on demand. Serialises adding classes, committing and trimming slots' memory
-	// and its count. Lock order: growth_lock, then the pool's classes_lock; acquire()
-	// takes it with no other lock held.
-	std::mutex growth_lock;
-	uint64_t memory_cap = 0; // 0: system memory does not grow
-	uint64_t device_memory_cap = 0; // of each device; 0: device memory does not grow
-	uint64_t trim_idle_ns = 0;
-	uint64_t system_committed = 0; // the system memory of every class's committed slots
-	std::map<uint32_t, uint64_t> device_committed; // by device: its memory's, likewise
-	// Pools that grow only, by slot record: when it was last acquired (monotonic ns), for
-	// the trims; whether its memory is committed (a preallocated class's always). The
-	// owner's own account: the segment's states and dynamic_classes are for peers, which
-	// could write them (a slot made FREE without memory, a preallocated class trimmed).
-	std::unique_ptr<std::atomic<uint64_t>[]> last_used;
-	std::unique_ptr<std::atomic<bool>[]> committed;
-	// Dynamic device slots: the generation of the memory committed now (the record's
-	// memory_gen is a copy), counted by memory_gens. Under growth_lock.
-	std::unique_ptr<uint32_t[]> memory_gen;
-	uint32_t memory_gens = 0;
-	uint32_t dynamic_mask = 0; // the classes grow() made (bit c: class c), under growth_lock
-	UniqueFd trim_timer; // polled by the I/O thread
-	uint64_t trim_timer_ns = UINT64_MAX; // what it is armed for, under growth_lock
 };
 
 } // namespace xmem
