@@ -49,22 +49,11 @@ enum class IoTag : uint32_t {
 	trim = 9, // dynamic slots idle long enough give their memory back
 };
 
-// How long the spill tier keeps the pages of freed buffers after its last spill: a
-// consumer that stalls again soon finds them mapped (a first touch costs more than
-// the copy), an idle tier gives them back.
-constexpr uint64_t kSpillTrimNs = 5'000'000'000;
-
-// Free slots the spill thread keeps for the producer's next acquire (system pools with
-// fifo-spill consumers): one, the frame the producer is about to write.
-constexpr uint32_t kSpillReserve = 1;
-constexpr int64_t kSpillAheadTimeoutNs = 1'000'000'000;
 // How long an acquire whose time is up still waits, each time, for a spill in flight.
 constexpr uint64_t kSpillWaitNs = 50'000'000;
 // How long close waits for the GPU writes it queued (ready words, spill copies) before it
 // hangs up on its consumers.
 constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
-// How much of the tier one piece of a trim punches, publish_lock held.
-constexpr uint64_t kSpillTrimChunk = 16 << 20;
 
 // How long a quarantined consumer whose process this owner cannot watch (another PID
 // namespace, no pidfd) keeps its record and write-held slots: a grace period, not a
@@ -109,366 +98,6 @@ Result<void> Publisher::set_format(std::string_view f)
 	seg.header->format_seq.store(pool_.format_seq, std::memory_order_relaxed);
 	seg.header->format_lock.fetch_add(1, std::memory_order_release);
 	return {};
-}
-
-// Sleeps until DONE() or DEADLINE. Consumers bump `progress` when they release a
-// slot or take a frame while the owner waits; the reaper bumps it too.
-template<typename Done>
-static bool wait_for_progress(ControlHeader *header, Done done, uint64_t deadline_ns)
-{
-	for (;;) {
-		if (done())
-			return true;
-		if (monotonic_ns() >= deadline_ns)
-			return false;
-		header->owner_waiting.fetch_add(1, std::memory_order_seq_cst);
-		uint32_t seen = header->progress.load(std::memory_order_seq_cst);
-		if (done()) {
-			header->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
-			return true;
-		}
-		futex_wait(&header->progress, seen, deadline_ns);
-		header->owner_waiting.fetch_sub(1, std::memory_order_seq_cst);
-	}
-}
-
-// The spill tier (docs/design.md, "The spill tier")
-
-void Publisher::collect_spill()
-{
-	if (!pool_.spill)
-		return;
-	for (auto it = spilled_buffers.begin(); it != spilled_buffers.end();) {
-		uint32_t r = *it;
-		SlotRecord &rec = pool_.spill->record(r);
-		// A device pool's buffer goes back once its copy has landed too: nobody may
-		// have taken it, and the spill stream may still be writing it.
-		if (holders_of(rec) != 0 ||
-		    int64_t(rec.spill_ready.load(std::memory_order_acquire) - spill_seqs[r]) < 0) {
-			++it;
-			continue;
-		}
-		// No holder is left, and none can come back: spill buffers are only ever
-		// held through queue entries, never taken by index.
-		rec.state.store(kSlotFree, std::memory_order_seq_cst);
-		seg.header->spill_bytes_held.fetch_sub(pool_.spill->bytes_of(r), std::memory_order_relaxed);
-		seg.header->spill_frames_held.fetch_sub(1, std::memory_order_relaxed);
-		pool_.spill->free(r);
-		it = spilled_buffers.erase(it);
-	}
-}
-
-bool Publisher::trim_spill(std::unique_lock<std::mutex> &lock)
-{
-	// A page-locked tier keeps its pages: the driver pinned them, and a hole punched
-	// under the pin would leave the GPU writing pages the memfd no longer has.
-	if (pool_.device_spill && pool_.device_spill->queued()) {
-		spill_untrimmed = false;
-		return true;
-	}
-	// In pieces, publish_lock let go between them: a hole punched in hundreds of MB takes
-	// tens of ms, which publish would otherwise wait out.
-	uint64_t cursor = 0;
-	while (!pool_.spill->trim(&cursor, kSpillTrimChunk)) {
-		lock.unlock();
-		std::this_thread::yield();
-		lock.lock();
-		if (monotonic_ns() - last_spill_ns <= kSpillTrimNs)
-			return false; // it spilled again meanwhile: its pages are wanted
-	}
-	spill_untrimmed = false;
-	seg.header->spill_resident.store(pool_.spill->resident(), std::memory_order_relaxed);
-	return true;
-}
-
-bool Publisher::spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes, bool ahead)
-{
-	if (!pool_.spill)
-		return false;
-	collect_spill();
-	// Where each fifo-spill consumer's queue holds each slot, and how far from its head.
-	using Queued = SpillQueued;
-	uint32_t best = UINT32_MAX;
-	uint64_t best_next_use = 0;
-	std::vector<Queued> best_queued;
-	std::vector<Queued> queued;
-	for (uint32_t i = 0; i < seg.slot_count; i++) {
-		SlotRecord &slot = seg.slots[i];
-		// EXCLUSIVE too: one left so by a holder killed in take_exclusive() has no
-		// writer any more, and a live writer's bit is a reference, not a queued entry,
-		// so it rules the slot out below (tests/model, SPILL_TAKES_EXCLUSIVE).
-		uint32_t state = slot.state.load(std::memory_order_acquire);
-		if ((state != kSlotPublished && state != kSlotExclusive) || !in_classes(i, classes))
-			continue;
-		uint64_t words[kHolderWords];
-		bool any = false;
-		for (uint32_t w = 0; w < kHolderWords; w++) {
-			words[w] = slot.holders[w].load(std::memory_order_seq_cst);
-			any |= words[w] != 0;
-		}
-		if (!any || (words[0] & holder_mask(kOwnerBit)))
-			continue;
-		// A candidate when every holder is a fifo-spill consumer that has the frame
-		// queued: its next use is the nearest of those queue positions.
-		queued.clear();
-		uint64_t next_use = UINT64_MAX;
-		bool candidate = true;
-		for (uint32_t bit = 1; bit < kHolderWords * 64 && candidate; bit++) {
-			if (!(words[bit / 64] & holder_mask(bit)))
-				continue;
-			uint32_t c = bit - 1;
-			ConsumerRecord *rec = c < seg.max_consumers ? seg.consumer(c) : nullptr;
-			if (!rec || served[c].policy != Policy::fifo_spill ||
-			    rec->state.load(std::memory_order_acquire) != kConsumerActive) {
-				candidate = false;
-				break;
-			}
-			uint64_t h = rec->head.load(std::memory_order_acquire);
-			uint64_t t = rec->tail.load(std::memory_order_relaxed);
-			candidate = false;
-			for (uint64_t k = h; t - h <= seg.ring_capacity && k != t; k++) {
-				if (ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire) !=
-				    ring_entry(k, i))
-					continue;
-				queued.push_back(Queued{ c, k });
-				next_use = std::min(next_use, k - h);
-				candidate = true;
-				break;
-			}
-		}
-		if (candidate && (best == UINT32_MAX || next_use > best_next_use)) {
-			best = i;
-			best_next_use = next_use;
-			best_queued = queued;
-		}
-	}
-	if (best == UINT32_MAX)
-		return false;
-
-	SlotRecord &slot = seg.slots[best];
-	// The owner holds the slot while it copies it: nobody reclaims it, takes it for
-	// writing in place or spills it again meanwhile (a candidate has no owner bit).
-	spills_in_flight.fetch_add(1, std::memory_order_seq_cst);
-	uint64_t had = slot.holders[0].fetch_or(holder_mask(kOwnerBit), std::memory_order_seq_cst);
-	// Since the look its consumers may have let go of the slot and the producer's
-	// lock-free try_reclaim() taken it (tests/model, Finding 10). The state after the
-	// bit, as get() looks against a reclaim (RECLAIMING: it goes on or backs off), and
-	// an entry looked at still queued (publish_lock held since the look: only its
-	// consumer's claim moves it, and until then its bit keeps the slot from a reclaim):
-	// then it is the frame looked at and the bit ours, and the slot's record stays as
-	// it is until the bit goes. Otherwise no spill: WRITING, the producer's now and the
-	// bit its write reference (one bit stands for one), left set; another frame
-	// published since (maybe held for a ticket, whose hold the bit may be): ours goes.
-	uint32_t now_state = settled_state(slot);
-	bool ours = !(had & holder_mask(kOwnerBit));
-	bool published = now_state == kSlotPublished || now_state == kSlotExclusive;
-	bool still_queued = std::any_of(best_queued.begin(), best_queued.end(), [&](const Queued &q) {
-		return ring_of(seg.consumer(q.consumer))[q.position % seg.ring_capacity].load(
-			       std::memory_order_seq_cst) == ring_entry(q.position, best);
-	});
-	if (!ours || !published || !still_queued) {
-		if (ours && published)
-			slot.holders[0].fetch_and(~holder_mask(kOwnerBit), std::memory_order_seq_cst);
-		spills_in_flight.fetch_sub(1, std::memory_order_seq_cst);
-		pool_.notify_owner(); // an acquire() may wait on the spill in flight
-		return false;
-	}
-	// The owner's own copies of what the slot says: consumers can write the record.
-	const PoolImpl::SlotClass &cls = pool_.classes[*pool_.class_of(best)];
-	uint64_t size = std::min<uint64_t>(slot.meta.size, cls.slot_size);
-	auto r = pool_.spill->allocate(size);
-	if (!r) {
-		// The tier is full: counted where the fallbacks then apply (an acquire's spill).
-		let_go_spilled_slot(best);
-		if (ahead)
-			return false;
-		seg.header->spill_full.fetch_add(1, std::memory_order_relaxed);
-		return spill_refused(best, best_queued);
-	}
-	std::vector<uint64_t> generations;
-	generations.reserve(best_queued.size());
-	for (const Queued &q : best_queued)
-		generations.push_back(consumer_generation[q.consumer]);
-	SlotRecord &to = pool_.spill->record(*r);
-	to.meta = slot.meta;
-	to.format_seq = slot.format_seq;
-	std::memcpy(to.format, slot.format, sizeof(to.format));
-	uint32_t side = std::min<uint32_t>(slot.side_data_size, XMEM_SIDE_DATA_MAX);
-	std::memcpy(to.side_data, slot.side_data, side);
-	to.side_data_size = side;
-	to.index = seg.slot_count + *r;
-	to.offset = pool_.spill->offset_of(*r);
-	to.spill_seq = spill_seqs[*r] = ++spill_count;
-	std::byte *payload = pool_.spill->payload(to.offset).data();
-	uint64_t offset = uint64_t{ best - cls.first_slot } * cls.slot_stride;
-	if (pool_.device_spill) {
-		// Queued on the owner's spill stream; the slot's next frame waits for it
-		// in acquire() (the owner's done word), a consumer for spill_ready.
-		auto copied = pool_.device_spill->spill(best, slot.meta.seq, cls.arena->device_address(offset), payload,
-							size, to, deadline_ns);
-		if (!copied) {
-			// Nothing of the copy is left queued (spill() waited for it on a failure
-			// after queueing): the buffer goes back at once.
-			(void)std::fprintf(stderr, "xmem: %s: a frame could not be spilled: %s\n",
-					   pool_.where().c_str(), copied.error().message.c_str());
-			to.spill_ready.store(to.spill_seq, std::memory_order_release);
-			pool_.spill->free(*r);
-			let_go_spilled_slot(best);
-			return !ahead && spill_refused(best, best_queued);
-		}
-	} else {
-		// The copy without publish_lock: publish, attach and reap go on meanwhile. The
-		// slot is held (owner bit) and PUBLISHED, so its bytes stay; the buffer is the
-		// owner's until its entries are moved below.
-		lock.unlock();
-		std::memcpy(payload, cls.arena->host(offset), size);
-		lock.lock();
-		to.spill_ready.store(to.spill_seq, std::memory_order_release);
-	}
-
-	// The consumers still the ones queued for above (not reaped, or reaped and
-	// replaced, while the lock was out) hold the buffer; each entry then moves by a CAS.
-	uint64_t mask[kHolderWords] = {};
-	for (size_t n = 0; n < best_queued.size(); n++)
-		if (consumer_generation[best_queued[n].consumer] == generations[n])
-			mask[(1 + best_queued[n].consumer) / 64] |= holder_mask(1 + best_queued[n].consumer);
-	for (uint32_t w = 0; w < kHolderWords; w++)
-		to.holders[w].store(mask[w], std::memory_order_seq_cst);
-	to.state.store(kSlotPublished, std::memory_order_seq_cst);
-	spilled_buffers.push_back(*r);
-	last_spill_ns = monotonic_ns();
-	spill_untrimmed = true;
-	seg.header->spill_resident.store(pool_.spill->resident(), std::memory_order_relaxed);
-	uint64_t bytes = pool_.spill->bytes_of(*r);
-	uint64_t held = seg.header->spill_bytes_held.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-	if (held > seg.header->spill_peak.load(std::memory_order_relaxed))
-		seg.header->spill_peak.store(held, std::memory_order_relaxed);
-	seg.header->spill_frames_held.fetch_add(1, std::memory_order_relaxed);
-	seg.header->spilled.fetch_add(1, std::memory_order_relaxed);
-
-	// A consumer that claimed its entry first keeps the slot (its reference), and the
-	// buffer loses its bit.
-	for (size_t n = 0; n < best_queued.size(); n++) {
-		const Queued &q = best_queued[n];
-		uint32_t bit = 1 + q.consumer;
-		if (consumer_generation[q.consumer] != generations[n])
-			continue;
-		ConsumerRecord *rec = seg.consumer(q.consumer);
-		uint64_t e = ring_entry(q.position, best);
-		if (ring_of(rec)[q.position % seg.ring_capacity].compare_exchange_strong(
-			    e, ring_entry(q.position, kSpillEntry | *r), std::memory_order_seq_cst)) {
-			let_go(q.consumer, best);
-			rec->spilled.fetch_add(1, std::memory_order_relaxed);
-		} else {
-			to.holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
-		}
-	}
-	let_go_spilled_slot(best);
-	collect_spill(); // a buffer nobody took after all goes back now
-	return true;
-}
-
-void Publisher::let_go_spilled_slot(uint32_t index)
-{
-	seg.slots[index].holders[0].fetch_and(~holder_mask(kOwnerBit), std::memory_order_seq_cst);
-	spills_in_flight.fetch_sub(1, std::memory_order_seq_cst);
-	pool_.notify_owner(); // an acquire() may wait for this slot
-}
-
-bool Publisher::drop_in_place(uint32_t c, uint64_t position, uint32_t what)
-{
-	ConsumerRecord *rec = seg.consumer(c);
-	uint64_t e = ring_entry(position, what);
-	if (!ring_of(rec)[position % seg.ring_capacity].compare_exchange_strong(e, ring_entry(position, kSkipEntry),
-										std::memory_order_seq_cst))
-		return false; // the consumer took it meanwhile
-	let_go(c, what);
-	rec->dropped.fetch_add(1, std::memory_order_relaxed);
-	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
-	return true;
-}
-
-bool Publisher::spill_refused(uint32_t best, const std::vector<SpillQueued> &best_queued)
-{
-	// The tier is shared. Each buffer counts for the consumer that will read it last (the
-	// furthest from its queue's head: it keeps the buffer in use after the others), and the
-	// fifo-spill consumer it counts the most for loses a frame that it alone holds, the
-	// oldest or the newest as its fallback says, which frees that frame's buffer or slot.
-	// So one that stopped reading costs the others nothing while it holds a frame they do
-	// not need. The acquire that called looks again.
-	std::vector<uint64_t> last_reader(pool_.spill->frames(), UINT64_MAX); // c << 32 | distance
-	for (uint32_t c : active) {
-		if (served[c].policy != Policy::fifo_spill)
-			continue;
-		ConsumerRecord *rec = seg.consumer(c);
-		uint64_t h = rec->head.load(std::memory_order_acquire);
-		uint64_t t = rec->tail.load(std::memory_order_relaxed);
-		for (uint64_t k = h; t - h <= seg.ring_capacity && k != t; k++) {
-			uint64_t e = ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire);
-			auto index = pool_.entry_index(uint32_t(e));
-			if (uint32_t(e >> 32) != uint32_t(k) || !index || !pool_.is_spill(*index))
-				continue;
-			uint64_t &reader = last_reader[*index - seg.slot_count];
-			if (reader == UINT64_MAX || uint32_t(reader) < k - h)
-				reader = uint64_t{ c } << 32 | uint32_t(k - h);
-		}
-	}
-	std::vector<uint64_t> counted(seg.max_consumers, 0);
-	uint32_t hog = UINT32_MAX;
-	for (uint32_t r = 0; r < last_reader.size(); r++) {
-		if (last_reader[r] == UINT64_MAX)
-			continue;
-		uint32_t c = uint32_t(last_reader[r] >> 32);
-		counted[c] += pool_.spill->bytes_of(r);
-		if (hog == UINT32_MAX || counted[c] > counted[hog])
-			hog = c;
-	}
-	bool moved = false;
-	if (hog != UINT32_MAX) {
-		ConsumerRecord *rec = seg.consumer(hog);
-		uint64_t h = rec->head.load(std::memory_order_acquire);
-		uint64_t t = rec->tail.load(std::memory_order_relaxed);
-		bool newest = served[hog].fallback == Policy::drop_new;
-		for (uint64_t n = 0; !moved && t - h <= seg.ring_capacity && n < t - h; n++) {
-			uint64_t k = newest ? t - 1 - n : h + n;
-			uint64_t e = ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire);
-			auto index = pool_.entry_index(uint32_t(e));
-			if (uint32_t(e >> 32) == uint32_t(k) && index && sole_holder(pool_.record(*index), 1 + hog))
-				moved = drop_in_place(hog, k, uint32_t(e));
-		}
-		collect_spill(); // its buffer goes back now
-	}
-	if (moved)
-		return true;
-	// It alone holds nothing (every consumer needs every spilled frame it holds, or the
-	// tier's pages could not be had): the frame's consumers lose it, each by its fallback.
-	for (const SpillQueued &q : best_queued)
-		moved |= served[q.consumer].fallback == Policy::drop_oldest
-				 ? drop_oldest_frame(q.consumer)
-				 : drop_in_place(q.consumer, q.position, best);
-	return moved;
-}
-
-bool Publisher::drop_oldest_frame(uint32_t c)
-{
-	ConsumerRecord *rec = seg.consumer(c);
-	uint64_t h = rec->head.load(std::memory_order_acquire);
-	uint64_t t = rec->tail.load(std::memory_order_relaxed);
-	for (uint64_t k = h; t - h <= seg.ring_capacity && k != t; k++) {
-		uint64_t e = ring_of(rec)[k % seg.ring_capacity].load(std::memory_order_acquire);
-		if (uint32_t(e >> 32) == uint32_t(k) && pool_.entry_index(uint32_t(e)) &&
-		    drop_in_place(c, k, uint32_t(e)))
-			return true;
-	}
-	return false;
-}
-
-bool Publisher::in_classes(uint32_t index, uint32_t classes) const
-{
-	if (classes == kAllClasses)
-		return true;
-	auto c = pool_.class_of(index);
-	return c && (classes & (uint32_t{ 1 } << *c));
 }
 
 Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream)
@@ -561,14 +190,15 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 			std::unique_lock lock(publish_lock);
 			// A queue's frames go oldest first: where no head frame is of a slot
 			// that fits, an older one goes, moving that queue towards one that does.
-			moved = spill_one(lock, deadline, mask) || drop_globally_oldest(mask) || drop_globally_oldest();
+			moved = spill.spill_one(lock, deadline, mask) || queues.drop_globally_oldest(mask) ||
+				queues.drop_globally_oldest();
 		}
 		// A spill in flight (the spill thread copying a slot's frame) frees a slot soon:
 		// it is waited for whatever the timeout, as the copy would have been had acquire
 		// made it itself, so acquire(0) still finds the slot a spill makes free. Loaded
 		// before the look for a free slot: a spill that ends between the two has freed
 		// its slot by then (tests/model, Finding 8).
-		bool in_flight = spills_in_flight.load(std::memory_order_seq_cst) != 0;
+		bool in_flight = spill.in_flight();
 		bool free = moved || shut.load(std::memory_order_acquire) ||
 			    pool_.classes_known.load(std::memory_order_acquire) != n;
 		uint32_t slots = 0;
@@ -642,192 +272,6 @@ Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls,
 	m0.pts = m0.dts = m0.duration = XMEM_NONE;
 	seg.slots[i].side_data_size = 0;
 	return pool_.make_guard(i, true);
-}
-
-std::optional<uint32_t> Publisher::take_head(uint32_t c)
-{
-	ConsumerRecord *rec = seg.consumer(c);
-	for (;;) {
-		uint64_t h = rec->head.load(std::memory_order_acquire);
-		uint64_t t = rec->tail.load(std::memory_order_relaxed);
-		if (h == t || t - h > seg.ring_capacity)
-			return std::nullopt;
-		std::atomic<uint64_t> &cell = ring_of(rec)[h % seg.ring_capacity];
-		uint64_t e = cell.load(std::memory_order_acquire);
-		if (uint32_t(e >> 32) != uint32_t(h)) {
-			if (rec->head.load(std::memory_order_acquire) != h)
-				continue; // the consumer moved on
-			// Not what this owner pushed there: the consumer wrote its ring. Hang up
-			// on it; the I/O thread reaps it.
-			::shutdown(consumer_conn[c].get(), SHUT_RDWR);
-			return std::nullopt;
-		}
-		uint32_t what = uint32_t(e);
-		// The consumer's take_entry() claims entries the same way: one claimer each.
-		if (what != kTakenEntry &&
-		    !cell.compare_exchange_strong(e, ring_entry(h, kTakenEntry), std::memory_order_seq_cst))
-			continue;
-		uint64_t expected = h;
-		rec->head.compare_exchange_strong(expected, h + 1, std::memory_order_seq_cst);
-		if (what != kTakenEntry)
-			return what;
-	}
-}
-
-void Publisher::let_go(uint32_t c, uint32_t what)
-{
-	uint32_t bit = 1 + c;
-	if (auto index = pool_.entry_index(what))
-		pool_.record(*index).holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
-}
-
-bool Publisher::drop_oldest(uint32_t c)
-{
-	auto what = take_head(c);
-	if (!what)
-		return false;
-	if (*what == kEosEntry || *what == kSkipEntry)
-		return true; // no frame: nothing to count
-	let_go(c, *what);
-	seg.consumer(c)->dropped.fetch_add(1, std::memory_order_relaxed);
-	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
-	pool_.notify_owner(); // another owner thread may be waiting in acquire()
-	return true;
-}
-
-bool Publisher::drop_globally_oldest(uint32_t classes)
-{
-	// The oldest queued frame, preferring one whose slot this drop frees outright
-	// (no other holder): dropping a frame that is held elsewhere frees nothing yet.
-	uint32_t victim = UINT32_MAX, freeing = UINT32_MAX;
-	uint64_t oldest = UINT64_MAX, oldest_freeing = UINT64_MAX;
-	for (uint32_t c : active) {
-		// Only consumers that chose to lose queued frames lose them to slot pressure.
-		if (served[c].policy != Policy::drop_oldest && served[c].policy != Policy::latest)
-			continue;
-		ConsumerRecord *rec = seg.consumer(c);
-		uint64_t h = rec->head.load(std::memory_order_acquire);
-		if (h == rec->tail.load(std::memory_order_relaxed))
-			continue;
-		// A hint only: drop_oldest() takes whatever is at the head by then.
-		uint32_t index = uint32_t(ring_of(rec)[h % seg.ring_capacity].load(std::memory_order_relaxed));
-		if (index >= seg.slot_count || !in_classes(index, classes))
-			continue;
-		uint64_t seq = seg.slots[index].meta.seq;
-		if (seq < oldest) {
-			oldest = seq;
-			victim = c;
-		}
-		if (sole_holder(seg.slots[index], 1 + c) && seq < oldest_freeing) {
-			oldest_freeing = seq;
-			freeing = c;
-		}
-	}
-	if (freeing != UINT32_MAX)
-		victim = freeing;
-	return victim != UINT32_MAX && drop_oldest(victim);
-}
-
-void Publisher::push(uint32_t c, uint32_t what)
-{
-	ConsumerRecord *rec = seg.consumer(c);
-	uint64_t t = rec->tail.load(std::memory_order_relaxed);
-	ring_of(rec)[t % seg.ring_capacity].store(ring_entry(t, what), std::memory_order_relaxed);
-	rec->tail.store(t + 1, std::memory_order_seq_cst);
-	rec->queued_total.fetch_add(1, std::memory_order_relaxed);
-	// The consumer arms, then re-reads tail; we store tail, then read armed. One of
-	// us sees the other, so a sleeping consumer is always woken, and a busy one
-	// costs no syscall.
-	if (rec->armed.load(std::memory_order_seq_cst) && rec->armed.exchange(0, std::memory_order_seq_cst)) {
-		uint64_t one = 1;
-		[[maybe_unused]] ssize_t n = ::write(consumer_event[c].get(), &one, sizeof(one));
-	}
-}
-
-// Publish's policy step, publish_lock held: the consumers that get the new frame,
-// with their holder bits in MASKS. Each consumer's own policy decides what its full
-// queue does: drop its oldest frame (drop-oldest, latest), skip this one for it
-// (drop-new), or wait for it (fifo), then fall back to what it chose; fifo-spill never
-// waits here (its queue is as deep as the pool's ring). The waits of one publish share
-// its start, so consumers stuck together cost one block timeout, not one each.
-uint32_t Publisher::choose_targets(uint32_t *targets, uint64_t *masks, uint32_t except)
-{
-	uint32_t ntargets = 0;
-	uint64_t start = 0;
-	for (uint32_t c : active) {
-		if (c == except)
-			continue;
-		ConsumerRecord *rec = seg.consumer(c);
-		const Served &how = served[c];
-		bool take = rec->detached.load(std::memory_order_seq_cst) == 0;
-		while (take) {
-			uint64_t h = rec->head.load(std::memory_order_acquire);
-			uint64_t t = rec->tail.load(std::memory_order_relaxed);
-			if (t - h < how.queue_size)
-				break;
-			if (t - h > seg.ring_capacity) {
-				// Its head is garbage: hang up on it, the I/O thread reaps it.
-				::shutdown(consumer_conn[c].get(), SHUT_RDWR);
-				take = false;
-				break;
-			}
-			Policy act = how.policy;
-			if (act == Policy::fifo) {
-				if (start == 0)
-					start = monotonic_ns();
-				uint64_t deadline = start + how.block_timeout_ns;
-				// A consumer that closes its handle (detached) takes no more frames: the
-				// wait ends there, not when the I/O thread reaps it, which needs the
-				// publish lock this wait holds. Nor is one waited for while its process
-				// is in a guest's call, which this lock holds up on the I/O thread.
-				bool moved = wait_for_progress(
-					seg.header,
-					[&] {
-						return shut.load(std::memory_order_acquire) ||
-						       rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
-						       rec->detached.load(std::memory_order_seq_cst) != 0 ||
-						       rec->producing.load(std::memory_order_seq_cst) != 0 ||
-						       rec->tail.load(std::memory_order_relaxed) -
-								       rec->head.load(std::memory_order_seq_cst) <
-							       how.queue_size;
-					},
-					deadline);
-				if (shut.load(std::memory_order_acquire) ||
-				    rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
-				    rec->detached.load(std::memory_order_seq_cst) != 0) {
-					take = false;
-					break;
-				}
-				// Room came, or it was waited for until its process went into a guest's
-				// call: then its fallback applies now rather than at the block timeout.
-				bool room = rec->tail.load(std::memory_order_relaxed) -
-						    rec->head.load(std::memory_order_seq_cst) <
-					    how.queue_size;
-				if (moved && (room || rec->producing.load(std::memory_order_seq_cst) == 0))
-					continue;
-			}
-			if (act == Policy::fifo || act == Policy::fifo_spill)
-				act = how.fallback;
-			if (act == Policy::drop_new) {
-				rec->dropped.fetch_add(1, std::memory_order_relaxed);
-				seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
-				take = false;
-				break;
-			}
-			// drop-oldest, latest, or a fallback to drop-oldest. Nothing to drop in a
-			// full queue: its record was written by another process (take_head hung
-			// up on it): no frame for it, and no endless loop under publish_lock.
-			if (!drop_oldest(c)) {
-				take = false;
-				break;
-			}
-		}
-		if (!take)
-			continue;
-		targets[ntargets++] = c;
-		masks[(1 + c) / 64] |= holder_mask(1 + c);
-	}
-	return ntargets;
 }
 
 Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
@@ -920,15 +364,8 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream, const Origin 
 
 	uint32_t targets[XMEM_MAX_CONSUMERS];
 	uint64_t masks[kHolderWords] = {};
-	uint32_t ntargets = choose_targets(targets, masks, origin.except);
-	if (!spilled_buffers.empty())
-		collect_spill(); // buffers of consumers that caught up go back to the tier
-	else if (spill_untrimmed && monotonic_ns() - last_spill_ns > kSpillTrimNs && !spill_wanted) {
-		// Idle a while: its pages go back to the kernel, on the spill thread (device
-		// pools' tiers keep theirs).
-		spill_wanted = true;
-		spill_cv.notify_one();
-	}
+	uint32_t ntargets = queues.choose_targets(targets, masks, origin.except);
+	spill.after_targets();
 	// Holder bits before the entries become visible, and before the owner's own bit
 	// goes: the slot never looks free while a frame of it is queued.
 	// A consumer's get() probe may have set its bit first (the slot is PUBLISHED
@@ -950,25 +387,15 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream, const Origin 
 			seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
 			continue;
 		}
-		push(targets[i], index);
+		queues.push(targets[i], index);
 		// A consumer that detached after we looked drains its queue, then stops;
 		// we stored tail, then read `detached` (it does the reverse): one of us
 		// takes this entry back.
 		if (seg.consumer(targets[i])->detached.load(std::memory_order_seq_cst))
-			for (uint32_t n = 0; n <= seg.ring_capacity && drop_oldest(targets[i]); n++)
+			for (uint32_t n = 0; n <= seg.ring_capacity && queues.drop_oldest(targets[i]); n++)
 				;
 	}
-	if (spill_thread.joinable() && !spill_wanted) {
-		bool spilling = std::any_of(active.begin(), active.end(),
-					    [this](uint32_t c) { return served[c].policy == Policy::fifo_spill; });
-		uint32_t free = 0;
-		for (uint32_t i = 0; spilling && i < seg.slot_count && free < kSpillReserve; i++)
-			free += slot_is_free(seg.slots[i]) ? 1 : 0;
-		if (spilling && free < kSpillReserve) {
-			spill_wanted = true;
-			spill_cv.notify_one();
-		}
-	}
+	spill.after_push();
 	return {};
 }
 
@@ -995,43 +422,10 @@ Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptio
 	return Ticket{ index, *seq, check };
 }
 
-void Publisher::spill_loop()
-{
-	std::unique_lock lock(publish_lock);
-	for (;;) {
-		spill_cv.wait(lock, [this] { return spill_wanted || shut.load(std::memory_order_acquire); });
-		if (shut.load(std::memory_order_acquire))
-			return;
-		spill_wanted = false;
-		if (spilled_buffers.empty() && spill_untrimmed && monotonic_ns() - last_spill_ns > kSpillTrimNs)
-			(void)trim_spill(lock);
-		for (;;) {
-			uint32_t free = 0;
-			for (uint32_t i = 0; i < seg.slot_count; i++)
-				free += slot_is_free(seg.slots[i]) ? 1 : 0;
-			if (free >= kSpillReserve || shut.load(std::memory_order_acquire) ||
-			    !spill_one(lock, deadline_after(kSpillAheadTimeoutNs), kAllClasses, true))
-				break;
-		}
-	}
-}
-
 Result<void> Publisher::end_of_stream()
 {
 	std::lock_guard lock(publish_lock);
-	for (uint32_t c : active) {
-		ConsumerRecord *rec = seg.consumer(c);
-		// EOS may use the ring's spare entry, so a full queue does not hold it back.
-		uint64_t queued;
-		while ((queued = rec->tail.load(std::memory_order_relaxed) -
-				 rec->head.load(std::memory_order_acquire)) >= seg.ring_capacity) {
-			if (queued > seg.ring_capacity || !drop_oldest(c))
-				break; // garbage head or ring: this consumer is hung up on
-		}
-		if (queued >= seg.ring_capacity)
-			continue;
-		push(c, kEosEntry);
-	}
+	queues.end_of_stream();
 	return {};
 }
 
@@ -1062,14 +456,7 @@ void Publisher::shutdown()
 	// The name goes first: a consumer woken below that reconnects at once finds no
 	// socket (and waits for a new owner) rather than a dying one.
 	rendezvous::release(owner_socket);
-	// No spill from here on. `shut` was set before the lock is taken: the spill thread
-	// sees it at its next look, or is waiting and wakes now.
-	{
-		std::lock_guard lock(publish_lock);
-	}
-	spill_cv.notify_all();
-	if (spill_thread.joinable())
-		spill_thread.join();
+	spill.stop();
 	// Consumers take a hang-up for the owner's death and stop waiting for its queued GPU
 	// writes: those land first (ready words, spill copies), within a deadline, so a
 	// close loses no frame still being written (tests/model, Finding 7).
@@ -1087,17 +474,8 @@ void Publisher::shutdown()
 			// Wake this process's own threads waiting in acquire() or publish().
 			seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
 			futex_wake_all(&seg.header->progress);
-			for (uint32_t c : active) {
-				seg.consumer(c)->armed.store(0, std::memory_order_relaxed);
-				uint64_t one = 1;
-				[[maybe_unused]] ssize_t n = ::write(consumer_event[c].get(), &one, sizeof(one));
-			}
 		}
-		// Consumers keep their mappings: the memfds live on until the last one unmaps,
-		// so closing never waits for them and never frees memory under them.
-		active.clear();
-		consumer_conn.clear();
-		consumer_event.clear();
+		queues.close();
 	}
 }
 
@@ -1132,7 +510,7 @@ void Publisher::io_loop()
 			case IoTag::consumer:
 				// Consumers send nothing after Hello: any event is a hang-up (exit,
 				// crash, SIGKILL) or a protocol violation. Either way, reap.
-				if (index < seg.max_consumers && consumer_conn[index].get() == fd)
+				if (index < seg.max_consumers && queues.connection_fd(index) == fd)
 					reap(index);
 				else
 					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
@@ -1369,7 +747,7 @@ void Publisher::admit_guest(UniqueFd conn, const protocol::Hello &hello, const P
 	bool attached = false;
 	{
 		std::lock_guard lock(publish_lock);
-		attached = c < seg.max_consumers && std::find(active.begin(), active.end(), c) != active.end() &&
+		attached = c < seg.max_consumers && queues.attached(c) &&
 			   (cred.pid == 0 || seg.consumer(c)->pid == 0 || seg.consumer(c)->pid == uint32_t(cred.pid));
 	}
 	if (!attached)
@@ -1511,7 +889,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	auto asked = protocol::serve_of(hello);
 	if (!asked)
 		return asked.error();
-	Served how;
+	owner::Served how;
 	how.policy = asked->policy.value_or(config_policy);
 	how.fallback = asked->fallback;
 	how.block_timeout_ns = asked->block_timeout_ns ? asked->block_timeout_ns : config_block_timeout_ns;
@@ -1553,8 +931,6 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	rec->fallback = uint32_t(how.fallback);
 	rec->block_timeout_ns = how.block_timeout_ns;
 	rec->spilled.store(0, std::memory_order_relaxed);
-	served[index] = how;
-	consumer_generation[index]++;
 	rec->detached.store(0, std::memory_order_relaxed);
 	rec->attach_ns = monotonic_ns();
 	copy_string(rec->client, sizeof(rec->client), hello.client);
@@ -1572,9 +948,7 @@ Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCreden
 	// Armed from the start: fd() polls readable on the first frame.
 	rec->armed.store(1, std::memory_order_relaxed);
 	rec->state.store(kConsumerActive, std::memory_order_seq_cst);
-	active.push_back(index);
-	consumer_event[index] = std::move(event);
-	consumer_conn[index] = std::move(conn);
+	queues.attach(index, how, std::move(event), std::move(conn));
 	return index;
 }
 
@@ -1594,8 +968,7 @@ void Publisher::reap(uint32_t c)
 			guest.consumer = protocol::kNoConsumer;
 	{
 		std::lock_guard lock(publish_lock);
-		active.erase(std::remove(active.begin(), active.end(), c), active.end());
-		consumer_generation[c]++; // a spill copying meanwhile moves none of its entries
+		queues.detach(c);
 		// A device pool's consumer that did not say its GPU work was over (killed, or a
 		// stream stuck past its close): its queued GPU writes may land until its process
 		// has exited. Until then (end_quarantine()) it is quarantined:
@@ -1625,23 +998,13 @@ void Publisher::reap(uint32_t c)
 			if (old & holder_mask(bit))
 				owner::try_reclaim(seg.slots[i], kSlotFree);
 		}
-		// Its spilled frames: their buffers go back once no other consumer holds them.
-		if (pool_.spill) {
-			for (uint32_t r = 0; r < pool_.spill->frames(); r++)
-				pool_.spill->record(r).holders[bit / 64].fetch_and(~holder_mask(bit),
-										   std::memory_order_seq_cst);
-			collect_spill();
-		}
+		spill.forget_consumer(c);
 		rec->head.store(0, std::memory_order_relaxed);
 		rec->tail.store(0, std::memory_order_relaxed);
-		if (consumer_conn.size() > c) {
-			// Deregister explicitly: close() alone leaves the registration while
-			// another process holds a copy of the fd.
-			if (consumer_conn[c].valid())
-				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, consumer_conn[c].get(), nullptr);
-			consumer_conn[c].reset();
-			consumer_event[c].reset();
-		}
+		// Deregister explicitly: close() alone leaves the registration while another
+		// process holds a copy of the fd.
+		if (UniqueFd conn = queues.take_connection(c); conn.valid())
+			::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, conn.get(), nullptr);
 		seg.header->reaped.fetch_add(1, std::memory_order_relaxed);
 		if (quarantine) {
 			rec->state.store(kConsumerQuarantined, std::memory_order_release);
@@ -1818,11 +1181,7 @@ Result<void> Publisher::start(const PoolConfig &config)
 	owner_pid = seg.constants().owner_pid;
 	if (auto grown = growth.start(config); !grown)
 		return grown.error();
-	served.assign(seg.max_consumers, Served{});
-	spill_seqs.assign(pool_.spill ? pool_.spill->frames() : 0, 0);
-	consumer_generation.assign(seg.max_consumers, 0);
-	consumer_conn.resize(seg.max_consumers);
-	consumer_event.resize(seg.max_consumers);
+	queues.start();
 	consumer_pidfd.resize(seg.max_consumers);
 	consumer_grace.resize(seg.max_consumers);
 	pool_.format.store(std::make_shared<const std::string>());
@@ -1853,9 +1212,8 @@ Result<void> Publisher::start(const PoolConfig &config)
 			return errno_error(pool_.where() + ": epoll_ctl");
 	}
 	// The threads touch only this Publisher, which shutdown() outlives by joining them.
+	spill.start();
 	try {
-		if (pool_.spill)
-			spill_thread = std::thread([this] { spill_loop(); });
 		io_thread = std::thread([this] { io_loop(); });
 	} catch (const std::system_error &e) {
 		return make_error(Errc::system, pool_.where() + ": cannot start the I/O thread: " + e.what());

@@ -4,6 +4,8 @@
 
 #include "identity.hpp"
 #include "owner/growth.hpp"
+#include "owner/queues.hpp"
+#include "owner/spill_mover.hpp"
 #include "owner/tickets.hpp"
 #include "pool_impl.hpp"
 #include "protocol.hpp"
@@ -85,70 +87,13 @@ private:
 	// The I/O thread's trim timer fired: tickets used up end, then idle dynamic slots
 	// give their memory back (Growth::trim_idle).
 	void trim_idle();
-	// Claims the entry at consumer C's head as its consumer's take_entry() does: what it
-	// held; none when the queue is empty (or garbage: then C is hung up on).
-	std::optional<uint32_t> take_head(uint32_t c);
-	// Clears consumer C's holder bit for the frame WHAT names (slot or spill buffer).
-	void let_go(uint32_t c, uint32_t what);
-	bool drop_oldest(uint32_t consumer_index);
-	// Under slot pressure: the oldest frame queued for a consumer whose policy lets
-	// its queued frames go (drop-oldest, latest) is dropped. False when there is none.
-	// Only frames in slots of the classes in mask CLASSES count (bit c: class c).
-	bool drop_globally_oldest(uint32_t classes = kAllClasses);
-	static constexpr uint32_t kAllClasses = UINT32_MAX;
-	static_assert(layout::kMaxClasses <= 32);
-	bool in_classes(uint32_t index, uint32_t classes) const;
-	// Under slot pressure, publish_lock held: the slot whose frame is queued only for
-	// fifo-spill consumers and will be used last moves into the spill tier (or, the
-	// tier being full, their fallbacks apply). False when no slot qualifies.
-	// DEADLINE_NS bounds a CPU wait for the frame's GPU writes (device pools whose GPU
-	// work is ordered on the CPU). LOCK (publish_lock, held) is let go during a system
-	// pool's copy, the slot held by the owner's bit meanwhile.
-	// Only slots of the classes in mask CLASSES are spilled. The spill thread spills
-	// AHEAD of any acquire: a full tier (or a failed copy) then moves nothing, since no
-	// acquire waits yet and a consumer catching up may empty the tier meanwhile; the
-	// producer's next acquire applies the fallbacks if it still needs a slot.
-	bool spill_one(std::unique_lock<std::mutex> &lock, uint64_t deadline_ns, uint32_t classes = kAllClasses,
-		       bool ahead = false);
-	// The owner's hold on a slot it spilled (or failed to) goes.
-	void let_go_spilled_slot(uint32_t index);
-	// Where a fifo-spill consumer's queue holds a slot's frame (spill_one's candidates).
-	struct SpillQueued {
-		uint32_t consumer;
-		uint64_t position;
-	};
-	// The tier is full (or the copy failed) for the frame in slot BEST, queued for
-	// BEST_QUEUED: the fifo-spill consumer that will read the most of the tier last loses
-	// a frame it alone holds, by its fallback; where it alone holds none, BEST's consumers
-	// lose that frame, each by its fallback. False when nothing moved.
-	bool spill_refused(uint32_t best, const std::vector<SpillQueued> &best_queued);
-	// Consumer C's entry at POSITION, naming WHAT, becomes `skipped` (CAS: false when C
-	// claimed it first); its bit goes, counted as dropped.
-	bool drop_in_place(uint32_t c, uint64_t position, uint32_t what);
-	// Consumer C's oldest queued frame (never a marker: an end of stream stays) is
-	// dropped in place; false when it has none queued (spill_refused's drop-oldest
-	// fallback, tests/model Finding 9).
-	bool drop_oldest_frame(uint32_t c);
-	// Spill buffers no consumer holds any more go back to the tier.
-	void collect_spill();
-	// The tier's free pages go back to the kernel (it has been idle kSpillTrimNs), in
-	// pieces with LOCK (publish_lock) let go between them. False when it spilled again
-	// meanwhile and the trim stopped.
-	bool trim_spill(std::unique_lock<std::mutex> &lock);
-	void push(uint32_t consumer_index, uint32_t what);
 	// What publish() and publish_ticket() share: checks G, stamps its metadata and makes
 	// its slot PUBLISHED (ready after STREAM's work, for device slots), with the ticket
 	// words TICKET_CHECK and REDEMPTIONS (0, 0: no ticket). Takes LOCK (publish_lock) and
 	// returns the frame's sequence number, LOCK held; the owner's reference stays.
 	Result<uint64_t> put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
 				 uint64_t ticket_check, uint32_t redemptions, const Origin &origin);
-	// Which consumers get frame SEQ now, applying the policy to full queues; never EXCEPT.
-	uint32_t choose_targets(uint32_t *targets, uint64_t *masks, uint32_t except);
 
-	// Pools with a spill tier: a thread that spills ahead, after each publish that left
-	// fewer than kSpillReserve slots free, so that the producer's next acquire finds one
-	// at once rather than copying a frame itself; and trims the tier once it is idle.
-	void spill_loop();
 	void io_loop();
 	void accept_peers();
 	void handle_hello(int fd);
@@ -191,9 +136,6 @@ private:
 
 	rendezvous::OwnerSocket owner_socket;
 	std::thread io_thread;
-	std::thread spill_thread;
-	std::condition_variable spill_cv; // with publish_lock
-	bool spill_wanted = false; // under publish_lock
 	UniqueFd io_epoll;
 	UniqueFd io_stop;
 	// Set once by shutdown() (release), read by acquire's and publish's waits
@@ -208,9 +150,10 @@ private:
 	// awaited consumer dies. Lock order: publish_lock, then the pool's refs_lock,
 	// then its format_lock.
 	std::mutex publish_lock;
-	std::vector<uint32_t> active;
-	std::vector<UniqueFd> consumer_conn;
-	std::vector<UniqueFd> consumer_event;
+	// The consumers and their queues, under publish_lock.
+	owner::ConsumerQueues queues{ pool_, shut };
+	// The spill tier's mover and its thread, under publish_lock.
+	owner::SpillMover spill{ pool_, queues, publish_lock, shut };
 	// Device pools: a pidfd of each consumer's process (from SO_PEERCRED; none when
 	// its pid is not visible here), which polls readable once it has exited; while
 	// quarantined without one, a timerfd ends the quarantine after a grace period.
@@ -237,28 +180,6 @@ private:
 	uint32_t config_mode = 0600;
 	gid_t config_gid = 0; // the group the mode's group bits let in
 	char config_producer[XMEM_PRODUCER_MAX] = {};
-	// How each consumer is served: the owner's own copy of what admit() decided (the
-	// shared record's copy is for xmem-inspect; a consumer could rewrite that one).
-	struct Served {
-		Policy policy = Policy::drop_oldest;
-		Policy fallback = Policy::drop_oldest; // fifo, fifo-spill
-		uint32_t queue_size = 0;
-		uint64_t block_timeout_ns = 0; // fifo
-	};
-	std::vector<Served> served; // under publish_lock
-	std::vector<uint32_t> spilled_buffers; // spill buffers in use, under publish_lock
-	// Spills so far, and each buffer's spill_seq (the owner's own copy), under
-	// publish_lock: a buffer goes back only once its spill_ready reached it.
-	uint64_t spill_count = 0;
-	std::vector<uint64_t> spill_seqs;
-	// Per consumer record, under publish_lock: bumped at attach and reap, so a spill that
-	// let the lock go knows whether a consumer it queued for is still the same one.
-	std::vector<uint64_t> consumer_generation;
-	// Spills between their owner bit's set and clear (their copy in flight, the lock let
-	// go): an acquire waits for them even when its time is up.
-	std::atomic<uint32_t> spills_in_flight{ 0 };
-	uint64_t last_spill_ns = 0; // under publish_lock
-	bool spill_untrimmed = false; // freed buffers' pages are kept; under publish_lock
 	uint64_t published_count = 0; // under publish_lock
 	// Frame tickets: their list and timer under publish_lock.
 	owner::Tickets tickets{ pool_ };
