@@ -1,5 +1,5 @@
-// publisher.cpp - the owner's side of a pool: creating it, acquire and publish with
-// the queue policies, and the thread that attaches and reaps consumers.
+// publisher.cpp - the owner's frame path: creating a pool, acquire and claim, publish
+// (to queues, or as a ticket), the end of stream and close; lib/owner/ does the rest.
 #include "publisher.hpp"
 
 #include "owner/config.hpp"
@@ -9,22 +9,8 @@
 #include "identity.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
-#include <cstdlib>
-#include <system_error>
-#include <thread>
-
-#include <fcntl.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <sys/random.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
+#include <cstring>
 
 namespace xmem {
 
@@ -34,51 +20,11 @@ using owner::kMaxSlotSize;
 
 namespace {
 
-constexpr uint64_t kHelloTimeoutNs = 2'000'000'000;
-constexpr uint32_t kDefaultQueueSize = 4;
-
-enum class IoTag : uint32_t {
-	listener = 1,
-	stop = 2,
-	pending = 3,
-	consumer = 4,
-	quarantine = 5,
-	tickets = 6,
-	guest = 7, // a guest's connection (fd: the map's key)
-	guest_exit = 8, // a dead guest's pidfd or grace timer (fd: the map's key)
-	trim = 9, // dynamic slots idle long enough give their memory back
-};
-
 // How long an acquire whose time is up still waits, each time, for a spill in flight.
 constexpr uint64_t kSpillWaitNs = 50'000'000;
 // How long close waits for the GPU writes it queued (ready words, spill copies) before it
 // hangs up on its consumers.
 constexpr int64_t kCloseDrainTimeoutNs = 10'000'000'000;
-
-// How long a quarantined consumer whose process this owner cannot watch (another PID
-// namespace, no pidfd) keeps its record and write-held slots: a grace period, not a
-// proof that its GPU work is over.
-constexpr int64_t kQuarantineGraceNs = 30'000'000'000;
-
-// Event data: tag, consumer index and fd. The fd lets the loop ignore an event for a
-// connection that was already replaced: a registration can outlive close() while a
-// child process, between posix_spawn's clone and exec, still holds a copy of the fd.
-uint64_t io_data(IoTag tag, uint32_t index, int fd)
-{
-	return uint64_t(tag) << 56 | uint64_t(index & 0xffffff) << 32 | uint32_t(fd);
-}
-
-// What a process's exit is waited for with where it has no pidfd: a timer that polls
-// readable once the quarantine's grace period is over; none when it cannot be made.
-UniqueFd grace_timer()
-{
-	UniqueFd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-	itimerspec t{};
-	t.it_value.tv_sec = time_t(kQuarantineGraceNs / 1'000'000'000);
-	if (!timer.valid() || ::timerfd_settime(timer.get(), 0, &t, nullptr) < 0)
-		return UniqueFd();
-	return timer;
-}
 
 } // namespace
 
@@ -236,17 +182,6 @@ Result<uint32_t> Publisher::preallocate(uint64_t slot_size, uint32_t count, Stor
 	return growth.preallocate(slot_size, count, storage, device);
 }
 
-void Publisher::trim_idle()
-{
-	// Tickets used up give their slots back first (as an acquire has them do), so a
-	// redeemed ticket's slot is trimmed at the next tick, not at the ticket's TTL.
-	if (tickets.any_live()) {
-		std::lock_guard lock(publish_lock);
-		tickets.end(false);
-	}
-	growth.trim_idle();
-}
-
 Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls, void *stream, uint64_t deadline)
 {
 	// Device slots: no holder is left, but their GPU reads of the last frame may still be
@@ -347,7 +282,7 @@ void Publisher::refuse(BufferGuard &&frame, const Origin &origin)
 		// A guest's frame: its slot goes back without waiting for this process's streams.
 		uint32_t index = g.index_;
 		g.pool_.reset();
-		drop_lease(index);
+		(void)pool_.release(index, nullptr, false);
 	}
 }
 
@@ -399,6 +334,35 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream, const Origin 
 	return {};
 }
 
+Result<uint32_t> Publisher::lease(uint64_t size, Memory memory)
+{
+	auto g = acquire(size, memory, 0, nullptr);
+	if (!g)
+		return g.error();
+	uint32_t slot = g->index_;
+	g->pool_.reset(); // the reference stays, the lease's
+	return slot;
+}
+
+Result<std::optional<Ticket>> Publisher::publish_lease(uint32_t slot, const FrameMeta &meta,
+						       std::span<const std::byte> side, uint32_t redemptions,
+						       int64_t ttl_ns, const Origin &origin)
+{
+	BufferGuard g = pool_.make_guard(slot, true); // the lease's reference
+	g.meta_ = meta;
+	if (!side.empty())
+		g.side_data_ = std::make_shared<const std::vector<std::byte>>(side.begin(), side.end());
+	if (redemptions == 0) {
+		if (auto published = publish(std::move(g), nullptr, origin); !published)
+			return published.error();
+		return std::optional<Ticket>();
+	}
+	auto ticket = publish_ticket(std::move(g), redemptions, ttl_ns, nullptr, origin);
+	if (!ticket)
+		return ticket.error();
+	return std::optional<Ticket>(*ticket);
+}
+
 Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream,
 					 const Origin &origin)
 {
@@ -439,23 +403,8 @@ void Publisher::shutdown()
 		seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
 		futex_wake_all(&seg.header->progress);
 	}
-	if (io_thread.joinable()) {
-		uint64_t one = 1;
-		[[maybe_unused]] ssize_t n = ::write(io_stop.get(), &one, sizeof(one));
-		io_thread.join();
-	}
-	// Guests hang up, their leased slots go back: the pool closes.
-	for (auto &[fd, guest] : guests)
-		for (uint32_t lease : guest.leases)
-			drop_lease(lease);
-	for (auto &[fd, remains] : guest_remains)
-		for (uint32_t lease : remains.leases)
-			drop_lease(lease);
-	guests.clear();
-	guest_remains.clear();
-	// The name goes first: a consumer woken below that reconnects at once finds no
-	// socket (and waits for a new owner) rather than a dying one.
-	rendezvous::release(owner_socket);
+	// The I/O thread ends, guests hang up, the name is released.
+	peers.stop();
 	spill.stop();
 	// Consumers take a hang-up for the owner's death and stop waiting for its queued GPU
 	// writes: those land first (ready words, spill copies), within a deadline, so a
@@ -481,591 +430,6 @@ void Publisher::shutdown()
 
 // I/O thread
 
-void Publisher::io_loop()
-{
-	epoll_event events[32];
-	for (;;) {
-		int timeout_ms = -1;
-		uint64_t now = monotonic_ns();
-		for (auto &[fd, p] : pending) {
-			int ms = p.deadline_ns > now ? int((p.deadline_ns - now) / 1000000 + 1) : 0;
-			timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
-		}
-		int n = ::epoll_wait(io_epoll.get(), events, 32, timeout_ms);
-		if (n < 0 && errno != EINTR)
-			return;
-		for (int i = 0; i < n; i++) {
-			auto tag = IoTag(events[i].data.u64 >> 56);
-			uint32_t index = uint32_t(events[i].data.u64 >> 32) & 0xffffff;
-			int fd = int(uint32_t(events[i].data.u64));
-			switch (tag) {
-			case IoTag::stop:
-				return;
-			case IoTag::listener:
-				accept_peers();
-				break;
-			case IoTag::pending:
-				handle_hello(fd);
-				break;
-			case IoTag::consumer:
-				// Consumers send nothing after Hello: any event is a hang-up (exit,
-				// crash, SIGKILL) or a protocol violation. Either way, reap.
-				if (index < seg.max_consumers && queues.connection_fd(index) == fd)
-					reap(index);
-				else
-					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
-				break;
-			case IoTag::tickets: {
-				// An owner that acquires nothing still ends its tickets on time.
-				uint64_t expirations;
-				[[maybe_unused]] ssize_t r =
-					::read(tickets.timer().get(), &expirations, sizeof(expirations));
-				std::lock_guard lock(publish_lock);
-				tickets.end(false);
-				break;
-			}
-			case IoTag::guest:
-				serve_guest(fd);
-				break;
-			case IoTag::trim: {
-				uint64_t expirations;
-				[[maybe_unused]] ssize_t r =
-					::read(growth.timer().get(), &expirations, sizeof(expirations));
-				trim_idle();
-				break;
-			}
-			case IoTag::guest_exit:
-				if (auto node = guest_remains.extract(fd); !node.empty()) {
-					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
-					// Its process has exited (or its grace ran out): the slots go back.
-					for (uint32_t lease : node.mapped().leases)
-						drop_lease(lease);
-				}
-				break;
-			case IoTag::quarantine:
-				if (index < seg.max_consumers &&
-				    (consumer_pidfd[index].get() == fd || consumer_grace[index].get() == fd))
-					end_quarantine(index);
-				else
-					::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
-				break;
-			}
-		}
-		now = monotonic_ns();
-		for (auto it = pending.begin(); it != pending.end();) {
-			if (it->second.deadline_ns <= now) {
-				// A silent peer. Deregister before closing (see io_data()).
-				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
-				it = pending.erase(it);
-			} else
-				++it;
-		}
-	}
-}
-
-void Publisher::accept_peers()
-{
-	for (;;) {
-		UniqueFd conn(::accept4(owner_socket.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-		if (!conn.valid()) {
-			// Out of fds: the listener stays readable; don't spin on it.
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-				std::this_thread::sleep_for(std::chrono::milliseconds(10));
-			return;
-		}
-		int fd = conn.get();
-		epoll_event ev{};
-		ev.events = EPOLLIN | EPOLLRDHUP;
-		ev.data.u64 = io_data(IoTag::pending, 0, fd);
-		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) < 0)
-			continue;
-		pending[fd] = Pending{ std::move(conn), monotonic_ns() + kHelloTimeoutNs };
-	}
-}
-
-namespace {
-
-// The peer's credentials, if a pool of MODE and group GID lets it in: the file mode's
-// rule, applied by the owner, since an abstract socket has no file mode and a socket
-// file's is only as good as its directory. Root (in this user namespace) always may.
-Result<PeerCredentials> allowed_peer(int conn, uint32_t mode, gid_t gid)
-{
-	auto peer = peer_credentials(conn);
-	if (!peer)
-		return peer.error();
-	bool allowed =
-		peer->uid == ::geteuid() || peer->uid == 0 || (mode & 0006) || ((mode & 0060) && peer->in_group(gid));
-	if (allowed)
-		return peer;
-	std::string groups;
-	for (gid_t g : peer->groups)
-		groups += (groups.empty() ? "" : ",") + std::to_string(g);
-	return make_error(Errc::permission_denied,
-			  "uid " + std::to_string(peer->uid) + " (gid " + std::to_string(peer->gid) +
-				  (groups.empty() ? "" : ", groups " + groups) + ") may not use this pool: mode " +
-				  mode_text(mode) + ", owner uid " + std::to_string(::geteuid()) + ", group " +
-				  group_text(gid) + ((mode & 0060) ? "" : " (the mode gives the group no access)") +
-				  (peer->uid == 65534 ? "; uid 65534 is what a uid the owner's user namespace "
-							"does not map reads as"
-						      : ""));
-}
-
-Result<void> check_eventfd(int fd)
-{
-	char link[64] = {};
-	std::string proc = "/proc/self/fd/" + std::to_string(fd);
-	// Without /proc mounted the check cannot be made; the fd is only ever written.
-	bool have_proc = ::readlink(proc.c_str(), link, sizeof(link) - 1) >= 0;
-	if ((have_proc && std::string_view(link) != "anon_inode:[eventfd]") || (!have_proc && errno != ENOENT))
-		return make_error(Errc::invalid_argument, "the file descriptor in hello is not an eventfd");
-	::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-	return {};
-}
-
-} // namespace
-
-void Publisher::handle_hello(int fd)
-{
-	auto node = pending.extract(fd);
-	if (node.empty())
-		return;
-	UniqueFd conn = std::move(node.mapped().conn);
-	::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
-
-	auto reject = [&](const Error &e) {
-		protocol::Reject r = protocol::make_reject(xmem_status(e.code), e.message);
-		(void)rendezvous::send_message(conn.get(), &r, sizeof(r), nullptr, 0);
-	};
-
-	auto msg = rendezvous::receive_message(conn.get(), monotonic_ns(), "peer");
-	if (!msg)
-		return;
-	auto hello = protocol::parse_hello(msg->data);
-	if (!hello)
-		return reject(hello.error());
-	// Credentials are checked after reading the Hello: closing with it unread would
-	// reset the connection and lose the Reject on the way.
-	auto cred = allowed_peer(conn.get(), config_mode, config_gid);
-	if (!cred)
-		return reject(cred.error());
-
-	if (hello->role == protocol::PeerRole::classes) {
-		if (!msg->fds.empty())
-			return reject(
-				make_error(Errc::invalid_argument, "a size class's import sends no file descriptors"));
-		return send_class(conn.get(), hello->class_index);
-	}
-	if (hello->role == protocol::PeerRole::slot) {
-		if (!msg->fds.empty())
-			return reject(make_error(Errc::invalid_argument, "a slot's import sends no file descriptors"));
-		return growth.send_slot(conn.get(), hello->class_index);
-	}
-	if (hello->role == protocol::PeerRole::producer)
-		return admit_guest(std::move(conn), *hello, *cred, msg->fds);
-	protocol::Welcome w;
-	{
-		std::lock_guard lock(publish_lock);
-		w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), pool_.arena->size(),
-					   pool_.format_seq, *pool_.format.load());
-	}
-	if (hello->role == protocol::PeerRole::inspector) {
-		if (!msg->fds.empty())
-			return reject(make_error(Errc::invalid_argument, "an inspector sends no file descriptors"));
-		(void)rendezvous::send_welcome(conn.get(), w, seg.fd(), {});
-		return;
-	}
-	if (msg->fds.empty() || msg->fds.size() > 2)
-		return reject(make_error(Errc::invalid_argument, "a consumer sends an eventfd and at most a pidfd"));
-	UniqueFd event = std::move(msg->fds[0]);
-	if (auto ok = check_eventfd(event.get()); !ok)
-		return reject(ok.error());
-	// Its pidfd: how a device pool's owner knows when a consumer it cannot see (another
-	// PID namespace: SO_PEERCRED's pid is 0) has exited. One this owner can make itself
-	// from a visible pid is preferred to any a peer sends.
-	UniqueFd pidfd;
-	if (msg->fds.size() == 2) {
-		if (auto ok = check_pidfd(msg->fds[1].get(), cred->pid); !ok)
-			return reject(ok.error());
-		pidfd = std::move(msg->fds[1]);
-	}
-	if (cred->pid > 0)
-		pidfd = UniqueFd(int(::syscall(SYS_pidfd_open, cred->pid, 0)));
-	int cfd = conn.get();
-	auto index = admit(*hello, *cred, std::move(event), std::move(pidfd), conn);
-	if (!index)
-		return index.code() == Errc::closed ? void() : reject(index.error());
-
-	// Admitted, the consumer may be sent frames at once, and a block-policy publish may
-	// wait, holding the publish lock, for room in its queue: nothing from here to the
-	// Welcome may need that lock, or the wait could only end at its timeout.
-	w.consumer_index = *index;
-	epoll_event ev{};
-	ev.events = EPOLLIN | EPOLLRDHUP;
-	ev.data.u64 = io_data(IoTag::consumer, *index, cfd);
-	std::vector<int> fds = pool_.arena->fds();
-	if (pool_.spill)
-		fds.insert(fds.begin(), pool_.spill->fd());
-	if (!rendezvous::send_welcome(cfd, w, seg.fd(), fds) ||
-	    ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, cfd, &ev) < 0)
-		reap(*index);
-}
-
-void Publisher::send_class(int conn, uint32_t index)
-{
-	std::vector<int> fds;
-	uint64_t size = 0;
-	{
-		// The fds stay open while the class lives: its arena is never removed.
-		std::lock_guard lock(pool_.classes_lock);
-		if (index == 0 || index >= pool_.classes_known.load(std::memory_order_relaxed)) {
-			protocol::Reject r =
-				protocol::make_reject(XMEM_EINVAL, "no size class " + std::to_string(index) +
-									   " to import (the first comes at attach)");
-			(void)rendezvous::send_message(conn, &r, sizeof(r), nullptr, 0);
-			return;
-		}
-		const Arena &memory = *pool_.classes[index].arena;
-		fds = memory.fds();
-		size = memory.size();
-	}
-	protocol::Welcome w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), size, 0, "");
-	(void)rendezvous::send_welcome(conn, w, -1, fds);
-}
-
-void Publisher::admit_guest(UniqueFd conn, const protocol::Hello &hello, const PeerCredentials &cred,
-			    std::vector<UniqueFd> &fds)
-{
-	auto reject = [&](const std::string &message) {
-		protocol::Reject r = protocol::make_reject(XMEM_EINVAL, message);
-		(void)rendezvous::send_message(conn.get(), &r, sizeof(r), nullptr, 0);
-	};
-	if (fds.size() > 1)
-		return reject("a producer sends at most a pidfd");
-	// A guest writes slots through its consumer's mappings: it names that consumer, which
-	// must be attached, from the same process where this owner can tell.
-	uint32_t c = hello.class_index;
-	bool attached = false;
-	{
-		std::lock_guard lock(publish_lock);
-		attached = c < seg.max_consumers && queues.attached(c) &&
-			   (cred.pid == 0 || seg.consumer(c)->pid == 0 || seg.consumer(c)->pid == uint32_t(cred.pid));
-	}
-	if (!attached)
-		return reject("a producer names consumer " + std::to_string(c) +
-			      ", which is not attached from its process");
-	Guest guest;
-	guest.consumer = c;
-	guest.pid = uint32_t(std::max(cred.pid, pid_t(0)));
-	if (fds.size() == 1 && check_pidfd(fds[0].get(), cred.pid))
-		guest.pidfd = std::move(fds[0]);
-	if (cred.pid > 0)
-		guest.pidfd = UniqueFd(int(::syscall(SYS_pidfd_open, cred.pid, 0)));
-	protocol::Welcome w = protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), 0, 0, "");
-	int fd = conn.get();
-	epoll_event ev{};
-	ev.events = EPOLLIN | EPOLLRDHUP;
-	ev.data.u64 = io_data(IoTag::guest, 0, fd);
-	if (!rendezvous::send_welcome(fd, w, -1, {}) || ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) < 0)
-		return;
-	guest.conn = std::move(conn);
-	guests[fd] = std::move(guest);
-}
-
-void Publisher::serve_guest(int fd)
-{
-	auto it = guests.find(fd);
-	if (it == guests.end()) {
-		::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
-		return;
-	}
-	// A hang-up, fds or a malformed request: the guest is gone (or broke the protocol).
-	auto msg = rendezvous::receive_message(fd, monotonic_ns(), "producer", 0);
-	if (!msg)
-		return guest_gone(fd);
-	auto request = protocol::parse_request(msg->data);
-	if (!request)
-		return guest_gone(fd);
-	protocol::Answer a = answer(it->second, *request);
-	if (!rendezvous::send_message(fd, &a, sizeof(a), nullptr, 0))
-		guest_gone(fd);
-}
-
-protocol::Answer Publisher::answer(Guest &guest, const protocol::Request &r)
-{
-	auto refuse = [](const Error &e) {
-		return protocol::make_answer(&e);
-	};
-	auto lease = std::find(guest.leases.begin(), guest.leases.end(), r.slot);
-	switch (r.op) {
-	case protocol::RequestOp::lease: {
-		if (r.storage != uint32_t(Storage::system) && r.storage != uint32_t(Storage::cuda))
-			return refuse(make_error(Errc::invalid_argument, pool_.where() + ": unknown storage type " +
-										 std::to_string(r.storage)));
-		// The owner's own acquire, without waiting: the guest waits, on its side.
-		auto g = acquire(r.size,
-				 Memory{ Storage(r.storage), r.storage == uint32_t(Storage::cuda) ? r.device : 0 }, 0,
-				 nullptr);
-		if (!g)
-			return refuse(g.error());
-		protocol::Answer a = protocol::make_answer(nullptr);
-		a.slot = g->index_;
-		g->pool_.reset(); // the reference stays, the lease's
-		guest.leases.push_back(a.slot);
-		return a;
-	}
-	case protocol::RequestOp::give_back:
-		if (lease == guest.leases.end())
-			return refuse(make_error(Errc::not_held, pool_.where() + ": slot " + std::to_string(r.slot) +
-									 " is not leased to this producer"));
-		guest.leases.erase(lease);
-		drop_lease(r.slot); // back to free, unpublished
-		return protocol::make_answer(nullptr);
-	case protocol::RequestOp::publish:
-		break;
-	}
-	if (lease == guest.leases.end())
-		return refuse(make_error(Errc::not_held, pool_.where() + ": slot " + std::to_string(r.slot) +
-								 " is not leased to this producer"));
-	guest.leases.erase(lease);
-	BufferGuard g = pool_.make_guard(r.slot, true); // the lease's reference
-	// What the guest wrote, checked by put_out() as the owner's own frame is.
-	g.meta_ = r.meta;
-	if (r.side_data_size)
-		g.side_data_ =
-			std::make_shared<const std::vector<std::byte>>(r.side_data, r.side_data + r.side_data_size);
-	Origin origin{ guest.consumer, true, guest.pid };
-	protocol::Answer a = protocol::make_answer(nullptr);
-	a.slot = r.slot;
-	if (r.redemptions == 0) {
-		if (auto published = publish(std::move(g), nullptr, origin); !published)
-			return refuse(published.error());
-		return a;
-	}
-	auto ticket = publish_ticket(std::move(g), r.redemptions, r.ttl_ns, nullptr, origin);
-	if (!ticket)
-		return refuse(ticket.error());
-	a.seq = ticket->seq;
-	a.check = ticket->check;
-	return a;
-}
-
-void Publisher::guest_gone(int fd)
-{
-	auto node = guests.extract(fd);
-	if (node.empty())
-		return;
-	::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
-	Guest &guest = node.mapped();
-	// Its system slots go back now: its CPU writes ended with its threads. GPU writes it
-	// queued into device slots may land until its process has exited (its device files
-	// closed): those stay held until then, as a quarantined consumer's (reap()).
-	GuestRemains remains;
-	for (uint32_t i : guest.leases) {
-		if (pool_.sync_of(i))
-			remains.leases.push_back(i);
-		else
-			drop_lease(i);
-	}
-	if (remains.leases.empty())
-		return;
-	remains.watch = guest.pidfd.valid() ? std::move(guest.pidfd) : grace_timer();
-	int watch = remains.watch.get();
-	if (watch >= 0 && watch_readable(watch, io_data(IoTag::guest_exit, 0, watch))) {
-		guest_remains[watch] = std::move(remains);
-		return;
-	}
-	for (uint32_t i : remains.leases) // nothing to wait on: the slots go back now
-		drop_lease(i);
-}
-
-void Publisher::drop_lease(uint32_t index)
-{
-	(void)pool_.release(index, nullptr, false);
-}
-
-Result<uint32_t> Publisher::admit(const protocol::Hello &hello, const PeerCredentials &cred, UniqueFd event,
-				  UniqueFd pidfd, UniqueFd &conn)
-{
-	auto asked = protocol::serve_of(hello);
-	if (!asked)
-		return asked.error();
-	owner::Served how;
-	how.policy = asked->policy.value_or(config_policy);
-	how.fallback = asked->fallback;
-	how.block_timeout_ns = asked->block_timeout_ns ? asked->block_timeout_ns : config_block_timeout_ns;
-	// A fifo-spill consumer's queue may hold every slot and every spill buffer; the
-	// others' at most every slot, a latest one's a single frame.
-	uint32_t most = seg.slot_count;
-	uint32_t queue = hello.queue_size ? hello.queue_size : kDefaultQueueSize;
-	if (how.policy == Policy::fifo_spill) {
-		if (seg.constants().spill_frames == 0)
-			return make_error(Errc::invalid_argument,
-					  pool_.where() + " has no spill tier for a fifo-spill consumer (its owner "
-							  "set no spill size)");
-		most = seg.ring_capacity - 1;
-		if (hello.queue_size == 0)
-			queue = most;
-	}
-	if (how.policy == Policy::latest)
-		queue = 1;
-	how.queue_size = std::clamp<uint32_t>(queue, 1, most);
-
-	std::lock_guard lock(publish_lock);
-	if (shut.load(std::memory_order_acquire))
-		return make_error(Errc::closed, pool_.where() + " is closed");
-	uint32_t index = UINT32_MAX;
-	for (uint32_t i = 0; i < seg.max_consumers && index == UINT32_MAX; i++)
-		if (seg.consumer(i)->state.load(std::memory_order_acquire) == kConsumerFree)
-			index = i;
-	if (index == UINT32_MAX)
-		return make_error(Errc::full, "pool has its maximum of " + std::to_string(seg.max_consumers) +
-						      " consumers attached");
-	ConsumerRecord *rec = seg.consumer(index);
-	rec->pid = uint32_t(cred.pid);
-	rec->uid = cred.uid;
-	rec->gid = cred.gid;
-	rec->own_pid = hello.pid;
-	rec->pid_ns = hello.pid_ns;
-	rec->queue_size = how.queue_size;
-	rec->policy = uint32_t(how.policy);
-	rec->fallback = uint32_t(how.fallback);
-	rec->block_timeout_ns = how.block_timeout_ns;
-	rec->spilled.store(0, std::memory_order_relaxed);
-	rec->detached.store(0, std::memory_order_relaxed);
-	rec->attach_ns = monotonic_ns();
-	copy_string(rec->client, sizeof(rec->client), hello.client);
-	rec->sync_mode = kSyncNone; // the consumer records its own at attach
-	rec->gpu_drained.store(0, std::memory_order_relaxed);
-	rec->producing.store(0, std::memory_order_relaxed);
-	// Device pools: its process, to know when a quarantine may end (see reap()).
-	// Kept in every pool: a class of device memory may come later.
-	consumer_pidfd[index] = std::move(pidfd);
-	rec->head.store(0, std::memory_order_relaxed);
-	rec->tail.store(0, std::memory_order_relaxed);
-	rec->received.store(0, std::memory_order_relaxed);
-	rec->dropped.store(0, std::memory_order_relaxed);
-	rec->queued_total.store(0, std::memory_order_relaxed);
-	// Armed from the start: fd() polls readable on the first frame.
-	rec->armed.store(1, std::memory_order_relaxed);
-	rec->state.store(kConsumerActive, std::memory_order_seq_cst);
-	queues.attach(index, how, std::move(event), std::move(conn));
-	return index;
-}
-
-void Publisher::reap(uint32_t c)
-{
-	if (c >= seg.max_consumers)
-		return;
-	ConsumerRecord *rec = seg.consumer(c);
-	// DEAD first, and wake: a publish blocked on this consumer gives up at once.
-	rec->state.store(kConsumerDead, std::memory_order_seq_cst);
-	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
-	futex_wake_all(&seg.header->progress);
-	// A guest of its process publishes on: its frames go to a consumer that takes this
-	// record next.
-	for (auto &[fd, guest] : guests)
-		if (guest.consumer == c)
-			guest.consumer = protocol::kNoConsumer;
-	{
-		std::lock_guard lock(publish_lock);
-		queues.detach(c);
-		// A device pool's consumer that did not say its GPU work was over (killed, or a
-		// stream stuck past its close): its queued GPU writes may land until its process
-		// has exited. Until then (end_quarantine()) it is quarantined:
-		// - its done words are left as they are, so the owner's streams keep waiting
-		//   for its queued done writes, which follow its in-place writes: a slot it
-		//   released with writes still queued is rewritten only after them;
-		// - the slots it held EXCLUSIVE stay held: a write queued there has no done
-		//   write after it;
-		// - its record (holder index) stays taken: a late done write must not land in
-		//   another consumer's words.
-		bool quarantine = pool_.has_device_slots() && rec->gpu_drained.load(std::memory_order_seq_cst) == 0 &&
-				  start_quarantine(c);
-		// Otherwise its GPU work is over: done words first, so an acquire that sees
-		// its bits gone finds nothing to wait for, and no stream waits on it forever.
-		if (!quarantine)
-			pool_.each_sync([&](DeviceSync &sync) { sync.release_dead_holder(1 + c, published_count); });
-		// Clearing a bit is idempotent and only this consumer ever set its bit for
-		// itself: its references are released exactly once, whatever instruction it
-		// died on (docs/design.md, "Invariants").
-		uint32_t bit = 1 + c;
-		for (uint32_t i = 0; i < seg.slot_count; i++) {
-			if (quarantine && seg.slots[i].state.load(std::memory_order_seq_cst) == kSlotExclusive &&
-			    (seg.slots[i].holders[bit / 64].load(std::memory_order_seq_cst) & holder_mask(bit)))
-				continue; // kept held until end_quarantine()
-			uint64_t old =
-				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
-			if (old & holder_mask(bit))
-				owner::try_reclaim(seg.slots[i], kSlotFree);
-		}
-		spill.forget_consumer(c);
-		rec->head.store(0, std::memory_order_relaxed);
-		rec->tail.store(0, std::memory_order_relaxed);
-		// Deregister explicitly: close() alone leaves the registration while another
-		// process holds a copy of the fd.
-		if (UniqueFd conn = queues.take_connection(c); conn.valid())
-			::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, conn.get(), nullptr);
-		seg.header->reaped.fetch_add(1, std::memory_order_relaxed);
-		if (quarantine) {
-			rec->state.store(kConsumerQuarantined, std::memory_order_release);
-		} else {
-			consumer_pidfd[c].reset();
-			rec->state.store(kConsumerFree, std::memory_order_release);
-		}
-	}
-	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
-	futex_wake_all(&seg.header->progress);
-}
-
-bool Publisher::start_quarantine(uint32_t c)
-{
-	// Until its process has exited: the kernel closes a process's files, the GPU
-	// driver's among them (which ends its queued work), before it reports the exit.
-	int fd = consumer_pidfd[c].get();
-	if (fd < 0) {
-		// No pidfd (an old kernel, a consumer in a PID namespace this owner cannot see
-		// that sent none): a grace period.
-		consumer_grace[c] = grace_timer();
-		fd = consumer_grace[c].get();
-	}
-	return fd >= 0 && watch_readable(fd, io_data(IoTag::quarantine, c, fd));
-}
-
-bool Publisher::watch_readable(int fd, uint64_t data)
-{
-	epoll_event ev{};
-	ev.events = EPOLLIN;
-	ev.data.u64 = data;
-	return ::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
-}
-
-void Publisher::end_quarantine(uint32_t c)
-{
-	ConsumerRecord *rec = seg.consumer(c);
-	{
-		std::lock_guard lock(publish_lock);
-		if (rec->state.load(std::memory_order_acquire) != kConsumerQuarantined)
-			return;
-		// Its process is gone, and its GPU work with it: no stream waits on it forever.
-		pool_.each_sync([&](DeviceSync &sync) { sync.release_dead_holder(1 + c, published_count); });
-		uint32_t bit = 1 + c;
-		for (uint32_t i = 0; i < seg.slot_count; i++) {
-			uint64_t old =
-				seg.slots[i].holders[bit / 64].fetch_and(~holder_mask(bit), std::memory_order_seq_cst);
-			if (old & holder_mask(bit))
-				owner::try_reclaim(seg.slots[i], kSlotFree);
-		}
-		for (UniqueFd *fd : { &consumer_pidfd[c], &consumer_grace[c] }) {
-			if (fd->valid())
-				::epoll_ctl(io_epoll.get(), EPOLL_CTL_DEL, fd->get(), nullptr);
-			fd->reset();
-		}
-		rec->state.store(kConsumerFree, std::memory_order_release);
-	}
-	seg.header->progress.fetch_add(1, std::memory_order_seq_cst);
-	futex_wake_all(&seg.header->progress);
-}
-
 Publisher::Publisher(PoolImpl &pool) : pool_(pool), seg(pool.seg)
 {
 }
@@ -1089,7 +453,7 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 		return claimed.error();
 	// From here on, a failure releases the name again (~Publisher shuts down).
 	impl->publisher = std::make_unique<Publisher>(*impl);
-	impl->publisher->owner_socket = std::move(claimed.value());
+	impl->publisher->peers.adopt(std::move(claimed.value()));
 
 	ArenaSpec spec{ impl->name, config.storage, config.device, config.slot_count, config.slot_size, config.mode };
 	auto arena = create_arena(spec);
@@ -1173,52 +537,19 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 Result<void> Publisher::start(const PoolConfig &config)
 {
 	// The owner's own copies: consumers can write to the shared header.
-	config_policy = config.policy;
-	config_block_timeout_ns = uint64_t(config.block_timeout.count());
-	config_mode = config.mode;
-	config_gid = config.group ? gid_t(*config.group) : ::getegid();
 	std::memcpy(config_producer, seg.header->producer, sizeof(config_producer));
 	owner_pid = seg.constants().owner_pid;
 	if (auto grown = growth.start(config); !grown)
 		return grown.error();
 	queues.start();
-	consumer_pidfd.resize(seg.max_consumers);
-	consumer_grace.resize(seg.max_consumers);
 	pool_.format.store(std::make_shared<const std::string>());
 	auto fmt = set_format(config.format);
 	if (!fmt)
 		return fmt.error();
-
-	io_epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
-	io_stop = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (auto timer = tickets.start(); !timer)
 		return timer.error();
-	if (!io_epoll.valid() || !io_stop.valid())
-		return errno_error(pool_.where() + ": epoll/eventfd/timerfd");
-	epoll_event ev{};
-	ev.events = EPOLLIN;
-	ev.data.u64 = io_data(IoTag::listener, 0, owner_socket.listener.get());
-	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, owner_socket.listener.get(), &ev) < 0)
-		return errno_error(pool_.where() + ": epoll_ctl");
-	ev.data.u64 = io_data(IoTag::stop, 0, io_stop.get());
-	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, io_stop.get(), &ev) < 0)
-		return errno_error(pool_.where() + ": epoll_ctl");
-	ev.data.u64 = io_data(IoTag::tickets, 0, tickets.timer().get());
-	if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, tickets.timer().get(), &ev) < 0)
-		return errno_error(pool_.where() + ": epoll_ctl");
-	if (growth.timer().valid()) {
-		ev.data.u64 = io_data(IoTag::trim, 0, growth.timer().get());
-		if (::epoll_ctl(io_epoll.get(), EPOLL_CTL_ADD, growth.timer().get(), &ev) < 0)
-			return errno_error(pool_.where() + ": epoll_ctl");
-	}
-	// The threads touch only this Publisher, which shutdown() outlives by joining them.
 	spill.start();
-	try {
-		io_thread = std::thread([this] { io_loop(); });
-	} catch (const std::system_error &e) {
-		return make_error(Errc::system, pool_.where() + ": cannot start the I/O thread: " + e.what());
-	}
-	return {};
+	return peers.start(config);
 }
 
 } // namespace xmem
