@@ -35,6 +35,7 @@
 #include <xmem/xmem.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -64,14 +65,14 @@ enum class PeerRole : uint32_t {
 	// class's arena fds and no control memfd, continued in ArenaFds, then hangs up.
 	classes = 3,
 	// An attached consumer that produces too (docs/design.md, "Producers besides the
-	// owner"), on a connection of its own: Hello::class_index is its consumer index (the
+	// owner"), on a connection of its own: Hello::consumer_index is its consumer record (the
 	// frames it publishes are not queued for itself), its fds at most a pidfd of itself.
 	// The owner answers with a bare Welcome, then serves Requests until it hangs up.
 	producer = 4,
 	// An attached consumer asking for the memory of a dynamic class's device slot
-	// (Hello::class_index: the slot), on a connection of its own: the owner answers with
-	// a Welcome (consumer index kNoConsumer, data_size the slot's stride, format_seq the
-	// memory's generation) carrying the slot's one fd, or a Reject, then hangs up.
+	// (Hello::slot_index), on a connection of its own: the owner answers with a Welcome
+	// (consumer index kNoConsumer, data_size the slot's stride, memory_gen the memory's
+	// generation) carrying the slot's one fd, or a Reject, then hangs up.
 	slot = 5,
 };
 
@@ -94,7 +95,14 @@ struct Hello {
 	// namespace. Informative only: nothing is decided by them. Absent (a 56-byte Hello)
 	// from consumers older than the fields.
 	uint32_t pid;
-	uint32_t class_index; // PeerRole::classes: the size class asked for; else 0
+	// What the Hello is about, by role (the same four bytes): the size class asked for
+	// (classes), the dynamic device slot (slot), the sender's own consumer record
+	// (producer); 0 for a consumer or an inspector.
+	union {
+		uint32_t class_index;
+		uint32_t slot_index;
+		uint32_t consumer_index;
+	};
 	uint64_t pid_ns;
 	// How the consumer asks to be served (Serve): 0 the pool's policy, else 1 + an
 	// xmem_policy; the fallback of fifo and fifo-spill (an xmem_policy, 0: drop-oldest);
@@ -113,7 +121,12 @@ struct Welcome {
 	uint32_t reserved;
 	uint64_t control_size;
 	uint64_t data_size;
-	uint64_t format_seq;
+	// By role (the same eight bytes): the format's sequence number (a consumer's or an
+	// inspector's Welcome); the generation of the slot's memory (PeerRole::slot).
+	union {
+		uint64_t format_seq;
+		uint64_t memory_gen;
+	};
 	char format[XMEM_FORMAT_MAX];
 	// fds: the control memfd, then the arena's fds (the count follows from the
 	// control segment's storage type), continued in ArenaFds messages.
@@ -169,6 +182,10 @@ inline constexpr size_t kMaxFds = 253;
 inline constexpr size_t kMaxMessage = std::max(sizeof(Welcome), sizeof(Request));
 static_assert(sizeof(MessageHeader) == 16);
 static_assert(sizeof(Hello) == 88);
+// The role-named fields share their bytes: the wire format is what it was before them.
+static_assert(offsetof(Hello, class_index) == 60 && offsetof(Hello, slot_index) == 60 &&
+	      offsetof(Hello, consumer_index) == 60);
+static_assert(offsetof(Welcome, format_seq) == 40 && offsetof(Welcome, memory_gen) == 40);
 inline constexpr size_t kHelloV1Size = 56; // a Hello without pid and pid_ns
 inline constexpr size_t kHelloPidSize = 72; // a Hello without the policy
 static_assert(sizeof(Reject) == 276);

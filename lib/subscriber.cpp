@@ -402,7 +402,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	mapped_gen.assign(seg.slot_count, 0);
 	pool_.leased.assign(pool_.index_count(), 0);
 	event = std::move(ev);
-	arm_set.store(true, std::memory_order_relaxed); // the owner arms new consumers (see Publisher::admit)
+	arm_set.store(true, std::memory_order_relaxed); // the owner arms new consumers (see PeerServer::admit)
 
 	epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
 	if (!epoll.valid())

@@ -383,9 +383,9 @@ void Growth::send_slot(int conn, uint32_t index)
 		else
 			refused = got.error().message;
 		if (fd >= 0) {
-			// The memory's generation goes as the Welcome's format_seq.
 			protocol::Welcome w =
-				protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), stride, gen, "");
+				protocol::make_welcome(protocol::kNoConsumer, seg.bytes().size(), stride, 0, "");
+			w.memory_gen = gen;
 			(void)rendezvous::send_welcome(conn, w, -1, { fd });
 			return;
 		}

@@ -243,7 +243,7 @@ void PeerServer::handle_hello(int fd)
 	if (hello->role == protocol::PeerRole::slot) {
 		if (!msg->fds.empty())
 			return reject(make_error(Errc::invalid_argument, "a slot's import sends no file descriptors"));
-		return parts.growth.send_slot(conn.get(), hello->class_index);
+		return parts.growth.send_slot(conn.get(), hello->slot_index);
 	}
 	if (hello->role == protocol::PeerRole::producer)
 		return admit_guest(std::move(conn), *hello, *cred, msg->fds);
@@ -325,7 +325,7 @@ void PeerServer::admit_guest(UniqueFd conn, const protocol::Hello &hello, const 
 		return reject("a producer sends at most a pidfd");
 	// A guest writes slots through its consumer's mappings: it names that consumer, which
 	// must be attached, from the same process where this owner can tell.
-	uint32_t c = hello.class_index;
+	uint32_t c = hello.consumer_index;
 	bool attached = false;
 	{
 		std::lock_guard lock(parts.publish_lock);
