@@ -49,6 +49,7 @@
 #include "gstxmemsink.h"
 
 #include "gstxmemcuda.h"
+#include "gstxmemelement.h"
 #include "gstxmemmemory.h"
 #include "gstxmemmeta.h"
 #include "gstxmemnothrow.h"
@@ -70,7 +71,6 @@
 GST_DEBUG_CATEGORY_STATIC(gst_xmem_sink_debug);
 #define GST_CAT_DEFAULT gst_xmem_sink_debug
 
-#define DEFAULT_POOL_NAME "xmem"
 #define DEFAULT_BUFFERS 8
 #define DEFAULT_POLICY XMEM_POLICY_DROP_OLDEST
 #define DEFAULT_BLOCK_TIMEOUT (GST_SECOND)
@@ -115,12 +115,14 @@ namespace {
  * element), while waiting for consumers or a slot, or while calling another
  * element. */
 struct SinkState {
+	explicit SinkState(GstElement *element) : cuda(element, false) {}
+
 	/* Guards the properties (set_property, get_property: any thread) and `pool`,
 	 * `caps_string`, `waited`, `rejoin` (also read by stats, stop and the allocation query).
 	 * The fields between them (info ... slot_info) are written under it by set_caps
 	 * and read without it by the streaming thread, their only writer. */
 	std::mutex lock;
-	std::string pool_name = DEFAULT_POOL_NAME;
+	std::string pool_name = GST_XMEM_DEFAULT_POOL_NAME;
 	guint buffers = DEFAULT_BUFFERS;
 	xmem_policy policy = DEFAULT_POLICY;
 	guint64 block_timeout = DEFAULT_BLOCK_TIMEOUT;
@@ -148,7 +150,7 @@ struct SinkState {
 	GstVideoInfo slot_info{};
 	/* GStreamer's CUDA context and the stream device copies run on (streaming
 	 * thread; its context part takes the object lock). */
-	GstXmemCuda *cuda = nullptr;
+	GstXmemCuda cuda;
 	bool waited = false;
 	/* The largest slot of the pool's size classes (under `lock`). */
 	guint64 slot_limit = 0;
@@ -403,7 +405,7 @@ static gboolean gst_xmem_sink_stop(GstBaseSink *sink)
 	/* Never waits: frames consumers hold stay mapped in their processes (limbo). */
 	if (pool)
 		pool->close();
-	s->cuda->reset();
+	s->cuda.reset();
 	return TRUE;
 }
 
@@ -421,7 +423,7 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		wanted_device = s->cuda_device;
 	}
 	/* CUDA input is read on its own context, which upstream shares with us. */
-	if (std::string why; input_cuda && !s->cuda->ensure(wanted_device, &why)) {
+	if (std::string why; input_cuda && !s->cuda.ensure(wanted_device, &why)) {
 		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("Cannot read CUDA memory."), ("%s", why.c_str()));
 		return FALSE;
 	}
@@ -443,7 +445,7 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		s->input_cuda = input_cuda;
 		bool device_pool = memory == GST_XMEM_MEMORY_CUDA || (memory == GST_XMEM_MEMORY_AUTO && input_cuda);
 		s->storage = device_pool ? xmem::Storage::cuda : xmem::Storage::system;
-		s->device = guint(input_cuda && wanted_device < 0 ? std::max(s->cuda->device(), 0)
+		s->device = guint(input_cuda && wanted_device < 0 ? std::max(s->cuda.device(), 0)
 								  : std::max(wanted_device, 0));
 		s->slot_info = s->info;
 		if (device_pool && !s->is_video) {
@@ -764,8 +766,8 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	GstXmemPlanes src;
 	/* CUDA memory is read on its own context's stream, which set_caps() made when the
 	 * caps said CUDA; without one it is mapped for the CPU and uploaded like the rest. */
-	bool device_input = s->cuda->stream() && map_cuda_input(*s->cuda, buffer, &mem, &map, &src);
-	xmem::CudaStream stream = device_input ? s->cuda->stream() : nullptr;
+	bool device_input = s->cuda.stream() && map_cuda_input(s->cuda, buffer, &mem, &map, &src);
+	xmem::CudaStream stream = device_input ? s->cuda.stream() : nullptr;
 	GstFlowReturn flow;
 	auto slot = acquire_slot(self, pool, s->slot_info.size, &flow, stream);
 	if (!slot) {
@@ -799,8 +801,8 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 	}
 	if (device_input) {
 		/* Upstream may rewrite its buffer once we let go: keep it until our copy ran. */
-		s->cuda->hold_until_done(buffer);
-		s->cuda->release_done(held_input_limit(buffer));
+		s->cuda.hold_until_done(buffer);
+		s->cuda.release_done(held_input_limit(buffer));
 		s->device_copied++;
 	} else {
 		s->copied++;
@@ -813,12 +815,12 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer *buffer, GstFlowReturn *ret)
 {
 	SinkState *s = self->state;
-	if (!s->is_video || !s->cuda->stream())
+	if (!s->is_video || !s->cuda.stream())
 		return false;
 	GstMemory *mem = nullptr;
 	GstMapInfo map;
 	GstXmemPlanes src;
-	if (!map_cuda_input(*s->cuda, buffer, &mem, &map, &src))
+	if (!map_cuda_input(s->cuda, buffer, &mem, &map, &src))
 		return false;
 	GstFlowReturn flow;
 	auto slot = acquire_slot(self, pool, s->info.size, &flow);
@@ -827,11 +829,11 @@ static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer
 		*ret = slot_error(self, flow, slot.error());
 		return true;
 	}
-	guint device = guint(std::max(s->cuda->device(), 0));
+	guint device = guint(std::max(s->cuda.device(), 0));
 	GstXmemPlanes dst = planes_of(s->info, guint64(uintptr_t(slot->data_mut().value().data())), false);
-	auto copied = gst_xmem_copy_planes(s->info, dst, src, device, s->cuda->stream());
+	auto copied = gst_xmem_copy_planes(s->info, dst, src, device, s->cuda.stream());
 	if (copied)
-		copied = xmem::cuda_synchronize(device, s->cuda->stream());
+		copied = xmem::cuda_synchronize(device, s->cuda.stream());
 	gst_memory_unmap(mem, &map);
 	if (!copied) {
 		*ret = copy_error(self, "Cannot copy the frame out of device memory.", copied.error());
@@ -993,14 +995,14 @@ static gboolean gst_xmem_sink_unlock_stop(GstBaseSink *sink)
 static gboolean gst_xmem_sink_query(GstBaseSink *sink, GstQuery *query)
 {
 	auto *self = GST_XMEM_SINK(sink);
-	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && self->state->cuda->handle_context_query(query))
+	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && self->state->cuda.handle_context_query(query))
 		return TRUE;
 	return GST_BASE_SINK_CLASS(parent_class)->query(sink, query);
 }
 
 static void gst_xmem_sink_set_context(GstElement *element, GstContext *context)
 {
-	GST_XMEM_SINK(element)->state->cuda->set_context(context);
+	GST_XMEM_SINK(element)->state->cuda.set_context(context);
 	GST_ELEMENT_CLASS(parent_class)->set_context(element, context);
 }
 
@@ -1039,7 +1041,7 @@ static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GVa
 	std::lock_guard lock(s->lock);
 	switch (prop_id) {
 	case PROP_POOL_NAME:
-		s->pool_name = g_value_get_string(value) ? g_value_get_string(value) : "";
+		s->pool_name = gst_xmem_pool_name_from_value(value);
 		break;
 	case PROP_BUFFERS:
 		s->buffers = g_value_get_uint(value);
@@ -1142,21 +1144,13 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 
 static void gst_xmem_sink_finalize(GObject *object)
 {
-	auto *self = GST_XMEM_SINK(object);
-	delete self->state->cuda;
-	delete self->state;
+	gst_xmem_state_free(GST_XMEM_SINK(object)->state);
 	G_OBJECT_CLASS(parent_class)->finalize(object);
 }
 
 static void gst_xmem_sink_init(GstXmemSink *self)
 {
-	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
-	try {
-		self->state = new SinkState();
-		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self), false);
-	} catch (const std::exception &e) {
-		g_error("xmemsink: %s", e.what());
-	}
+	self->state = gst_xmem_state_new<SinkState>("xmemsink", GST_ELEMENT(self));
 	/* The last sample would pin a slot for as long as the sink lives: with few
 	 * slots, upstream could starve, and no frame would ever be writable in place
 	 * for a sole consumer. */
@@ -1175,14 +1169,8 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 	gobject->get_property = GST_XMEM_NO_THROW(gst_xmem_sink_get_property);
 	gobject->finalize = gst_xmem_sink_finalize;
 
-	auto flags = GParamFlags(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
-	g_object_class_install_property(
-		gobject, PROP_POOL_NAME,
-		g_param_spec_string("pool-name", "Pool name",
-				    "Name of the pool: a plain name (socket in $XDG_RUNTIME_DIR/xmem, or "
-				    "/tmp/xmem-$UID), the socket path itself when it contains '/', or "
-				    "@name for an abstract socket (no file; per network namespace)",
-				    DEFAULT_POOL_NAME, flags));
+	auto flags = GST_XMEM_PARAM_FLAGS;
+	gst_xmem_install_pool_name(gobject, PROP_POOL_NAME);
 	g_object_class_install_property(gobject, PROP_BUFFERS,
 					g_param_spec_uint("buffers", "Buffers", "Slots to preallocate in shared memory",
 							  1, XMEM_MAX_SLOTS, DEFAULT_BUFFERS, flags));
@@ -1248,14 +1236,11 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 				    "get slots made on demand, whose memory goes back once free and not acquired for "
 				    "10 s (0: a size class of `buffers` slots per larger size instead)",
 				    0, guint64{ 1 } << 44, 0, flags));
-	g_object_class_install_property(
-		gobject, PROP_STATS,
-		g_param_spec_boxed("stats", "Statistics",
-				   "Pool statistics: published, dropped, consumers, free-slots, slots, reaped, "
-				   "zero-copy (frames published in place), copied (frames copied in from system "
-				   "memory, or out of CUDA memory into a system pool), device-copied (frames "
-				   "copied device to device into a CUDA pool), memory (the pool's: system, cuda)",
-				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+	gst_xmem_install_stats(gobject, PROP_STATS,
+			       "Pool statistics: published, dropped, consumers, free-slots, slots, reaped, "
+			       "zero-copy (frames published in place), copied (frames copied in from system "
+			       "memory, or out of CUDA memory into a system pool), device-copied (frames "
+			       "copied device to device into a CUDA pool), memory (the pool's: system, cuda)");
 
 	gst_element_class_add_static_pad_template(element, &sink_template);
 	gst_element_class_set_static_metadata(

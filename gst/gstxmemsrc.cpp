@@ -39,9 +39,11 @@
 #include "gstxmemsrc.h"
 
 #include "gstxmemcuda.h"
+#include "gstxmemelement.h"
 #include "gstxmemmemory.h"
 #include "gstxmemmeta.h"
 #include "gstxmemnothrow.h"
+#include "gstxmemuniquefd.h"
 
 #include <xmem/xmem.hpp>
 
@@ -61,7 +63,6 @@
 GST_DEBUG_CATEGORY_STATIC(gst_xmem_src_debug);
 #define GST_CAT_DEFAULT gst_xmem_src_debug
 
-#define DEFAULT_POOL_NAME "xmem"
 #define DEFAULT_IS_LIVE TRUE
 #define DEFAULT_TIMEOUT 0
 #define DEFAULT_RECONNECT TRUE
@@ -149,41 +150,32 @@ namespace {
 class WakeFd
 {
 public:
-	WakeFd() = default;
-	~WakeFd() { reset(); }
-	WakeFd(const WakeFd &) = delete;
-	WakeFd &operator=(const WakeFd &) = delete;
-
 	/* Opens a fresh eventfd (closing any previous one); false with errno set. */
 	bool open()
 	{
-		reset();
-		fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		return fd_ >= 0;
+		fd_ = GstXmemUniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+		return fd_.valid();
 	}
-	void reset()
-	{
-		if (fd_ >= 0)
-			::close(std::exchange(fd_, -1));
-	}
+	/* Closes it. */
+	void reset() { fd_.reset(); }
 	/* -1 when closed: poll() then ignores it. */
-	int get() const { return fd_; }
+	int get() const { return fd_.get(); }
 	/* Makes the fd readable, until drain(). */
 	void signal() const
 	{
 		uint64_t one = 1;
-		if (fd_ >= 0) [[maybe_unused]]
-			ssize_t n = ::write(fd_, &one, sizeof(one));
+		if (fd_.valid()) [[maybe_unused]]
+			ssize_t n = ::write(fd_.get(), &one, sizeof(one));
 	}
 	void drain() const
 	{
 		uint64_t count;
-		if (fd_ >= 0) [[maybe_unused]]
-			ssize_t n = ::read(fd_, &count, sizeof(count));
+		if (fd_.valid()) [[maybe_unused]]
+			ssize_t n = ::read(fd_.get(), &count, sizeof(count));
 	}
 
 private:
-	int fd_ = -1;
+	GstXmemUniqueFd fd_;
 };
 
 /* Locks, in the order they are taken: the src pad's stream lock (held around
@@ -193,11 +185,16 @@ private:
  * into the element), while waiting for the pool or a frame, or while calling
  * another element (caps queries and negotiation run without `lock`). */
 struct SrcState {
+	explicit SrcState(GstElement *element) : cuda(element, true) {}
+	~SrcState() { gst_caps_replace(&caps, nullptr); }
+	SrcState(const SrcState &) = delete;
+	SrcState &operator=(const SrcState &) = delete;
+
 	/* Guards the properties and `caps`: set_property and get_property (any thread),
 	 * the caps and latency queries (any thread), start/stop and the streaming
 	 * thread. */
 	std::mutex lock;
-	std::string pool_name = DEFAULT_POOL_NAME;
+	std::string pool_name = GST_XMEM_DEFAULT_POOL_NAME;
 	bool is_live = DEFAULT_IS_LIVE;
 	guint64 timeout = DEFAULT_TIMEOUT;
 	bool reconnect = DEFAULT_RECONNECT;
@@ -229,7 +226,7 @@ struct SrcState {
 	xmem::Storage storage = xmem::Storage::system;
 	guint device = 0;
 	GstBufferPool *out_pool = nullptr;
-	GstXmemCuda *cuda = nullptr;
+	GstXmemCuda cuda;
 	guint64 zero_copy = 0;
 	guint64 copied = 0;
 	bool discont = true;
@@ -419,7 +416,7 @@ static GstCaps *choose_caps(GstXmemSrc *self, GstCaps *offer)
 			continue;
 		g_autoptr(GstCaps) one = gst_caps_fixate(gst_caps_copy_nth(ours, 0));
 		std::string why;
-		if (!gst_xmem_caps_is_cuda(one) || s->cuda->ensure(gint(s->device), &why))
+		if (!gst_xmem_caps_is_cuda(one) || s->cuda.ensure(gint(s->device), &why))
 			return std::exchange(one, nullptr);
 		GST_WARNING_OBJECT(self, "no CUDA memory output: %s", why.c_str());
 	}
@@ -480,7 +477,7 @@ static bool negotiate_output(GstXmemSrc *self)
 	GST_INFO_OBJECT(self, "output caps %" GST_PTR_FORMAT, static_cast<gpointer>(chosen));
 	s->out_cuda = gst_xmem_caps_is_cuda(chosen);
 	if (s->out_cuda && !GstXmemCuda::can_wrap())
-		s->out_pool = s->cuda->new_buffer_pool(chosen, guint(s->info.size));
+		s->out_pool = s->cuda.new_buffer_pool(chosen, guint(s->info.size));
 	if (s->out_cuda && !GstXmemCuda::can_wrap() && !s->out_pool) {
 		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("Cannot allocate CUDA memory."),
 				  ("no CUDA buffer pool for format \"%s\"", s->format.c_str()));
@@ -519,7 +516,7 @@ static gboolean gst_xmem_src_stop(GstBaseSrc *src)
 {
 	SrcState *s = GST_XMEM_SRC(src)->state;
 	drop_out_pool(s);
-	s->cuda->reset();
+	s->cuda.reset();
 	s->pool.reset();
 	s->wake.reset();
 	std::lock_guard lock(s->lock);
@@ -701,7 +698,7 @@ static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, 
 		layout.stride[p] = stride[p] = planes.stride[p];
 	}
 	layout.size = gsize(m.size ? m.size : frame.capacity());
-	GstMemory *mem = s->cuda->wrap(std::move(frame), layout);
+	GstMemory *mem = s->cuda.wrap(std::move(frame), layout);
 	if (!mem) {
 		*error = { xmem::Errc::system, "GStreamer could not wrap the device slot as CUDA memory" };
 		return nullptr;
@@ -725,7 +722,7 @@ static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&fram
 		 * made for the first frame of system memory (a pool of mixed memories). */
 		g_autoptr(GstCaps) caps = gst_pad_get_current_caps(GST_BASE_SRC_PAD(self));
 		if (caps)
-			s->out_pool = s->cuda->new_buffer_pool(caps, guint(s->info.size));
+			s->out_pool = s->cuda.new_buffer_pool(caps, guint(s->info.size));
 	}
 	g_autoptr(GstBuffer) buf = nullptr;
 	if (!s->out_pool || gst_buffer_pool_acquire_buffer(s->out_pool, &buf, nullptr) != GST_FLOW_OK) {
@@ -749,8 +746,8 @@ static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&fram
 	}
 	/* A device frame's own device; a system frame (of a pool of mixed memories) is
 	 * uploaded on our context's. */
-	guint device = frame.storage() == xmem::Storage::cuda ? frame.device() : guint(s->cuda->device());
-	xmem::CudaStream stream = s->cuda->stream();
+	guint device = frame.storage() == xmem::Storage::cuda ? frame.device() : guint(s->cuda.device());
+	xmem::CudaStream stream = s->cuda.stream();
 	auto r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame, s->info), device, stream);
 	/* The slot is the producer's again once our copy has read it (on the GPU). */
 	auto released = frame.release(stream);
@@ -904,7 +901,7 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 		gint64 deadline = timeout ? g_get_monotonic_time() + gint64(timeout / 1000) : G_MAXINT64;
 		for (;;) {
 			/* CUDA output: our stream waits (on the GPU) for the producer's writes. */
-			xmem::CudaStream stream = s->out_cuda ? s->cuda->stream() : nullptr;
+			xmem::CudaStream stream = s->out_cuda ? s->cuda.stream() : nullptr;
 			auto frame = s->pool->receive(std::chrono::nanoseconds(0), stream);
 			if (frame) {
 				if (!apply_format(self, frame->format()))
@@ -973,7 +970,7 @@ static gboolean gst_xmem_src_query(GstBaseSrc *src, GstQuery *query)
 {
 	auto *self = GST_XMEM_SRC(src);
 	SrcState *s = self->state;
-	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && s->cuda->handle_context_query(query))
+	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && s->cuda.handle_context_query(query))
 		return TRUE;
 	if (GST_QUERY_TYPE(query) == GST_QUERY_LATENCY) {
 		bool live;
@@ -1000,7 +997,7 @@ static gboolean gst_xmem_src_query(GstBaseSrc *src, GstQuery *query)
 
 static void gst_xmem_src_set_context(GstElement *element, GstContext *context)
 {
-	GST_XMEM_SRC(element)->state->cuda->set_context(context);
+	GST_XMEM_SRC(element)->state->cuda.set_context(context);
 	GST_ELEMENT_CLASS(parent_class)->set_context(element, context);
 }
 
@@ -1010,7 +1007,7 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	std::lock_guard lock(s->lock);
 	switch (prop_id) {
 	case PROP_POOL_NAME:
-		s->pool_name = g_value_get_string(value) ? g_value_get_string(value) : "";
+		s->pool_name = gst_xmem_pool_name_from_value(value);
 		break;
 	case PROP_IS_LIVE:
 		s->is_live = g_value_get_boolean(value);
@@ -1111,23 +1108,13 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 
 static void gst_xmem_src_finalize(GObject *object)
 {
-	auto *self = GST_XMEM_SRC(object);
-	if (self->state->caps)
-		gst_caps_unref(self->state->caps);
-	delete self->state->cuda;
-	delete self->state;
+	gst_xmem_state_free(GST_XMEM_SRC(object)->state);
 	G_OBJECT_CLASS(parent_class)->finalize(object);
 }
 
 static void gst_xmem_src_init(GstXmemSrc *self)
 {
-	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
-	try {
-		self->state = new SrcState();
-		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self), true);
-	} catch (const std::exception &e) {
-		g_error("xmemsrc: %s", e.what());
-	}
+	self->state = gst_xmem_state_new<SrcState>("xmemsrc", GST_ELEMENT(self));
 	gst_base_src_set_live(GST_BASE_SRC(self), DEFAULT_IS_LIVE);
 	gst_base_src_set_format(GST_BASE_SRC(self), GST_FORMAT_TIME);
 }
@@ -1153,14 +1140,8 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 	gobject->get_property = GST_XMEM_NO_THROW(gst_xmem_src_get_property);
 	gobject->finalize = gst_xmem_src_finalize;
 
-	auto flags = GParamFlags(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
-	g_object_class_install_property(
-		gobject, PROP_POOL_NAME,
-		g_param_spec_string("pool-name", "Pool name",
-				    "Name of the pool: a plain name (socket in $XDG_RUNTIME_DIR/xmem, or "
-				    "/tmp/xmem-$UID), the socket path itself when it contains '/', or "
-				    "@name for an abstract socket (no file; per network namespace)",
-				    DEFAULT_POOL_NAME, flags));
+	auto flags = GST_XMEM_PARAM_FLAGS;
+	gst_xmem_install_pool_name(gobject, PROP_POOL_NAME);
 	g_object_class_install_property(gobject, PROP_IS_LIVE,
 					g_param_spec_boolean("is-live", "Is live",
 							     "Act as a live source: timestamps from the producer's "
@@ -1211,16 +1192,13 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 					g_param_spec_uint("spin-budget", "Spin budget",
 							  "wake=spin-before: most microseconds spun per frame", 1,
 							  1000000, 200, flags));
-	g_object_class_install_property(
-		gobject, PROP_STATS,
-		g_param_spec_boxed("stats", "Statistics",
-				   "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
-				   "pushed as the shared slot itself), copied, memory, frames-refused; and how the "
-				   "producer serves it: policy, queue-size, lost (frames its policy dropped), "
-				   "spilled (its frames moved to the spill tier). Details: zero-copy (frames "
-				   "pushed as the shared slot itself), copied (frames of a device pool copied "
-				   "into CUDA or system memory), memory (what goes downstream: cuda, system)",
-				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+	gst_xmem_install_stats(gobject, PROP_STATS,
+			       "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
+			       "pushed as the shared slot itself), copied, memory, frames-refused; and how the "
+			       "producer serves it: policy, queue-size, lost (frames its policy dropped), "
+			       "spilled (its frames moved to the spill tier). Details: zero-copy (frames "
+			       "pushed as the shared slot itself), copied (frames of a device pool copied "
+			       "into CUDA or system memory), memory (what goes downstream: cuda, system)");
 
 	gst_element_class_add_static_pad_template(element, &src_template);
 	gst_element_class_set_static_metadata(
