@@ -280,7 +280,7 @@ static gboolean gst_xmem_src_start(GstBaseSrc *src)
 static gboolean gst_xmem_src_stop(GstBaseSrc *src)
 {
 	SrcState *s = GST_XMEM_SRC(src)->state;
-	drop_out_pool(s);
+	s->out_pool.reset();
 	s->cuda.reset();
 	s->pool.reset();
 	s->wake.reset();

@@ -154,10 +154,10 @@ static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&fram
 		 * made for the first frame of system memory (a pool of mixed memories). */
 		g_autoptr(GstCaps) caps = gst_pad_get_current_caps(GST_BASE_SRC_PAD(self));
 		if (caps)
-			s->out_pool = s->cuda.new_buffer_pool(caps, guint(s->info.size));
+			s->out_pool.reset(s->cuda.new_buffer_pool(caps, guint(s->info.size)));
 	}
 	g_autoptr(GstBuffer) buf = nullptr;
-	if (!s->out_pool || gst_buffer_pool_acquire_buffer(s->out_pool, &buf, nullptr) != GST_FLOW_OK) {
+	if (!s->out_pool || gst_buffer_pool_acquire_buffer(s->out_pool.get(), &buf, nullptr) != GST_FLOW_OK) {
 		*error = { xmem::Errc::no_memory, "no buffer from the CUDA buffer pool" };
 		return nullptr;
 	}

@@ -7,15 +7,6 @@
 
 #define GST_CAT_DEFAULT gst_xmem_src_debug
 
-void drop_out_pool(SrcState *s)
-{
-	if (s->out_pool) {
-		gst_buffer_pool_set_active(s->out_pool, FALSE);
-		gst_object_unref(s->out_pool);
-		s->out_pool = nullptr;
-	}
-}
-
 /* What a frame of CAPS can go downstream as: for raw video from a device pool, CUDA
  * memory first (when this build can make it), then system memory. */
 static GstCaps *offer_for(GstXmemSrc *self, GstCaps *caps, bool video)
@@ -92,7 +83,7 @@ bool negotiate_output(GstXmemSrc *self)
 	}
 	if (!offer)
 		return true;
-	drop_out_pool(s);
+	s->out_pool.reset();
 	s->out_cuda = false;
 	g_autoptr(GstCaps) chosen = choose_caps(self, offer);
 	if (!chosen || !gst_base_src_set_caps(GST_BASE_SRC(self), chosen)) {
@@ -103,7 +94,7 @@ bool negotiate_output(GstXmemSrc *self)
 	GST_INFO_OBJECT(self, "output caps %" GST_PTR_FORMAT, static_cast<gpointer>(chosen));
 	s->out_cuda = gst_xmem_caps_is_cuda(chosen);
 	if (s->out_cuda && !GstXmemCuda::can_wrap())
-		s->out_pool = s->cuda.new_buffer_pool(chosen, guint(s->info.size));
+		s->out_pool.reset(s->cuda.new_buffer_pool(chosen, guint(s->info.size)));
 	if (s->out_cuda && !GstXmemCuda::can_wrap() && !s->out_pool) {
 		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("Cannot allocate CUDA memory."),
 				  ("no CUDA buffer pool for format \"%s\"", s->format.c_str()));

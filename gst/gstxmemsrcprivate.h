@@ -70,6 +70,15 @@ private:
 	GstXmemUniqueFd fd_;
 };
 
+/* Deactivates and lets go of a buffer pool the element made. */
+struct BufferPoolRelease {
+	void operator()(GstBufferPool *pool) const
+	{
+		gst_buffer_pool_set_active(pool, FALSE);
+		gst_object_unref(pool);
+	}
+};
+
 /* Locks, in the order they are taken: the src pad's stream lock (held around
  * create and negotiate, in the streaming thread), basesrc's live lock, then `lock`
  * below, then the element's object lock (GstXmemCuda's context) and the core's own
@@ -117,7 +126,7 @@ struct SrcState {
 	/* The pool's storage and device the offer was made for. */
 	xmem::Storage storage = xmem::Storage::system;
 	guint device = 0;
-	GstBufferPool *out_pool = nullptr;
+	std::unique_ptr<GstBufferPool, BufferPoolRelease> out_pool;
 	GstXmemCuda cuda;
 	guint64 zero_copy = 0;
 	guint64 copied = 0;
@@ -152,8 +161,6 @@ bool apply_format(GstXmemSrc *self, const std::string &format);
 /* Chooses the output caps from the offer (again after a reconfigure), and the CUDA
  * buffer pool for CUDA output. Streaming thread. */
 bool negotiate_output(GstXmemSrc *self);
-/* Lets the CUDA buffer pool of CUDA output go. */
-void drop_out_pool(SrcState *s);
 
 /* gstxmemsrcbuffer.cpp: received frames as buffers. */
 
