@@ -48,42 +48,21 @@
  */
 #include "gstxmemsink.h"
 
-#include "gstxmemcuda.h"
 #include "gstxmemmemory.h"
-#include "gstxmemmeta.h"
 #include "gstxmemnothrow.h"
+#include "gstxmemsinkprivate.h"
 
 #include <xmem/xmem.hpp>
 
 #include <gst/video/video.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <mutex>
-#include <thread>
 #include <utility>
-#include <vector>
 
-#include <grp.h>
-
-GST_DEBUG_CATEGORY_STATIC(gst_xmem_sink_debug);
+GST_DEBUG_CATEGORY(gst_xmem_sink_debug);
 #define GST_CAT_DEFAULT gst_xmem_sink_debug
 
-#define DEFAULT_POOL_NAME "xmem"
-#define DEFAULT_BUFFERS 8
-#define DEFAULT_POLICY XMEM_POLICY_DROP_OLDEST
-#define DEFAULT_BLOCK_TIMEOUT (GST_SECOND)
-#define DEFAULT_WAIT_FOR_CONSUMERS 0
-/* Forever: wait-for-consumers promises that no frame goes to nobody, and a consumer
- * started by hand may come minutes later. */
-#define DEFAULT_WAIT_TIMEOUT 0
-#define DEFAULT_MAX_CONSUMERS 64
-#define DEFAULT_PERMS 0600
-#define DEFAULT_MEMORY GST_XMEM_MEMORY_AUTO
-#define DEFAULT_CUDA_DEVICE_ID (-1)
-/* Upstream buffers kept for device copies still in flight before the sink waits. */
-#define MAX_HELD_INPUT 4
 /* Device slots are sized for rows and planes on this alignment; the layout then uses
  * the pool's own pitch alignment, which is smaller on every known device. */
 #define DEVICE_SIZE_ALIGNMENT 512
@@ -104,78 +83,6 @@ enum {
 	PROP_SPILL_SIZE,
 	PROP_MEMORY_CAP,
 	PROP_STATS,
-};
-
-namespace {
-
-/* Locks, in the order they are taken: the sink pad's stream lock and basesink's
- * preroll lock (both held around set_caps, render and event), then `lock` below,
- * then the element's object lock (GstXmemCuda's context) and the core's own locks.
- * None is held while posting a message (a bus sync handler may call back into the
- * element), while waiting for consumers or a slot, or while calling another
- * element. */
-struct SinkState {
-	/* Guards the properties (set_property, get_property: any thread) and `pool`,
-	 * `caps_string`, `waited`, `rejoin` (also read by stats, stop and the allocation query).
-	 * The fields between them (info ... slot_info) are written under it by set_caps
-	 * and read without it by the streaming thread, their only writer. */
-	std::mutex lock;
-	std::string pool_name = DEFAULT_POOL_NAME;
-	guint buffers = DEFAULT_BUFFERS;
-	xmem_policy policy = DEFAULT_POLICY;
-	guint64 block_timeout = DEFAULT_BLOCK_TIMEOUT;
-	guint64 spill_size = 0;
-	guint64 memory_cap = 0; /* growth on demand (PoolConfig::memory_cap); 0: none */
-	guint wait_for_consumers = DEFAULT_WAIT_FOR_CONSUMERS;
-	guint64 wait_timeout = DEFAULT_WAIT_TIMEOUT;
-	guint max_consumers = DEFAULT_MAX_CONSUMERS;
-	guint perms = DEFAULT_PERMS;
-	std::string group; /* a group name or gid; empty: the process's group */
-	GstXmemMemoryKind memory = DEFAULT_MEMORY;
-	gint cuda_device = DEFAULT_CUDA_DEVICE_ID;
-
-	std::shared_ptr<xmem::BufferPool> pool;
-	std::string caps_string;
-	GstVideoInfo info{};
-	bool is_video = false;
-	/* The negotiated caps carry memory:CUDAMemory. */
-	bool input_cuda = false;
-	/* Where the pool's slots live for these caps, and on which device. */
-	xmem::Storage storage = xmem::Storage::system;
-	guint device = 0;
-	/* The frame layout inside a slot: info itself for system memory, pitched rows
-	 * and planes for device memory. */
-	GstVideoInfo slot_info{};
-	/* GStreamer's CUDA context and the stream device copies run on (streaming
-	 * thread; its context part takes the object lock). */
-	GstXmemCuda *cuda = nullptr;
-	bool waited = false;
-	/* The largest slot of the pool's size classes (under `lock`). */
-	guint64 slot_limit = 0;
-	/* Consumers the previous pool had, when it was recreated for frames of another
-	 * memory, or larger ones with no room left for a size class. */
-	guint rejoin = 0;
-	/* Pools replaced that way (under `lock`). */
-	guint64 recreated = 0;
-	/* Frames published in place / copied in (streaming thread writes). */
-	std::atomic<guint64> zero_copy{ 0 };
-	std::atomic<guint64> copied{ 0 };
-	/* Frames copied device to device into device slots. */
-	std::atomic<guint64> device_copied{ 0 };
-	/* The frames' GstMetas sent and left out (gstxmemmeta.h). */
-	GstXmemMetaCounts metas;
-
-	/* Set by unlock() to cut waits short; streaming thread reads it. */
-	std::atomic<bool> unlocked{ false };
-	/* Set by an EOS sent to the element: the wait for consumers ends in EOS. */
-	std::atomic<bool> eos_requested{ false };
-};
-
-} // namespace
-
-struct _GstXmemSink {
-	GstBaseSink parent;
-	SinkState *state;
 };
 
 #define gst_xmem_sink_parent_class parent_class
@@ -223,134 +130,6 @@ GType gst_xmem_memory_kind_get_type(void)
 	if (g_once_init_enter(&type))
 		g_once_init_leave(&type, g_enum_register_static("GstXmemMemoryKind", values));
 	return type;
-}
-
-static void post_pool_error(GstXmemSink *self, const xmem::Error &error)
-{
-	if (error.code == xmem::Errc::permission_denied)
-		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_WRITE, ("Cannot create the xmem pool."),
-				  ("%s", error.message.c_str()));
-	else if (error.code == xmem::Errc::owner_alive || error.code == xmem::Errc::bad_name)
-		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Cannot create the xmem pool."),
-				  ("%s", error.message.c_str()));
-	else
-		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure."), ("%s", error.message.c_str()));
-}
-
-/* The gid the group property names: a number, or a group's name. */
-static xmem::Result<guint32> resolve_group(const std::string &group)
-{
-	char *end = nullptr;
-	guint64 gid = g_ascii_strtoull(group.c_str(), &end, 10);
-	if (end && *end == '\0' && end != group.c_str() && gid < G_MAXUINT32)
-		return guint32(gid);
-	std::vector<char> buf(16384);
-	struct group entry {
-	};
-	struct group *found = nullptr;
-	if (getgrnam_r(group.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || !found)
-		return xmem::Error{ xmem::Errc::bad_name, "group '" + group + "': no such group" };
-	return guint32(found->gr_gid);
-}
-
-/* Makes sure a pool with slots of at least FRAME_SIZE bytes publishes CAPS_STRING.
- * A larger frame than the slots hold gets a size class of its own in the same pool
- * (`buffers` slots of its size): consumers stay attached and import the class with
- * its first frame. Frames in another memory, or a pool with no room left for a class
- * (32 classes, or PoolConfig::max_slots records), mean a new pool under the same name:
- * consumers see the old one close and reattach (xmemsrc does so by itself). */
-static std::shared_ptr<xmem::BufferPool> ensure_pool(GstXmemSink *self, gsize frame_size)
-{
-	SinkState *s = self->state;
-	std::unique_lock lock(s->lock);
-	bool same_memory = s->pool && s->pool->storage() == s->storage && s->pool->device() == s->device;
-	xmem::GrowthStats growth = s->pool ? s->pool->growth_stats() : xmem::GrowthStats{};
-	guint64 cap = s->storage == xmem::Storage::system ? growth.memory_cap : growth.device_memory_cap;
-	if (same_memory && frame_size > s->slot_limit && cap >= frame_size) {
-		/* A pool that grows makes slots of the new size as frames need them, within its
-		 * cap; those of the old size go back once unused. */
-		GST_INFO_OBJECT(self, "frames of %" G_GSIZE_FORMAT " bytes: slots made on demand in pool '%s'",
-				frame_size, s->pool_name.c_str());
-		s->slot_limit = frame_size;
-	} else if (same_memory && frame_size > s->slot_limit) {
-		auto added = s->pool->preallocate(frame_size, s->buffers, s->storage, s->device);
-		if (added) {
-			GST_INFO_OBJECT(self,
-					"frames of %" G_GSIZE_FORMAT " bytes: size class %u of pool '%s', %u slots",
-					frame_size, *added, s->pool_name.c_str(), s->buffers);
-			auto classes = s->pool->classes();
-			s->slot_limit = std::max<guint64>(frame_size, classes.at(*added).slot_size);
-		} else if (added.code() == xmem::Errc::full) {
-			GST_INFO_OBJECT(self, "no room for a size class of %" G_GSIZE_FORMAT " bytes: %s", frame_size,
-					added.error().message.c_str());
-			same_memory = false;
-		} else {
-			lock.unlock();
-			post_pool_error(self, added.error());
-			return nullptr;
-		}
-	}
-	if (same_memory) {
-		if (s->pool->format() != s->caps_string) {
-			auto r = s->pool->set_format(s->caps_string);
-			if (!r) {
-				lock.unlock();
-				post_pool_error(self, r.error());
-				return nullptr;
-			}
-		}
-		return s->pool;
-	}
-	if (s->pool) {
-		GST_INFO_OBJECT(
-			self, "frames of %" G_GSIZE_FORMAT " bytes in %s memory need new slots: recreating pool '%s'",
-			frame_size, s->storage == xmem::Storage::cuda ? "CUDA" : "system", s->pool_name.c_str());
-		/* Consumers of the old pool reattach to the new one: wait for them (a
-		 * little) before publishing into it, or its first frames go to nobody. */
-		s->rejoin = s->pool->stats().consumers;
-		s->waited = false;
-		s->recreated++;
-		s->pool->close();
-		s->pool.reset();
-	}
-	xmem::PoolConfig config;
-	config.slot_count = s->buffers;
-	config.slot_size = std::max<gsize>(frame_size, 1);
-	config.max_consumers = s->max_consumers;
-	config.policy = xmem::Policy(s->policy);
-	config.block_timeout = std::chrono::nanoseconds(s->block_timeout);
-	config.spill_bytes = s->spill_size;
-	/* The cap is on the pool's memory: system memory, or its CUDA device's. */
-	if (s->storage == xmem::Storage::cuda)
-		config.device_memory_cap = s->memory_cap;
-	else
-		config.memory_cap = s->memory_cap;
-	config.mode = s->perms;
-	if (!s->group.empty()) {
-		auto gid = resolve_group(s->group);
-		if (!gid) {
-			lock.unlock();
-			post_pool_error(self, gid.error());
-			return nullptr;
-		}
-		config.group = *gid;
-	}
-	config.format = s->caps_string;
-	config.producer = "xmemsink";
-	config.storage = s->storage;
-	config.device = s->device;
-	auto pool = xmem::BufferPool::create(s->pool_name, config);
-	if (!pool) {
-		lock.unlock();
-		post_pool_error(self, pool.error());
-		return nullptr;
-	}
-	GST_INFO_OBJECT(self, "created pool '%s' at %s: %u slots of %" G_GUINT64_FORMAT " bytes in %s memory",
-			s->pool_name.c_str(), (*pool)->path().c_str(), config.slot_count, config.slot_size,
-			config.storage == xmem::Storage::cuda ? "CUDA" : "system");
-	s->pool = pool.value();
-	s->slot_limit = s->pool->slot_size();
-	return s->pool;
 }
 
 static gboolean gst_xmem_sink_start(GstBaseSink *sink)
@@ -403,7 +182,7 @@ static gboolean gst_xmem_sink_stop(GstBaseSink *sink)
 	/* Never waits: frames consumers hold stay mapped in their processes (limbo). */
 	if (pool)
 		pool->close();
-	s->cuda->reset();
+	s->cuda.reset();
 	return TRUE;
 }
 
@@ -421,7 +200,7 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		wanted_device = s->cuda_device;
 	}
 	/* CUDA input is read on its own context, which upstream shares with us. */
-	if (std::string why; input_cuda && !s->cuda->ensure(wanted_device, &why)) {
+	if (std::string why; input_cuda && !s->cuda.ensure(wanted_device, &why)) {
 		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("Cannot read CUDA memory."), ("%s", why.c_str()));
 		return FALSE;
 	}
@@ -443,7 +222,7 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		s->input_cuda = input_cuda;
 		bool device_pool = memory == GST_XMEM_MEMORY_CUDA || (memory == GST_XMEM_MEMORY_AUTO && input_cuda);
 		s->storage = device_pool ? xmem::Storage::cuda : xmem::Storage::system;
-		s->device = guint(input_cuda && wanted_device < 0 ? std::max(s->cuda->device(), 0)
+		s->device = guint(input_cuda && wanted_device < 0 ? std::max(s->cuda.device(), 0)
 								  : std::max(wanted_device, 0));
 		s->slot_info = s->info;
 		if (device_pool && !s->is_video) {
@@ -542,412 +321,6 @@ static gboolean gst_xmem_sink_propose_allocation(GstBaseSink *sink, GstQuery *qu
 	return TRUE;
 }
 
-enum class WaitEnd {
-	attached, /* the consumers are there */
-	timed_out, /* the deadline passed first */
-	flushing, /* flushing, or going to READY */
-	eos, /* an EOS was sent to the element */
-};
-
-/* Waits until WANTED consumers are attached, or until DEADLINE (monotonic µs). In
- * render(), with the preroll lock held: going to PAUSED unlocks it, and the wait
- * goes on once PLAYING again (gst_base_sink_wait_preroll). */
-static WaitEnd wait_for_consumers(GstXmemSink *self, xmem::BufferPool &pool, guint wanted, gint64 deadline)
-{
-	SinkState *s = self->state;
-	if (wanted)
-		GST_INFO_OBJECT(self, "waiting for %u consumer(s) of pool '%s'", wanted, pool.name().c_str());
-	/* A startup wait only: polling every few ms costs nothing per frame. */
-	for (;;) {
-		if (pool.stats().consumers >= wanted)
-			return WaitEnd::attached;
-		if (s->eos_requested.load())
-			return WaitEnd::eos;
-		if (s->unlocked.load() && gst_base_sink_wait_preroll(GST_BASE_SINK(self)) != GST_FLOW_OK)
-			return WaitEnd::flushing;
-		if (g_get_monotonic_time() >= deadline)
-			return WaitEnd::timed_out;
-		std::this_thread::sleep_for(std::chrono::milliseconds(5));
-	}
-}
-
-/* The monotonic time (µs) TIMEOUT ns from now; G_MAXINT64 for 0 (forever). */
-static gint64 deadline_after(guint64 timeout)
-{
-	gint64 now = g_get_monotonic_time();
-	guint64 us = timeout / 1000;
-	if (timeout == 0 || us >= guint64(G_MAXINT64 - now))
-		return G_MAXINT64;
-	return now + gint64(us);
-}
-
-/* A writable slot, waiting while consumers hold every one. In render(), with the
- * preroll lock held: unlocked by PLAYING -> PAUSED, it waits in PAUSED and goes on
- * waiting for a slot once PLAYING again (gst_base_sink_wait_preroll), so the frame
- * and upstream's task survive a pause; flushing or stopping, it ends with *FLOW
- * saying so. *FLOW is GST_FLOW_OK otherwise. */
-static xmem::Result<xmem::BufferGuard> acquire_slot(GstXmemSink *self, xmem::BufferPool &pool, gsize size,
-						    GstFlowReturn *flow, xmem::CudaStream stream = nullptr)
-{
-	*flow = GST_FLOW_OK;
-	for (;;) {
-		auto slot = pool.acquire(size, std::chrono::milliseconds(50), stream);
-		if (slot || slot.code() != xmem::Errc::timed_out)
-			return slot;
-		if (self->state->unlocked.load() &&
-		    (*flow = gst_base_sink_wait_preroll(GST_BASE_SINK(self))) != GST_FLOW_OK)
-			return slot;
-	}
-}
-
-/* Copies BUFFER into SLOT in the pool's layout (the caps' default strides). */
-static bool copy_into(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &slot, gsize &size)
-{
-	SinkState *s = self->state;
-	auto bytes = slot.data_mut().value();
-	if (!s->is_video) {
-		size = std::min<gsize>(gst_buffer_get_size(buffer), bytes.size());
-		gst_buffer_extract(buffer, 0, bytes.data(), size);
-		return true;
-	}
-	GstVideoFrame in, out;
-	if (!gst_video_frame_map(&in, &s->info, buffer, GST_MAP_READ))
-		return false;
-	/* Map the slot through a temporary buffer, then take the slot back. */
-	g_autoptr(GstBuffer) tmp = gst_buffer_new();
-	GstMemory *mem = gst_xmem_memory_wrap(std::move(slot), s->info.size);
-	gst_buffer_append_memory(tmp, mem);
-	bool ok = gst_video_frame_map(&out, &s->info, tmp, GST_MAP_WRITE);
-	if (ok) {
-		ok = gst_video_frame_copy(&out, &in);
-		gst_video_frame_unmap(&out);
-	}
-	slot = std::move(*gst_xmem_memory_guard(mem));
-	gst_video_frame_unmap(&in);
-	size = s->info.size;
-	return ok;
-}
-
-/* LAYOUT: the frame's layout in the slot, or nullptr when upstream wrote the slot in
- * place (its GstVideoMeta says how). BUFFER's other metas go in the side data. */
-static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &slot, gsize size,
-		      const GstVideoInfo *layout)
-{
-	SinkState *s = self->state;
-	GstBaseSink *sink = GST_BASE_SINK(self);
-	gst_xmem_metas_write(GST_ELEMENT(self), buffer, slot, s->metas);
-	xmem::FrameMeta &m = *slot.meta_mut().value();
-	m.size = size;
-	m.pts = GST_BUFFER_PTS(buffer);
-	m.dts = GST_BUFFER_DTS(buffer);
-	m.duration = GST_BUFFER_DURATION(buffer);
-	m.flags = GST_BUFFER_FLAGS(buffer);
-	m.dtype = XMEM_DTYPE_U8;
-	/* Both sides run on the monotonic system clock: publish the frame's clock time,
-	 * which xmemsrc turns back into a timestamp in its own pipeline. */
-	m.timestamp = 0;
-	GstClockTime pts = GST_BUFFER_PTS(buffer);
-	if (GST_CLOCK_TIME_IS_VALID(pts)) {
-		GstClockTime running = gst_segment_to_running_time(&sink->segment, GST_FORMAT_TIME, pts);
-		g_autoptr(GstClock) clock = gst_element_get_clock(GST_ELEMENT(self));
-		if (clock && GST_CLOCK_TIME_IS_VALID(running))
-			m.timestamp = gst_element_get_base_time(GST_ELEMENT(self)) + running;
-	}
-	std::strncpy(m.content_type, s->is_video ? "video/x-raw" : "application/octet-stream",
-		     sizeof(m.content_type) - 1);
-	m.n_planes = 0;
-	if (!s->is_video)
-		return;
-	const GstVideoMeta *vmeta = layout ? nullptr : gst_buffer_get_video_meta(buffer);
-	if (!layout)
-		layout = &s->info;
-	m.n_planes = vmeta ? vmeta->n_planes : GST_VIDEO_INFO_N_PLANES(layout);
-	for (guint p = 0; p < m.n_planes && p < XMEM_MAX_PLANES; p++) {
-		m.plane_offset[p] = vmeta ? vmeta->offset[p] : layout->offset[p];
-		m.plane_stride[p] = guint32(vmeta ? vmeta->stride[p] : layout->stride[p]);
-	}
-	/* The first plane as a (rows, columns, channels) tensor of bytes: the channels of
-	 * its pixels (RGBA 4, YUY2 2, NV12's luma 1), none shared with another pixel or
-	 * plane, so readers find no more elements than bytes (lib/frame_check.cpp). */
-	const GstVideoFormatInfo *finfo = s->info.finfo;
-	guint channels = 0;
-	for (guint c = 0; c < GST_VIDEO_FORMAT_INFO_N_COMPONENTS(finfo); c++)
-		channels += GST_VIDEO_FORMAT_INFO_PLANE(finfo, c) == 0;
-	gint pstride = GST_VIDEO_INFO_COMP_PSTRIDE(&s->info, 0);
-	m.ndim = 3;
-	m.shape[0] = GST_VIDEO_INFO_HEIGHT(&s->info);
-	m.shape[1] = GST_VIDEO_INFO_WIDTH(&s->info);
-	m.shape[2] = pstride > 0 ? std::min<guint>(channels, guint(pstride)) : 1;
-	m.strides[0] = m.plane_stride[0];
-	m.strides[1] = guint64(std::max(pstride, 0));
-	m.strides[2] = 1;
-}
-
-/* The planes of LAYOUT at BASE. */
-static GstXmemPlanes planes_of(const GstVideoInfo &layout, guint64 base, bool device)
-{
-	GstXmemPlanes planes;
-	planes.base = base;
-	planes.device = device;
-	planes.n_planes = GST_VIDEO_INFO_N_PLANES(&layout);
-	for (guint p = 0; p < planes.n_planes; p++) {
-		planes.offset[p] = layout.offset[p];
-		planes.stride[p] = layout.stride[p];
-	}
-	return planes;
-}
-
-/* Maps a buffer of one CUDA memory for its device address, for reading on CUDA's
- * stream: its planes from its GstVideoMeta, or from the memory's own layout. False for
- * anything else. */
-static bool map_cuda_input(GstXmemCuda &cuda, GstBuffer *buffer, GstMemory **mem, GstMapInfo *map,
-			   GstXmemPlanes *planes)
-{
-	if (gst_buffer_n_memory(buffer) != 1)
-		return false;
-	GstMemory *m = gst_buffer_peek_memory(buffer, 0);
-	GstVideoInfo layout;
-	if (!GstXmemCuda::memory_layout(m, &layout) || !cuda.map_input(m, map))
-		return false;
-	*planes = planes_of(layout, guint64(uintptr_t(map->data)), true);
-	if (const GstVideoMeta *vmeta = gst_buffer_get_video_meta(buffer)) {
-		planes->n_planes = vmeta->n_planes;
-		for (guint p = 0; p < vmeta->n_planes; p++) {
-			planes->offset[p] = vmeta->offset[p];
-			planes->stride[p] = vmeta->stride[p];
-		}
-	}
-	*mem = m;
-	return true;
-}
-
-/* FLOW: what acquire_slot() said of the flushing state. */
-static GstFlowReturn slot_error(GstXmemSink *self, GstFlowReturn flow, const xmem::Error &error)
-{
-	if (flow != GST_FLOW_OK)
-		return flow;
-	if (self->state->unlocked.load())
-		return GST_FLOW_FLUSHING;
-	post_pool_error(self, error);
-	return GST_FLOW_ERROR;
-}
-
-static GstFlowReturn copy_error(GstXmemSink *self, const char *what, const xmem::Error &error)
-{
-	GST_ELEMENT_ERROR(self, STREAM, FAILED, ("%s", what), ("%s", error.message.c_str()));
-	return GST_FLOW_ERROR;
-}
-
-/* How many of upstream's buffers may stay held for copies still queued on our stream:
- * MAX_HELD_INPUT, and never the last buffer of a bounded pool, which upstream would
- * wait for forever (held buffers go back only in a later render()). */
-static gsize held_input_limit(GstBuffer *buffer)
-{
-	gsize limit = MAX_HELD_INPUT;
-	if (GstBufferPool *from = buffer->pool) {
-		GstStructure *config = gst_buffer_pool_get_config(from);
-		guint max = 0;
-		if (gst_buffer_pool_config_get_params(config, nullptr, nullptr, nullptr, &max) && max > 0)
-			limit = std::min<gsize>(limit, max - 1);
-		gst_structure_free(config);
-	}
-	return limit;
-}
-
-/* A device pool: CUDA input is copied device to device on the sink's stream, which
- * publishes the slot once the copy is done (no CPU wait); system input is uploaded. */
-static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer *buffer)
-{
-	SinkState *s = self->state;
-	GstMemory *mem = nullptr;
-	GstMapInfo map;
-	GstXmemPlanes src;
-	/* CUDA memory is read on its own context's stream, which set_caps() made when the
-	 * caps said CUDA; without one it is mapped for the CPU and uploaded like the rest. */
-	bool device_input = s->cuda->stream() && map_cuda_input(*s->cuda, buffer, &mem, &map, &src);
-	xmem::CudaStream stream = device_input ? s->cuda->stream() : nullptr;
-	GstFlowReturn flow;
-	auto slot = acquire_slot(self, pool, s->slot_info.size, &flow, stream);
-	if (!slot) {
-		if (device_input)
-			gst_memory_unmap(mem, &map);
-		return slot_error(self, flow, slot.error());
-	}
-	GstXmemPlanes dst = planes_of(s->slot_info, slot->device_ptr(), true);
-	xmem::Result<void> copied;
-	if (device_input) {
-		copied = gst_xmem_copy_planes(s->info, dst, src, s->device, stream);
-		gst_memory_unmap(mem, &map);
-	} else {
-		GstVideoFrame in;
-		if (!gst_video_frame_map(&in, &s->info, buffer, GST_MAP_READ))
-			return copy_error(
-				self, "Cannot read the frame.",
-				{ xmem::Errc::invalid_argument, "the buffer does not match the negotiated caps" });
-		GstXmemPlanes host = planes_of(in.info, 0, false);
-		for (guint p = 0; p < host.n_planes; p++)
-			host.offset[p] = gsize(uintptr_t(in.data[p]));
-		copied = gst_xmem_copy_planes(s->info, dst, host, s->device, nullptr);
-		gst_video_frame_unmap(&in);
-	}
-	if (!copied)
-		return copy_error(self, "Cannot copy the frame into device memory.", copied.error());
-	fill_meta(self, buffer, *slot, s->slot_info.size, &s->slot_info);
-	if (auto r = pool.publish(std::move(*slot), stream); !r) {
-		post_pool_error(self, r.error());
-		return GST_FLOW_ERROR;
-	}
-	if (device_input) {
-		/* Upstream may rewrite its buffer once we let go: keep it until our copy ran. */
-		s->cuda->hold_until_done(buffer);
-		s->cuda->release_done(held_input_limit(buffer));
-		s->device_copied++;
-	} else {
-		s->copied++;
-	}
-	return GST_FLOW_OK;
-}
-
-/* A system pool and CUDA input: one download straight into the slot. False when the
- * buffer is not CUDA memory this build can map (the CPU copy path takes it then). */
-static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer *buffer, GstFlowReturn *ret)
-{
-	SinkState *s = self->state;
-	if (!s->is_video || !s->cuda->stream())
-		return false;
-	GstMemory *mem = nullptr;
-	GstMapInfo map;
-	GstXmemPlanes src;
-	if (!map_cuda_input(*s->cuda, buffer, &mem, &map, &src))
-		return false;
-	GstFlowReturn flow;
-	auto slot = acquire_slot(self, pool, s->info.size, &flow);
-	if (!slot) {
-		gst_memory_unmap(mem, &map);
-		*ret = slot_error(self, flow, slot.error());
-		return true;
-	}
-	guint device = guint(std::max(s->cuda->device(), 0));
-	GstXmemPlanes dst = planes_of(s->info, guint64(uintptr_t(slot->data_mut().value().data())), false);
-	auto copied = gst_xmem_copy_planes(s->info, dst, src, device, s->cuda->stream());
-	if (copied)
-		copied = xmem::cuda_synchronize(device, s->cuda->stream());
-	gst_memory_unmap(mem, &map);
-	if (!copied) {
-		*ret = copy_error(self, "Cannot copy the frame out of device memory.", copied.error());
-		return true;
-	}
-	fill_meta(self, buffer, *slot, s->info.size, &s->info);
-	if (auto r = pool.publish(std::move(*slot)); !r) {
-		post_pool_error(self, r.error());
-		*ret = GST_FLOW_ERROR;
-		return true;
-	}
-	s->copied++;
-	*ret = GST_FLOW_OK;
-	return true;
-}
-
-static GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
-{
-	auto *self = GST_XMEM_SINK(sink);
-	SinkState *s = self->state;
-	std::shared_ptr<xmem::BufferPool> pool;
-	guint64 slot_limit;
-	{
-		std::lock_guard lock(s->lock);
-		pool = s->pool;
-		slot_limit = s->slot_limit;
-	}
-	gsize in_size = gst_buffer_get_size(buffer);
-	if (!pool || (!s->is_video && in_size > slot_limit)) {
-		pool = ensure_pool(self, in_size);
-		if (!pool)
-			return GST_FLOW_ERROR;
-	}
-	guint wanted, rejoin;
-	guint64 timeout;
-	bool first;
-	{
-		std::lock_guard lock(s->lock);
-		wanted = s->wait_for_consumers;
-		timeout = s->wait_timeout;
-		rejoin = s->rejoin;
-		first = !s->waited;
-	}
-	if (first) {
-		WaitEnd end = wait_for_consumers(self, *pool, wanted, deadline_after(timeout));
-		if (end == WaitEnd::timed_out) {
-			/* Publishing is what the pipeline is for: nobody asked for an error, and
-			 * an EOS stuck behind this frame (gst-launch-1.0 -e) can pass now. */
-			GST_ELEMENT_WARNING(self, RESOURCE, NOT_FOUND,
-					    ("No consumer attached within %.3g s: publishing without waiting longer.",
-					     double(timeout) / GST_SECOND),
-					    ("pool '%s': %u of the %u consumer(s) wait-for-consumers asks for",
-					     pool->name().c_str(), pool->stats().consumers, wanted));
-		}
-		/* Reattaching consumers get two seconds: one may have gone for good. */
-		if (end != WaitEnd::flushing && end != WaitEnd::eos && rejoin > wanted)
-			end = wait_for_consumers(self, *pool, rejoin, deadline_after(2 * GST_SECOND));
-		if (end == WaitEnd::flushing)
-			return GST_FLOW_FLUSHING;
-		if (end == WaitEnd::eos) {
-			GST_INFO_OBJECT(self, "EOS while waiting for consumers: the frame is not published");
-			return GST_FLOW_EOS;
-		}
-		std::lock_guard lock(s->lock);
-		s->waited = true;
-		s->rejoin = 0;
-	}
-
-	if (pool->storage() == xmem::Storage::cuda)
-		return render_device(self, *pool, buffer);
-	if (GstFlowReturn ret; render_download(self, *pool, buffer, &ret))
-		return ret;
-
-	/* Zero copy: upstream wrote into a slot from our pool; publish it in place and
-	 * keep a read-only reference for as long as the GstBuffer lives. */
-	GstMemory *mem = gst_buffer_n_memory(buffer) == 1 ? gst_buffer_peek_memory(buffer, 0) : nullptr;
-	xmem::BufferGuard *guard = mem ? gst_xmem_memory_guard(mem) : nullptr;
-	if (guard && guard->writable() && !guard->is_copy() && pool->owns(*guard) && mem->offset == 0) {
-		auto keep = guard->clone_ref();
-		if (keep) {
-			fill_meta(self, buffer, *guard, mem->size, nullptr);
-			auto r = pool->publish(std::move(*guard));
-			*guard = std::move(keep.value());
-			GST_MINI_OBJECT_FLAG_SET(mem, GST_MEMORY_FLAG_READONLY);
-			if (!r) {
-				post_pool_error(self, r.error());
-				return GST_FLOW_ERROR;
-			}
-			s->zero_copy++;
-			GST_LOG_OBJECT(self, "published slot %u in place", guard->index());
-			return GST_FLOW_OK;
-		}
-	}
-
-	/* Buffers from elsewhere are copied in once. */
-	GstFlowReturn flow;
-	auto slot = acquire_slot(self, *pool, s->is_video ? s->info.size : in_size, &flow);
-	if (!slot)
-		return slot_error(self, flow, slot.error());
-	gsize size = 0;
-	if (!copy_into(self, buffer, *slot, size)) {
-		GST_ELEMENT_ERROR(self, STREAM, FAILED, ("Cannot copy the frame into the pool."),
-				  ("the buffer does not match the negotiated caps"));
-		return GST_FLOW_ERROR;
-	}
-	fill_meta(self, buffer, *slot, size, &s->info);
-	auto r = pool->publish(std::move(*slot));
-	if (!r) {
-		post_pool_error(self, r.error());
-		return GST_FLOW_ERROR;
-	}
-	s->copied++;
-	GST_LOG_OBJECT(self, "copied a foreign buffer into the pool");
-	return GST_FLOW_OK;
-}
-
 static gboolean gst_xmem_sink_event(GstBaseSink *sink, GstEvent *event)
 {
 	auto *self = GST_XMEM_SINK(sink);
@@ -993,14 +366,14 @@ static gboolean gst_xmem_sink_unlock_stop(GstBaseSink *sink)
 static gboolean gst_xmem_sink_query(GstBaseSink *sink, GstQuery *query)
 {
 	auto *self = GST_XMEM_SINK(sink);
-	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && self->state->cuda->handle_context_query(query))
+	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && self->state->cuda.handle_context_query(query))
 		return TRUE;
 	return GST_BASE_SINK_CLASS(parent_class)->query(sink, query);
 }
 
 static void gst_xmem_sink_set_context(GstElement *element, GstContext *context)
 {
-	GST_XMEM_SINK(element)->state->cuda->set_context(context);
+	GST_XMEM_SINK(element)->state->cuda.set_context(context);
 	GST_ELEMENT_CLASS(parent_class)->set_context(element, context);
 }
 
@@ -1039,7 +412,7 @@ static void gst_xmem_sink_set_property(GObject *object, guint prop_id, const GVa
 	std::lock_guard lock(s->lock);
 	switch (prop_id) {
 	case PROP_POOL_NAME:
-		s->pool_name = g_value_get_string(value) ? g_value_get_string(value) : "";
+		s->pool_name = gst_xmem_pool_name_from_value(value);
 		break;
 	case PROP_BUFFERS:
 		s->buffers = g_value_get_uint(value);
@@ -1142,21 +515,13 @@ static void gst_xmem_sink_get_property(GObject *object, guint prop_id, GValue *v
 
 static void gst_xmem_sink_finalize(GObject *object)
 {
-	auto *self = GST_XMEM_SINK(object);
-	delete self->state->cuda;
-	delete self->state;
+	gst_xmem_state_free(GST_XMEM_SINK(object)->state);
 	G_OBJECT_CLASS(parent_class)->finalize(object);
 }
 
 static void gst_xmem_sink_init(GstXmemSink *self)
 {
-	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
-	try {
-		self->state = new SinkState();
-		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self), false);
-	} catch (const std::exception &e) {
-		g_error("xmemsink: %s", e.what());
-	}
+	self->state = gst_xmem_state_new<SinkState>("xmemsink", GST_ELEMENT(self));
 	/* The last sample would pin a slot for as long as the sink lives: with few
 	 * slots, upstream could starve, and no frame would ever be writable in place
 	 * for a sole consumer. */
@@ -1175,14 +540,8 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 	gobject->get_property = GST_XMEM_NO_THROW(gst_xmem_sink_get_property);
 	gobject->finalize = gst_xmem_sink_finalize;
 
-	auto flags = GParamFlags(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
-	g_object_class_install_property(
-		gobject, PROP_POOL_NAME,
-		g_param_spec_string("pool-name", "Pool name",
-				    "Name of the pool: a plain name (socket in $XDG_RUNTIME_DIR/xmem, or "
-				    "/tmp/xmem-$UID), the socket path itself when it contains '/', or "
-				    "@name for an abstract socket (no file; per network namespace)",
-				    DEFAULT_POOL_NAME, flags));
+	auto flags = GST_XMEM_PARAM_FLAGS;
+	gst_xmem_install_pool_name(gobject, PROP_POOL_NAME);
 	g_object_class_install_property(gobject, PROP_BUFFERS,
 					g_param_spec_uint("buffers", "Buffers", "Slots to preallocate in shared memory",
 							  1, XMEM_MAX_SLOTS, DEFAULT_BUFFERS, flags));
@@ -1248,14 +607,11 @@ static void gst_xmem_sink_class_init(GstXmemSinkClass *klass)
 				    "get slots made on demand, whose memory goes back once free and not acquired for "
 				    "10 s (0: a size class of `buffers` slots per larger size instead)",
 				    0, guint64{ 1 } << 44, 0, flags));
-	g_object_class_install_property(
-		gobject, PROP_STATS,
-		g_param_spec_boxed("stats", "Statistics",
-				   "Pool statistics: published, dropped, consumers, free-slots, slots, reaped, "
-				   "zero-copy (frames published in place), copied (frames copied in from system "
-				   "memory, or out of CUDA memory into a system pool), device-copied (frames "
-				   "copied device to device into a CUDA pool), memory (the pool's: system, cuda)",
-				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+	gst_xmem_install_stats(gobject, PROP_STATS,
+			       "Pool statistics: published, dropped, consumers, free-slots, slots, reaped, "
+			       "zero-copy (frames published in place), copied (frames copied in from system "
+			       "memory, or out of CUDA memory into a system pool), device-copied (frames "
+			       "copied device to device into a CUDA pool), memory (the pool's: system, cuda)");
 
 	gst_element_class_add_static_pad_template(element, &sink_template);
 	gst_element_class_set_static_metadata(

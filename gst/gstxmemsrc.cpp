@@ -38,34 +38,24 @@
  */
 #include "gstxmemsrc.h"
 
-#include "gstxmemcuda.h"
-#include "gstxmemmemory.h"
-#include "gstxmemmeta.h"
 #include "gstxmemnothrow.h"
+#include "gstxmemsrcprivate.h"
 
 #include <xmem/xmem.hpp>
 
 #include <gst/video/video.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <cstring>
+#include <chrono>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
-GST_DEBUG_CATEGORY_STATIC(gst_xmem_src_debug);
+GST_DEBUG_CATEGORY(gst_xmem_src_debug);
 #define GST_CAT_DEFAULT gst_xmem_src_debug
-
-#define DEFAULT_POOL_NAME "xmem"
-#define DEFAULT_IS_LIVE TRUE
-#define DEFAULT_TIMEOUT 0
-#define DEFAULT_RECONNECT TRUE
-#define DEFAULT_QUEUE_SIZE 0
 
 enum {
 	PROP_0,
@@ -98,16 +88,7 @@ static GType gst_xmem_src_wake_get_type(void)
 	return type;
 }
 
-/* This consumer's policy: the pool's, or its own (xmem_policy + 1). */
-enum GstXmemSrcPolicy {
-	GST_XMEM_SRC_POLICY_POOL = 0,
-	GST_XMEM_SRC_POLICY_FIFO = 1 + XMEM_POLICY_FIFO,
-	GST_XMEM_SRC_POLICY_DROP_OLDEST = 1 + XMEM_POLICY_DROP_OLDEST,
-	GST_XMEM_SRC_POLICY_DROP_NEW = 1 + XMEM_POLICY_DROP_NEW,
-	GST_XMEM_SRC_POLICY_LATEST = 1 + XMEM_POLICY_LATEST,
-	GST_XMEM_SRC_POLICY_FIFO_SPILL = 1 + XMEM_POLICY_FIFO_SPILL,
-};
-
+/* The policy property's values (GstXmemSrcPolicy, gstxmemsrcprivate.h). */
 static GType gst_xmem_src_policy_get_type(void)
 {
 	static GType type = 0;
@@ -142,118 +123,6 @@ static GType gst_xmem_src_fallback_get_type(void)
 		g_once_init_leave(&type, g_enum_register_static("GstXmemSrcFallback", values));
 	return type;
 }
-
-namespace {
-
-/* The eventfd that unlock() writes to cut a wait short, and the waits poll. */
-class WakeFd
-{
-public:
-	WakeFd() = default;
-	~WakeFd() { reset(); }
-	WakeFd(const WakeFd &) = delete;
-	WakeFd &operator=(const WakeFd &) = delete;
-
-	/* Opens a fresh eventfd (closing any previous one); false with errno set. */
-	bool open()
-	{
-		reset();
-		fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		return fd_ >= 0;
-	}
-	void reset()
-	{
-		if (fd_ >= 0)
-			::close(std::exchange(fd_, -1));
-	}
-	/* -1 when closed: poll() then ignores it. */
-	int get() const { return fd_; }
-	/* Makes the fd readable, until drain(). */
-	void signal() const
-	{
-		uint64_t one = 1;
-		if (fd_ >= 0) [[maybe_unused]]
-			ssize_t n = ::write(fd_, &one, sizeof(one));
-	}
-	void drain() const
-	{
-		uint64_t count;
-		if (fd_ >= 0) [[maybe_unused]]
-			ssize_t n = ::read(fd_, &count, sizeof(count));
-	}
-
-private:
-	int fd_ = -1;
-};
-
-/* Locks, in the order they are taken: the src pad's stream lock (held around
- * create and negotiate, in the streaming thread), basesrc's live lock, then `lock`
- * below, then the element's object lock (GstXmemCuda's context) and the core's own
- * locks. None is held while posting a message (a bus sync handler may call back
- * into the element), while waiting for the pool or a frame, or while calling
- * another element (caps queries and negotiation run without `lock`). */
-struct SrcState {
-	/* Guards the properties and `caps`: set_property and get_property (any thread),
-	 * the caps and latency queries (any thread), start/stop and the streaming
-	 * thread. */
-	std::mutex lock;
-	std::string pool_name = DEFAULT_POOL_NAME;
-	bool is_live = DEFAULT_IS_LIVE;
-	guint64 timeout = DEFAULT_TIMEOUT;
-	bool reconnect = DEFAULT_RECONNECT;
-	guint queue_size = DEFAULT_QUEUE_SIZE;
-	GstXmemSrcPolicy policy = GST_XMEM_SRC_POLICY_POOL;
-	xmem_policy fallback = XMEM_POLICY_DROP_OLDEST;
-	guint64 block_timeout = 0;
-	xmem_wake wake_mode = XMEM_WAKE_SLEEP;
-	guint spin_budget = 200; /* µs */
-	/* How the owner serves this consumer, as of the last attach or frame (written by
-	 * the streaming thread, read by the stats property). */
-	std::atomic<guint> served_policy{ G_MAXUINT };
-	std::atomic<guint> served_queue{ 0 };
-	std::atomic<guint64> lost{ 0 };
-	std::atomic<guint64> spilled{ 0 };
-	std::atomic<guint64> spin_ns{ 0 };
-	std::atomic<guint64> spins_caught{ 0 };
-	GstCaps *caps = nullptr;
-
-	/* Streaming thread only. */
-	std::shared_ptr<xmem::BufferPool> pool;
-	std::string format;
-	GstVideoInfo info{};
-	bool is_video = false;
-	/* Frames of a device pool go downstream as CUDA memory (one device-to-device
-	 * copy into out_pool's buffers) or as system memory (one download). */
-	bool out_cuda = false;
-	/* The pool's storage and device the offer was made for. */
-	xmem::Storage storage = xmem::Storage::system;
-	guint device = 0;
-	GstBufferPool *out_pool = nullptr;
-	GstXmemCuda *cuda = nullptr;
-	guint64 zero_copy = 0;
-	guint64 copied = 0;
-	bool discont = true;
-	guint64 last_seq = 0;
-	guint64 received = 0;
-	guint64 gaps = 0;
-	guint64 reconnects = 0;
-	/* Frames dropped because their layout did not fit their slot or their caps. */
-	guint64 refused = 0;
-	/* The frames' GstMetas added, skipped and refused (gstxmemmeta.h). */
-	GstXmemMetaCounts metas;
-
-	/* Opened in start() and closed in stop() (state changes); unlock() and
-	 * unlock_stop() (any thread, between the two) signal and drain it. */
-	WakeFd wake;
-	std::atomic<bool> flushing{ false };
-};
-
-} // namespace
-
-struct _GstXmemSrc {
-	GstPushSrc parent;
-	SrcState *state;
-};
 
 #define gst_xmem_src_parent_class parent_class
 G_DEFINE_TYPE_WITH_CODE(GstXmemSrc, gst_xmem_src, GST_TYPE_PUSH_SRC,
@@ -306,7 +175,7 @@ static void post_error(GstXmemSrc *self, const xmem::Error &e)
 }
 
 /* Notes how the owner serves this consumer now, for the stats property. */
-static void note_served(SrcState *s)
+void note_served(SrcState *s)
 {
 	auto served = s->pool->consumer_stats();
 	if (!served)
@@ -382,113 +251,6 @@ static GstFlowReturn attach(GstXmemSrc *self)
 	}
 }
 
-static void drop_out_pool(SrcState *s)
-{
-	if (s->out_pool) {
-		gst_buffer_pool_set_active(s->out_pool, FALSE);
-		gst_object_unref(s->out_pool);
-		s->out_pool = nullptr;
-	}
-}
-
-/* What a frame of CAPS can go downstream as: for raw video from a device pool, CUDA
- * memory first (when this build can make it), then system memory. */
-static GstCaps *offer_for(GstXmemSrc *self, GstCaps *caps, bool video)
-{
-	SrcState *s = self->state;
-	GstCaps *offer = gst_caps_copy(caps);
-	if (video && s->pool && s->pool->storage() == xmem::Storage::cuda && gst_xmem_have_gst_cuda()) {
-		GstCaps *cuda = gst_caps_copy(caps);
-		gst_caps_set_features(cuda, 0, gst_caps_features_new(GST_XMEM_CAPS_FEATURE_CUDA, nullptr));
-		offer = gst_caps_merge(cuda, offer);
-	}
-	return offer;
-}
-
-/* The first of OFFER downstream takes; CUDA memory needs a CUDA context on the pool's
- * device, without which system memory is the answer. Transfer full; nullptr if none. */
-static GstCaps *choose_caps(GstXmemSrc *self, GstCaps *offer)
-{
-	SrcState *s = self->state;
-	g_autoptr(GstCaps) peer = gst_pad_peer_query_caps(GST_BASE_SRC_PAD(self), offer);
-	for (guint i = 0; peer && i < gst_caps_get_size(peer); i++) {
-		/* Downstream's order of preference, in our caps' own words. */
-		g_autoptr(GstCaps) theirs = gst_caps_copy_nth(peer, i);
-		g_autoptr(GstCaps) ours = gst_caps_intersect_full(offer, theirs, GST_CAPS_INTERSECT_FIRST);
-		if (gst_caps_is_empty(ours))
-			continue;
-		g_autoptr(GstCaps) one = gst_caps_fixate(gst_caps_copy_nth(ours, 0));
-		std::string why;
-		if (!gst_xmem_caps_is_cuda(one) || s->cuda->ensure(gint(s->device), &why))
-			return std::exchange(one, nullptr);
-		GST_WARNING_OBJECT(self, "no CUDA memory output: %s", why.c_str());
-	}
-	return nullptr;
-}
-
-static bool negotiate_output(GstXmemSrc *self);
-
-/* Sets caps from a format string; false (with an error posted) when unusable. */
-static bool apply_format(GstXmemSrc *self, const std::string &format)
-{
-	SrcState *s = self->state;
-	/* A restarted producer may keep the format and change the memory. */
-	xmem::Storage storage = s->pool ? s->pool->storage() : xmem::Storage::system;
-	guint device = s->pool ? s->pool->device() : 0;
-	if (format == s->format && s->caps && storage == s->storage && device == s->device)
-		return true;
-	g_autoptr(GstCaps) caps = format.empty() ? nullptr : gst_caps_from_string(format.c_str());
-	if (!caps || !gst_caps_is_fixed(caps)) {
-		GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("The producer's caps are unusable."),
-				  ("pool '%s' publishes format \"%s\" (%s)", s->pool->name().c_str(), format.c_str(),
-				   caps ? "not fixed caps" : "GStreamer cannot parse it here"));
-		return false;
-	}
-	GST_INFO_OBJECT(self, "producer caps %" GST_PTR_FORMAT, static_cast<gpointer>(caps));
-	s->is_video = gst_video_info_from_caps(&s->info, caps);
-	s->storage = storage;
-	s->device = device;
-	g_autoptr(GstCaps) offer = offer_for(self, caps, s->is_video);
-	{
-		std::lock_guard lock(s->lock);
-		gst_caps_replace(&s->caps, offer);
-	}
-	s->format = format;
-	return negotiate_output(self);
-}
-
-/* Chooses the output caps from the offer (again after a reconfigure), and the CUDA
- * buffer pool for CUDA output. Streaming thread. */
-static bool negotiate_output(GstXmemSrc *self)
-{
-	SrcState *s = self->state;
-	g_autoptr(GstCaps) offer = nullptr;
-	{
-		std::lock_guard lock(s->lock);
-		offer = s->caps ? gst_caps_ref(s->caps) : nullptr;
-	}
-	if (!offer)
-		return true;
-	drop_out_pool(s);
-	s->out_cuda = false;
-	g_autoptr(GstCaps) chosen = choose_caps(self, offer);
-	if (!chosen || !gst_base_src_set_caps(GST_BASE_SRC(self), chosen)) {
-		GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("Downstream refused the producer's caps."),
-				  ("format \"%s\"", s->format.c_str()));
-		return false;
-	}
-	GST_INFO_OBJECT(self, "output caps %" GST_PTR_FORMAT, static_cast<gpointer>(chosen));
-	s->out_cuda = gst_xmem_caps_is_cuda(chosen);
-	if (s->out_cuda && !GstXmemCuda::can_wrap())
-		s->out_pool = s->cuda->new_buffer_pool(chosen, guint(s->info.size));
-	if (s->out_cuda && !GstXmemCuda::can_wrap() && !s->out_pool) {
-		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("Cannot allocate CUDA memory."),
-				  ("no CUDA buffer pool for format \"%s\"", s->format.c_str()));
-		return false;
-	}
-	return true;
-}
-
 static gboolean gst_xmem_src_start(GstBaseSrc *src)
 {
 	auto *self = GST_XMEM_SRC(src);
@@ -518,8 +280,8 @@ static gboolean gst_xmem_src_start(GstBaseSrc *src)
 static gboolean gst_xmem_src_stop(GstBaseSrc *src)
 {
 	SrcState *s = GST_XMEM_SRC(src)->state;
-	drop_out_pool(s);
-	s->cuda->reset();
+	s->out_pool.reset();
+	s->cuda.reset();
 	s->pool.reset();
 	s->wake.reset();
 	std::lock_guard lock(s->lock);
@@ -568,94 +330,6 @@ static GstCaps *gst_xmem_src_get_caps(GstBaseSrc *src, GstCaps *filter)
 	return caps;
 }
 
-/* The bytes of one row of plane P of FINFO, WIDTH pixels wide, and its rows in a
- * picture (or field) HEIGHT rows high: from the plane's components, each up to its
- * last sample's last byte. 0 where the components do not say it (a palette plane, or
- * a format packed across pixel groups): the caller uses the format's default layout. */
-static void plane_extent(const GstVideoFormatInfo *finfo, guint p, guint width, guint height, guint64 *row_bytes,
-			 guint64 *rows)
-{
-	*row_bytes = 0;
-	*rows = 0;
-	for (guint c = 0; c < GST_VIDEO_FORMAT_INFO_N_COMPONENTS(finfo); c++) {
-		if (GST_VIDEO_FORMAT_INFO_PLANE(finfo, c) != p)
-			continue;
-		gint pstride = GST_VIDEO_FORMAT_INFO_PSTRIDE(finfo, c);
-		if (pstride <= 0) {
-			*row_bytes = 0;
-			*rows = 0;
-			return;
-		}
-		guint64 samples = guint64(GST_VIDEO_FORMAT_INFO_SCALE_WIDTH(finfo, c, width));
-		guint64 bytes =
-			(guint64(GST_VIDEO_FORMAT_INFO_SHIFT(finfo, c)) + GST_VIDEO_FORMAT_INFO_DEPTH(finfo, c) + 7) /
-			8;
-		guint64 end = samples ? guint64(GST_VIDEO_FORMAT_INFO_POFFSET(finfo, c)) +
-						guint64(pstride) * (samples - 1) + std::max<guint64>(bytes, 1)
-				      : 0;
-		*row_bytes = std::max(*row_bytes, end);
-		*rows = std::max<guint64>(*rows, guint64(GST_VIDEO_FORMAT_INFO_SCALE_HEIGHT(finfo, c, height)));
-	}
-}
-
-/* Whether frame M's planes, read as INFO (its caps) describes them, stay within its
- * payload. Another process wrote the layout; the library checked the rest (the size
- * within the slot, each plane starting within the payload, strides a gint holds), and
- * the caps' format says how many rows of how many bytes each plane has. WHY says what
- * does not fit. */
-static bool planes_fit(const GstVideoInfo &info, const xmem::FrameMeta &m, std::string *why)
-{
-	guint n = GST_VIDEO_INFO_N_PLANES(&info);
-	const GstVideoFormatInfo *finfo = info.finfo;
-	auto too_small = [&](const char *what, guint64 need) {
-		*why = std::string(what) + " needs " + std::to_string(need) + " bytes, the frame has " +
-		       std::to_string(m.size);
-		return false;
-	};
-	/* No planes: downstream reads the caps' default layout. */
-	if (m.n_planes == 0)
-		return m.size >= info.size || too_small("the caps' default layout", info.size);
-	if (m.n_planes != n) {
-		*why = "the frame has " + std::to_string(m.n_planes) + " planes, its caps' format " +
-		       GST_VIDEO_INFO_NAME(&info) + " has " + std::to_string(n);
-		return false;
-	}
-	bool tiled = GST_VIDEO_FORMAT_INFO_IS_TILED(finfo);
-	for (guint p = 0; p < n; p++) {
-		guint64 row_bytes, rows;
-		plane_extent(finfo, p, GST_VIDEO_INFO_WIDTH(&info), GST_VIDEO_INFO_FIELD_HEIGHT(&info), &row_bytes,
-			     &rows);
-		guint64 end;
-		if (tiled || row_bytes == 0) {
-			/* Tiles, palettes, pixel groups: the default layout of the caps, as is. */
-			if (m.plane_offset[p] != info.offset[p] || gint(m.plane_stride[p]) != info.stride[p]) {
-				*why = "plane " + std::to_string(p) + " of " + GST_VIDEO_INFO_NAME(&info) +
-				       " is not in the caps' default layout";
-				return false;
-			}
-			end = p + 1 < n ? info.offset[p + 1] : info.size;
-		} else {
-			if (m.plane_stride[p] < row_bytes) {
-				*why = "plane " + std::to_string(p) + "'s rows of " + std::to_string(row_bytes) +
-				       " bytes overlap (stride " + std::to_string(m.plane_stride[p]) + ")";
-				return false;
-			}
-			/* A row is read up to its last sample (videoconvert), or as the caps'
-			 * default stride says within the frame's (the CUDA copies). */
-			row_bytes = std::max(row_bytes, std::min(guint64(info.stride[p]), guint64(m.plane_stride[p])));
-			end = m.plane_offset[p] + guint64(m.plane_stride[p]) * (rows - 1) + row_bytes;
-		}
-		if (end > m.size) {
-			*why = "plane " + std::to_string(p) + " (at byte " + std::to_string(m.plane_offset[p]) +
-			       ", stride " + std::to_string(m.plane_stride[p]) + ", " + std::to_string(rows) +
-			       " rows of " + std::to_string(row_bytes) + " bytes) ends at byte " + std::to_string(end) +
-			       " of a " + std::to_string(m.size) + "-byte frame";
-			return false;
-		}
-	}
-	return true;
-}
-
 /* Drops a frame whose layout does not fit (WHY): counted in stats (frames-refused); a
  * warning on the bus the first time, in the debug log each time. The stream goes on. */
 static void refuse_frame(GstXmemSrc *self, const std::string &why)
@@ -667,213 +341,6 @@ static void refuse_frame(GstXmemSrc *self, const std::string &why)
 				     s->pool->name().c_str(), why.c_str()));
 	else
 		GST_WARNING_OBJECT(self, "refused frame: %s", why.c_str());
-}
-
-/* The planes of a device frame: its metadata's, or the caps' default layout (INFO)
- * for a frame that has none (planes_fit() checked either against the frame). */
-static GstXmemPlanes frame_planes(const xmem::BufferGuard &frame, const GstVideoInfo &info)
-{
-	const xmem::FrameMeta &m = frame.meta();
-	GstXmemPlanes planes;
-	planes.device = frame.storage() == xmem::Storage::cuda;
-	planes.base = planes.device ? frame.device_ptr() : guint64(uintptr_t(frame.data().data()));
-	planes.n_planes =
-		m.n_planes ? std::min<guint>(m.n_planes, GST_VIDEO_MAX_PLANES) : GST_VIDEO_INFO_N_PLANES(&info);
-	for (guint p = 0; p < planes.n_planes; p++) {
-		planes.offset[p] = m.n_planes ? m.plane_offset[p] : info.offset[p];
-		planes.stride[p] = m.n_planes ? gint(m.plane_stride[p]) : info.stride[p];
-	}
-	return planes;
-}
-
-/* GStreamer 1.24 and later: the device slot itself as CUDA memory, in the slot's own
- * layout, ready once our stream (which waited for the producer's writes) is. */
-static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
-{
-	SrcState *s = self->state;
-	const xmem::FrameMeta m = frame.meta();
-	GstVideoInfo layout = s->info;
-	GstXmemPlanes planes = frame_planes(frame, s->info);
-	gsize offset[GST_VIDEO_MAX_PLANES] = {};
-	gint stride[GST_VIDEO_MAX_PLANES] = {};
-	for (guint p = 0; p < planes.n_planes; p++) {
-		layout.offset[p] = offset[p] = planes.offset[p];
-		layout.stride[p] = stride[p] = planes.stride[p];
-	}
-	layout.size = gsize(m.size ? m.size : frame.capacity());
-	GstMemory *mem = s->cuda->wrap(std::move(frame), layout);
-	if (!mem) {
-		*error = { xmem::Errc::system, "GStreamer could not wrap the device slot as CUDA memory" };
-		return nullptr;
-	}
-	GstBuffer *buf = gst_buffer_new();
-	gst_buffer_append_memory(buf, mem);
-	gst_buffer_add_video_meta_full(buf, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT(&s->info),
-				       GST_VIDEO_INFO_WIDTH(&s->info), GST_VIDEO_INFO_HEIGHT(&s->info), planes.n_planes,
-				       offset, stride);
-	return buf;
-}
-
-/* A device frame as CUDA memory: one device-to-device copy on our stream, which
- * first waited (on the GPU) for the producer's writes. GStreamer 1.22's CUDA memory
- * carries no stream, so the copy is complete before the buffer goes downstream. */
-static GstBuffer *copy_to_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
-{
-	SrcState *s = self->state;
-	if (!s->out_pool) {
-		/* GStreamer 1.24 and later wrap device slots and need no pool of their own: one is
-		 * made for the first frame of system memory (a pool of mixed memories). */
-		g_autoptr(GstCaps) caps = gst_pad_get_current_caps(GST_BASE_SRC_PAD(self));
-		if (caps)
-			s->out_pool = s->cuda->new_buffer_pool(caps, guint(s->info.size));
-	}
-	g_autoptr(GstBuffer) buf = nullptr;
-	if (!s->out_pool || gst_buffer_pool_acquire_buffer(s->out_pool, &buf, nullptr) != GST_FLOW_OK) {
-		*error = { xmem::Errc::no_memory, "no buffer from the CUDA buffer pool" };
-		return nullptr;
-	}
-	GstMemory *mem = gst_buffer_peek_memory(buf, 0);
-	GstVideoInfo layout;
-	GstMapInfo map;
-	if (!GstXmemCuda::memory_layout(mem, &layout) || !GstXmemCuda::map_device(mem, &map, GST_MAP_WRITE)) {
-		*error = { xmem::Errc::invalid_argument, "cannot map the CUDA buffer for writing" };
-		return nullptr;
-	}
-	GstXmemPlanes dst;
-	dst.base = guint64(uintptr_t(map.data));
-	dst.device = true;
-	dst.n_planes = GST_VIDEO_INFO_N_PLANES(&layout);
-	for (guint p = 0; p < dst.n_planes; p++) {
-		dst.offset[p] = layout.offset[p];
-		dst.stride[p] = layout.stride[p];
-	}
-	/* A device frame's own device; a system frame (of a pool of mixed memories) is
-	 * uploaded on our context's. */
-	guint device = frame.storage() == xmem::Storage::cuda ? frame.device() : guint(s->cuda->device());
-	xmem::CudaStream stream = s->cuda->stream();
-	auto r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame, s->info), device, stream);
-	/* The slot is the producer's again once our copy has read it (on the GPU). */
-	auto released = frame.release(stream);
-	auto synced = xmem::cuda_synchronize(device, stream);
-	gst_memory_unmap(mem, &map);
-	for (auto *step : { &r, &released, &synced }) {
-		if (!*step) {
-			*error = step->error();
-			return nullptr;
-		}
-	}
-	return std::exchange(buf, nullptr);
-}
-
-/* A device frame in system memory: one download, in the caps' default layout. */
-static GstBuffer *copy_to_system_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
-{
-	SrcState *s = self->state;
-	const xmem::FrameMeta &m = frame.meta();
-	gsize size = s->is_video ? s->info.size : m.size;
-	g_autoptr(GstBuffer) buf = gst_buffer_new_allocate(nullptr, size, nullptr);
-	GstMapInfo map;
-	if (!buf || !gst_buffer_map(buf, &map, GST_MAP_WRITE)) {
-		*error = { xmem::Errc::no_memory, "cannot allocate a frame of " + std::to_string(size) + " bytes" };
-		return nullptr;
-	}
-	guint64 host = guint64(uintptr_t(map.data));
-	xmem::Result<void> r;
-	if (s->is_video) {
-		GstXmemPlanes dst;
-		dst.base = host;
-		dst.n_planes = GST_VIDEO_INFO_N_PLANES(&s->info);
-		for (guint p = 0; p < dst.n_planes; p++) {
-			dst.offset[p] = s->info.offset[p];
-			dst.stride[p] = s->info.stride[p];
-		}
-		r = gst_xmem_copy_planes(s->info, dst, frame_planes(frame, s->info), frame.device(), nullptr);
-	} else {
-		r = xmem::cuda_copy_2d({ host, size, false }, { frame.device_ptr(), size, true }, size, 1,
-				       frame.device());
-	}
-	gst_buffer_unmap(buf, &map);
-	if (!r) {
-		*error = r.error();
-		return nullptr;
-	}
-	return std::exchange(buf, nullptr);
-}
-
-static GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
-{
-	SrcState *s = self->state;
-	xmem::FrameMeta m = frame.meta();
-	GstBuffer *buf;
-	bool device_frame = frame.storage() == xmem::Storage::cuda;
-	/* Negotiated to CUDA memory, a frame of system memory (a pool of mixed memories
-	 * may hold both) is uploaded: CUDA caps never carry system memory. */
-	bool own_layout = device_frame || s->out_cuda;
-	if (device_frame && s->out_cuda && GstXmemCuda::can_wrap()) {
-		if (!(buf = wrap_cuda_memory(self, std::move(frame), error)))
-			return nullptr;
-		s->zero_copy++;
-	} else if (own_layout) {
-		buf = s->out_cuda ? copy_to_cuda_memory(self, std::move(frame), error)
-				  : copy_to_system_memory(self, std::move(frame), error);
-		if (!buf)
-			return nullptr;
-		s->copied++;
-	} else {
-		/* Writers get the slot in place when nobody else holds the frame by the
-		 * time they map it, a copy otherwise (see gst_xmem_memory_wrap). */
-		buf = gst_buffer_new();
-		gst_buffer_append_memory(buf, gst_xmem_memory_wrap(std::move(frame), m.size, true));
-		s->zero_copy++;
-	}
-
-	/* A device frame carries its own layout: the copy's memory's (the caps' default,
-	 * or the CUDA buffer pool's), or the wrapped slot's, set above. */
-	if (!own_layout && s->is_video && m.n_planes > 0 && m.n_planes == GST_VIDEO_INFO_N_PLANES(&s->info)) {
-		gsize offset[GST_VIDEO_MAX_PLANES] = {};
-		gint stride[GST_VIDEO_MAX_PLANES] = {};
-		for (guint p = 0; p < m.n_planes; p++) {
-			offset[p] = m.plane_offset[p];
-			stride[p] = gint(m.plane_stride[p]);
-		}
-		gst_buffer_add_video_meta_full(buf, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT(&s->info),
-					       GST_VIDEO_INFO_WIDTH(&s->info), GST_VIDEO_INFO_HEIGHT(&s->info),
-					       m.n_planes, offset, stride);
-	}
-
-	GST_BUFFER_FLAGS(buf) = m.flags & ~guint(GST_BUFFER_FLAG_TAG_MEMORY | GST_BUFFER_FLAG_DISCONT);
-	if (s->discont || (s->last_seq && m.seq != s->last_seq + 1)) {
-		GST_BUFFER_FLAG_SET(buf, GST_BUFFER_FLAG_DISCONT);
-		if (s->last_seq && m.seq > s->last_seq + 1)
-			s->gaps += m.seq - s->last_seq - 1;
-	}
-	s->discont = false;
-	s->last_seq = m.seq;
-	GST_BUFFER_OFFSET(buf) = m.seq;
-	GST_BUFFER_DURATION(buf) = m.duration;
-
-	bool live;
-	{
-		std::lock_guard lock(s->lock);
-		live = s->is_live;
-	}
-	if (live) {
-		/* The producer published the frame's clock time on the monotonic system
-		 * clock; in our pipeline that is base time + running time. */
-		g_autoptr(GstClock) clock = gst_element_get_clock(GST_ELEMENT(self));
-		GstClockTime base = gst_element_get_base_time(GST_ELEMENT(self));
-		GstClockTime pts = GST_CLOCK_TIME_NONE;
-		if (clock && m.timestamp != 0)
-			pts = m.timestamp > base ? m.timestamp - base : 0;
-		GST_BUFFER_PTS(buf) = pts;
-		GST_BUFFER_DTS(buf) = GST_CLOCK_TIME_NONE;
-	} else {
-		GST_BUFFER_PTS(buf) = m.pts;
-		GST_BUFFER_DTS(buf) = m.dts;
-	}
-	s->received++;
-	note_served(s);
-	return buf;
 }
 
 static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
@@ -904,7 +371,7 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 		gint64 deadline = timeout ? g_get_monotonic_time() + gint64(timeout / 1000) : G_MAXINT64;
 		for (;;) {
 			/* CUDA output: our stream waits (on the GPU) for the producer's writes. */
-			xmem::CudaStream stream = s->out_cuda ? s->cuda->stream() : nullptr;
+			xmem::CudaStream stream = s->out_cuda ? s->cuda.stream() : nullptr;
 			auto frame = s->pool->receive(std::chrono::nanoseconds(0), stream);
 			if (frame) {
 				if (!apply_format(self, frame->format()))
@@ -973,7 +440,7 @@ static gboolean gst_xmem_src_query(GstBaseSrc *src, GstQuery *query)
 {
 	auto *self = GST_XMEM_SRC(src);
 	SrcState *s = self->state;
-	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && s->cuda->handle_context_query(query))
+	if (GST_QUERY_TYPE(query) == GST_QUERY_CONTEXT && s->cuda.handle_context_query(query))
 		return TRUE;
 	if (GST_QUERY_TYPE(query) == GST_QUERY_LATENCY) {
 		bool live;
@@ -1000,7 +467,7 @@ static gboolean gst_xmem_src_query(GstBaseSrc *src, GstQuery *query)
 
 static void gst_xmem_src_set_context(GstElement *element, GstContext *context)
 {
-	GST_XMEM_SRC(element)->state->cuda->set_context(context);
+	GST_XMEM_SRC(element)->state->cuda.set_context(context);
 	GST_ELEMENT_CLASS(parent_class)->set_context(element, context);
 }
 
@@ -1010,7 +477,7 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	std::lock_guard lock(s->lock);
 	switch (prop_id) {
 	case PROP_POOL_NAME:
-		s->pool_name = g_value_get_string(value) ? g_value_get_string(value) : "";
+		s->pool_name = gst_xmem_pool_name_from_value(value);
 		break;
 	case PROP_IS_LIVE:
 		s->is_live = g_value_get_boolean(value);
@@ -1111,23 +578,13 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 
 static void gst_xmem_src_finalize(GObject *object)
 {
-	auto *self = GST_XMEM_SRC(object);
-	if (self->state->caps)
-		gst_caps_unref(self->state->caps);
-	delete self->state->cuda;
-	delete self->state;
+	gst_xmem_state_free(GST_XMEM_SRC(object)->state);
 	G_OBJECT_CLASS(parent_class)->finalize(object);
 }
 
 static void gst_xmem_src_init(GstXmemSrc *self)
 {
-	/* GObject cannot fail an instance: out of memory aborts, as in g_malloc(). */
-	try {
-		self->state = new SrcState();
-		self->state->cuda = new GstXmemCuda(GST_ELEMENT(self), true);
-	} catch (const std::exception &e) {
-		g_error("xmemsrc: %s", e.what());
-	}
+	self->state = gst_xmem_state_new<SrcState>("xmemsrc", GST_ELEMENT(self));
 	gst_base_src_set_live(GST_BASE_SRC(self), DEFAULT_IS_LIVE);
 	gst_base_src_set_format(GST_BASE_SRC(self), GST_FORMAT_TIME);
 }
@@ -1153,14 +610,8 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 	gobject->get_property = GST_XMEM_NO_THROW(gst_xmem_src_get_property);
 	gobject->finalize = gst_xmem_src_finalize;
 
-	auto flags = GParamFlags(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
-	g_object_class_install_property(
-		gobject, PROP_POOL_NAME,
-		g_param_spec_string("pool-name", "Pool name",
-				    "Name of the pool: a plain name (socket in $XDG_RUNTIME_DIR/xmem, or "
-				    "/tmp/xmem-$UID), the socket path itself when it contains '/', or "
-				    "@name for an abstract socket (no file; per network namespace)",
-				    DEFAULT_POOL_NAME, flags));
+	auto flags = GST_XMEM_PARAM_FLAGS;
+	gst_xmem_install_pool_name(gobject, PROP_POOL_NAME);
 	g_object_class_install_property(gobject, PROP_IS_LIVE,
 					g_param_spec_boolean("is-live", "Is live",
 							     "Act as a live source: timestamps from the producer's "
@@ -1211,16 +662,13 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 					g_param_spec_uint("spin-budget", "Spin budget",
 							  "wake=spin-before: most microseconds spun per frame", 1,
 							  1000000, 200, flags));
-	g_object_class_install_property(
-		gobject, PROP_STATS,
-		g_param_spec_boxed("stats", "Statistics",
-				   "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
-				   "pushed as the shared slot itself), copied, memory, frames-refused; and how the "
-				   "producer serves it: policy, queue-size, lost (frames its policy dropped), "
-				   "spilled (its frames moved to the spill tier). Details: zero-copy (frames "
-				   "pushed as the shared slot itself), copied (frames of a device pool copied "
-				   "into CUDA or system memory), memory (what goes downstream: cuda, system)",
-				   GST_TYPE_STRUCTURE, GParamFlags(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+	gst_xmem_install_stats(gobject, PROP_STATS,
+			       "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
+			       "pushed as the shared slot itself), copied, memory, frames-refused; and how the "
+			       "producer serves it: policy, queue-size, lost (frames its policy dropped), "
+			       "spilled (its frames moved to the spill tier). Details: zero-copy (frames "
+			       "pushed as the shared slot itself), copied (frames of a device pool copied "
+			       "into CUDA or system memory), memory (what goes downstream: cuda, system)");
 
 	gst_element_class_add_static_pad_template(element, &src_template);
 	gst_element_class_set_static_metadata(
