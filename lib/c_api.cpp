@@ -195,6 +195,38 @@ const char *xmem_status_name(int s)
 	return "XMEM_UNKNOWN";
 }
 
+const char *xmem_policy_name(int policy)
+{
+	return xmem::policy_name(xmem::Policy(policy));
+}
+
+const char *xmem_policy_name_at(uint32_t index)
+{
+	auto names = xmem::policy_names();
+	return index < names.size() ? names[index].name : nullptr;
+}
+
+int xmem_policy_from_name(const char *name)
+{
+	auto policy = name ? xmem::policy_from_name(name) : std::nullopt;
+	if (!policy)
+		return fail(XMEM_EINVAL, (std::string("unknown policy '") + (name ? name : "(null)") + "'").c_str());
+	return int(*policy);
+}
+
+const char *xmem_storage_name(uint32_t storage)
+{
+	return xmem::storage_name(xmem::Storage(storage));
+}
+
+int xmem_storage_from_name(const char *name)
+{
+	auto storage = name ? xmem::storage_from_name(name) : std::nullopt;
+	if (!storage)
+		return fail(XMEM_EINVAL, (std::string("unknown storage '") + (name ? name : "(null)") + "'").c_str());
+	return int(*storage);
+}
+
 void xmem_pool_config_init(xmem_pool_config *c)
 {
 	if (!c)

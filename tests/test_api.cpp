@@ -702,6 +702,39 @@ TEST(Receive, FdPollsReadableWhenTheOwnerCloses)
 	EXPECT_ERRC(consumer->receive(0s), Errc::closed);
 }
 
+// One table of names per concept: policy_names() is what policy_from_name accepts and
+// policy_name gives, storage_name and storage_from_name agree.
+TEST(Names, PoliciesAndStoragesBothWays)
+{
+	std::vector<std::string> names;
+	for (const xmem::PolicyName &n : xmem::policy_names()) {
+		names.emplace_back(n.name);
+		EXPECT_EQ(xmem::policy_from_name(n.name), n.policy) << n.name;
+	}
+	EXPECT_EQ(names,
+		  (std::vector<std::string>{ "block", "fifo", "drop-oldest", "drop-new", "latest", "fifo-spill" }));
+	for (xmem::Policy p : { xmem::Policy::fifo, xmem::Policy::drop_oldest, xmem::Policy::drop_new,
+				xmem::Policy::latest, xmem::Policy::fifo_spill }) {
+		// Each policy's own name is its last in the table ("fifo", not "block").
+		const char *last = nullptr;
+		for (const xmem::PolicyName &n : xmem::policy_names())
+			if (n.policy == p)
+				last = n.name;
+		ASSERT_NE(last, nullptr);
+		EXPECT_STREQ(xmem::policy_name(p), last);
+	}
+	EXPECT_EQ(xmem::policy_name(xmem::Policy(5)), nullptr);
+	EXPECT_EQ(xmem::policy_from_name("Fifo"), std::nullopt);
+	EXPECT_EQ(xmem::policy_from_name(""), std::nullopt);
+
+	EXPECT_STREQ(xmem::storage_name(xmem::Storage::system), "system");
+	EXPECT_STREQ(xmem::storage_name(xmem::Storage::cuda), "cuda");
+	EXPECT_EQ(xmem::storage_name(xmem::Storage(2)), nullptr);
+	EXPECT_EQ(xmem::storage_from_name("system"), xmem::Storage::system);
+	EXPECT_EQ(xmem::storage_from_name("cuda"), xmem::Storage::cuda);
+	EXPECT_EQ(xmem::storage_from_name("gpu"), std::nullopt);
+}
+
 // Queue policies
 
 TEST(Policy, DropOldestKeepsTheNewest)

@@ -133,6 +133,38 @@ static int run(const char *runtime)
 	CHECK(strcmp(xmem_status_name(-999), "XMEM_UNKNOWN") == 0);
 	CHECK(strcmp(xmem_status_name(1), "XMEM_UNKNOWN") == 0);
 
+	/* Policy and storage names: the library's tables, both ways. */
+	{
+		static const char *const own[] = { "fifo", "drop-oldest", "drop-new", "latest", "fifo-spill" };
+		static const char *const accepted[] = { "block",    "fifo",   "drop-oldest",
+							"drop-new", "latest", "fifo-spill" };
+		static const int values[] = { XMEM_POLICY_FIFO,	    XMEM_POLICY_FIFO,	XMEM_POLICY_DROP_OLDEST,
+					      XMEM_POLICY_DROP_NEW, XMEM_POLICY_LATEST, XMEM_POLICY_FIFO_SPILL };
+		for (int p = 0; p < 5; p++)
+			CHECK(xmem_policy_name(p) && strcmp(xmem_policy_name(p), own[p]) == 0);
+		CHECK(strcmp(xmem_policy_name(XMEM_POLICY_BLOCK), "fifo") == 0);
+		CHECK(xmem_policy_name(5) == NULL);
+		CHECK(xmem_policy_name(-1) == NULL);
+		for (uint32_t i = 0; i < 6; i++) {
+			CHECK(xmem_policy_name_at(i) && strcmp(xmem_policy_name_at(i), accepted[i]) == 0);
+			CHECK(xmem_policy_from_name(accepted[i]) == values[i]);
+		}
+		CHECK(xmem_policy_name_at(6) == NULL);
+		CHECK_STATUS(xmem_policy_from_name("Block"), XMEM_EINVAL);
+		CHECK(strstr(xmem_last_error(), "unknown policy 'Block'") != NULL);
+		CHECK_STATUS(xmem_policy_from_name(""), XMEM_EINVAL);
+		CHECK_STATUS(xmem_policy_from_name(NULL), XMEM_EINVAL);
+
+		CHECK(strcmp(xmem_storage_name(XMEM_STORAGE_SYSTEM), "system") == 0);
+		CHECK(strcmp(xmem_storage_name(XMEM_STORAGE_CUDA), "cuda") == 0);
+		CHECK(xmem_storage_name(2) == NULL);
+		CHECK(xmem_storage_from_name("system") == XMEM_STORAGE_SYSTEM);
+		CHECK(xmem_storage_from_name("cuda") == XMEM_STORAGE_CUDA);
+		CHECK_STATUS(xmem_storage_from_name("gpu"), XMEM_EINVAL);
+		CHECK(strstr(xmem_last_error(), "unknown storage 'gpu'") != NULL);
+		CHECK_STATUS(xmem_storage_from_name(NULL), XMEM_EINVAL);
+	}
+
 	/* create() errors. */
 	xmem_pool *owner = NULL;
 	CHECK_STATUS(xmem_pool_create("c-pool", &config, &owner), XMEM_EINVAL); /* slot_size 0 */

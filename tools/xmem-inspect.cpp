@@ -191,27 +191,27 @@ private:
 	bool after_key_ = false;
 };
 
+// A pool's policy by its first name in the library's table ("block" for fifo).
 const char *policy_name(uint32_t p)
 {
-	switch (p) {
-	case XMEM_POLICY_BLOCK:
-		return "block";
-	case XMEM_POLICY_DROP_OLDEST:
-		return "drop-oldest";
-	case XMEM_POLICY_DROP_NEW:
-		return "drop-new";
-	case XMEM_POLICY_LATEST:
-		return "latest";
-	case XMEM_POLICY_FIFO_SPILL:
-		return "fifo-spill";
-	}
+	for (const auto &n : xmem::policy_names())
+		if (uint32_t(n.policy) == p)
+			return n.name;
 	return "invalid";
 }
 
-// A consumer's policy as xmem names it ("fifo" for the pool's "block").
+// A consumer's policy by its own name ("fifo" for the pool's "block").
 const char *consumer_policy_name(uint32_t p)
 {
-	return p == XMEM_POLICY_FIFO ? "fifo" : policy_name(p);
+	const char *name = xmem::policy_name(xmem::Policy(p));
+	return name ? name : "invalid";
+}
+
+// A class's storage by the library's name; "invalid" for a value no library writes.
+const char *class_storage_name(xmem::Storage s)
+{
+	const char *name = xmem::storage_name(s);
+	return name ? name : "invalid";
 }
 
 std::string octal(uint32_t mode)
@@ -337,7 +337,7 @@ void print_json(const xmem::PoolSnapshot &v)
 	for (const xmem::SizeClass &c : v.classes) {
 		j.begin_object();
 		j.key("index").number(c.index);
-		j.key("storage").string(c.storage == xmem::Storage::cuda ? "cuda" : "system");
+		j.key("storage").string(class_storage_name(c.storage));
 		j.key("device_id").number(c.device);
 		j.key("slot_size").number(c.slot_size);
 		j.key("first_slot").number(c.first_slot);

@@ -43,7 +43,7 @@ def test_every_library_call_has_its_c_signature():
     acquire_on_stream and publish_on_stream had no signature."""
     import re
     source = "".join(open(os.path.join(os.path.dirname(xmem.__file__), f)).read()
-                     for f in ("__init__.py", "_dlpack.py"))
+                     for f in ("__init__.py", "_dlpack.py", "_capi.py"))
     used = set(re.findall(r"lib\.(xmem_\w+)", source))
     assert used, "no library call found in the module's source"
     missing = sorted(used - set(xmem._capi._SIGNATURES))
@@ -126,6 +126,26 @@ def test_iteration_ends_at_end_of_stream_and_fileno_polls():
         p.end_of_stream()
         got = [(f.meta.seq, f.data[0], f.meta.pts) for f in c]
         assert got == [(i + 1, i, i * 1000) for i in range(5)]
+
+
+def test_policy_and_storage_names_are_the_librarys():
+    """The tables are read from the library at import (xmem.h's xmem_policy_name_at,
+    xmem_policy_name, xmem_storage_name), not typed again: the same names, in the same
+    order, as when they were."""
+    capi = xmem._capi
+    assert list(capi.POLICIES.items()) == [("block", 0), ("fifo", 0), ("drop-oldest", 1), ("drop-new", 2),
+                                           ("latest", 3), ("fifo-spill", 4)]
+    assert capi.POLICY_NAMES == {0: "fifo", 1: "drop-oldest", 2: "drop-new", 3: "latest", 4: "fifo-spill"}
+    assert list(capi.STORAGES.items()) == [("system", capi.STORAGE_SYSTEM), ("cuda", capi.STORAGE_CUDA)]
+    assert xmem.lib.xmem_policy_from_name(b"sometimes") == capi.EINVAL
+    assert "unknown policy 'sometimes'" in capi.last_error()
+    assert xmem.lib.xmem_storage_from_name(b"disk") == capi.EINVAL
+    assert xmem.lib.xmem_policy_name(5) is None
+    with pytest.raises(ValueError, match=r"^policy must be one of block, fifo, drop-oldest, drop-new, latest, "
+                                         r"fifo-spill$"):
+        xmem.create(name(), 64, policy="sometimes")
+    with pytest.raises(ValueError, match=r"^storage must be 'system' or 'cuda'$"):
+        xmem.create(name(), 64, storage="disk")
 
 
 def test_bad_input_raises_with_the_cause():

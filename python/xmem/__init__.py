@@ -104,6 +104,20 @@ def _check(status, what):
         _raise(status, what)
 
 
+def _policy_code(policy):
+    """POLICY's xmem_policy value, by any name the library accepts."""
+    if policy not in _capi.POLICIES:
+        raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
+    return _capi.POLICIES[policy]
+
+
+def _storage_code(storage):
+    """STORAGE's xmem_storage value, by the library's name ('system' or 'cuda')."""
+    if storage not in _capi.STORAGES:
+        raise ValueError("storage must be %s" % " or ".join("'%s'" % n for n in _capi.STORAGES))
+    return _capi.STORAGES[storage]
+
+
 def _timeout_ns(timeout):
     """None waits forever; seconds otherwise."""
     if timeout is None:
@@ -813,9 +827,8 @@ class _Producing(_Handle):
             _check(lib.xmem_pool_acquire_size(self._get(), int(size or 0), _timeout_ns(timeout), handle,
                                               ctypes.byref(buffer)), "acquire")
         else:
-            if storage not in _capi.STORAGES:
-                raise ValueError("storage must be 'system' or 'cuda'")
-            _check(lib.xmem_pool_acquire_memory(self._get(), int(size or 0), _capi.STORAGES[storage], int(device),
+            storage_code = _storage_code(storage)
+            _check(lib.xmem_pool_acquire_memory(self._get(), int(size or 0), storage_code, int(device),
                                                 _timeout_ns(timeout), handle, ctypes.byref(buffer)), "acquire")
         return self._writable(buffer)
 
@@ -830,10 +843,9 @@ class _Producing(_Handle):
         or make a ticket of it like an acquired frame. Into device memory the copy is
         queued on STREAM (publish on the same stream); into system memory it is complete
         on return. Error (ERANGE) when no class of that memory holds the payload."""
-        if storage not in _capi.STORAGES:
-            raise ValueError("storage must be 'system' or 'cuda'")
+        storage_code = _storage_code(storage)
         buffer = ctypes.c_void_p()
-        _check(lib.xmem_pool_copy(self._get(), frame._live_buffer(), _capi.STORAGES[storage], int(device),
+        _check(lib.xmem_pool_copy(self._get(), frame._live_buffer(), storage_code, int(device),
                                   _timeout_ns(timeout), _stream_handle(stream), ctypes.byref(buffer)), "copy")
         return self._writable(buffer)
 
@@ -960,10 +972,8 @@ class Consumer(_Producing):
         self._client = client.encode()
         options.client = self._client
         if policy is not None:
-            if policy not in _capi.POLICIES:
-                raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
+            options.policy = _policy_code(policy)
             options.has_policy = 1
-            options.policy = _capi.POLICIES[policy]
         if fallback not in ("drop-oldest", "drop-new"):
             raise ValueError("fallback must be 'drop-oldest' or 'drop-new'")
         options.fallback = _capi.POLICIES[fallback]
@@ -1055,18 +1065,15 @@ class Producer(_Producing):
     def __init__(self, name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0,
                  mode=0o600, group=None, spill_bytes=0, spill_frames=0, max_slots=0, memory_cap_mib=0,
                  trim_idle_ms=0, device_memory_cap_mib=0):
-        if policy not in _capi.POLICIES:
-            raise ValueError("policy must be one of %s" % ", ".join(_capi.POLICIES))
-        if storage not in _capi.STORAGES:
-            raise ValueError("storage must be 'system' or 'cuda'")
+        policy_code, storage_code = _policy_code(policy), _storage_code(storage)
         config = _capi.PoolConfig()
         lib.xmem_pool_config_init(ctypes.byref(config))
         config.slot_count = int(slots)
         config.slot_size = int(slot_size)
-        config.policy = _capi.POLICIES[policy]
+        config.policy = policy_code
         config.format = format.encode()
         config.producer = b"python"
-        config.storage = _capi.STORAGES[storage]
+        config.storage = storage_code
         config.device = int(device)
         config.mode = int(mode)
         config.spill_bytes = int(spill_bytes)
@@ -1090,10 +1097,9 @@ class Producer(_Producing):
         (acquire(storage=...) takes their slots). Consumers attached or to come take its
         frames like any other."""
         storage = storage or self.storage
-        if storage not in _capi.STORAGES:
-            raise ValueError("storage must be 'system' or 'cuda'")
+        storage_code = _storage_code(storage)
         index = ctypes.c_uint32()
-        _check(lib.xmem_pool_preallocate(self._get(), int(slot_size), int(count), _capi.STORAGES[storage],
+        _check(lib.xmem_pool_preallocate(self._get(), int(slot_size), int(count), storage_code,
                                          int(device), ctypes.byref(index)), "preallocate")
         return index.value
 

@@ -29,9 +29,6 @@ DTYPES = (
     ("float16", 2, "f"), ("bfloat16", 2, "bf"), ("float32", 4, "f"), ("float64", 8, "f"),
 )
 DTYPE_CODES = {name: code for code, (name, _, _) in enumerate(DTYPES)}
-POLICIES = {"block": 0, "fifo": 0, "drop-oldest": 1, "drop-new": 2, "latest": 3, "fifo-spill": 4}
-POLICY_NAMES = {0: "fifo", 1: "drop-oldest", 2: "drop-new", 3: "latest", 4: "fifo-spill"}
-STORAGES = {"system": STORAGE_SYSTEM, "cuda": STORAGE_CUDA}
 
 
 class FrameMeta(ctypes.Structure):
@@ -222,6 +219,11 @@ _P = ctypes.c_void_p
 _SIGNATURES = {
     "xmem_last_error": (ctypes.c_char_p, []),
     "xmem_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "xmem_policy_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "xmem_policy_name_at": (ctypes.c_char_p, [ctypes.c_uint32]),
+    "xmem_policy_from_name": (ctypes.c_int, [ctypes.c_char_p]),
+    "xmem_storage_name": (ctypes.c_char_p, [ctypes.c_uint32]),
+    "xmem_storage_from_name": (ctypes.c_int, [ctypes.c_char_p]),
     "xmem_pool_config_init": (None, [ctypes.POINTER(PoolConfig)]),
     "xmem_open_options_init": (None, [ctypes.POINTER(OpenOptions)]),
     "xmem_pool_create": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(PoolConfig), ctypes.POINTER(_P)]),
@@ -308,6 +310,30 @@ for _name, (_restype, _argtypes) in _SIGNATURES.items():
     _fn = getattr(lib, _name)
     _fn.restype = _restype
     _fn.argtypes = _argtypes
+
+
+def _policies():
+    """Every name the library accepts for a policy ("block" first), with its value."""
+    names = {}
+    while (name := lib.xmem_policy_name_at(len(names))) is not None:
+        names[name.decode()] = lib.xmem_policy_from_name(name)
+    return names
+
+
+def _storages():
+    """Every storage's name, with its value (numbered from 0 without a gap)."""
+    names = {}
+    while (name := lib.xmem_storage_name(len(names))) is not None:
+        names[name.decode()] = len(names)
+    return names
+
+
+# The library's tables (xmem.h's xmem_policy_name_at, xmem_storage_name), read once:
+# POLICIES by every accepted name, POLICY_NAMES each policy's own name by value,
+# STORAGES by name.
+POLICIES = _policies()
+POLICY_NAMES = {code: lib.xmem_policy_name(code).decode() for code in sorted(set(POLICIES.values()))}
+STORAGES = _storages()
 
 
 def last_error():

@@ -5,6 +5,11 @@
 #   check.sh [--mutants] [WORK_PARENT]   pan is built in a private directory under
 #                                        WORK_PARENT (default: $TMPDIR or /tmp)
 #   XMEM_MODEL_ONLY=REGEX                only the runs (or mutants) whose name matches
+#   XMEM_MODEL_CACHE=0                   reuse no cached result: every run runs (and
+#                                        stores its result again)
+#   XMEM_CACHE_DIR=dir                   the machine's cache (default /var/cache/xmem);
+#                                        results live in its model/ (README.md, "The
+#                                        result cache")
 # Exits 77 (skipped) when spin or a C compiler is missing.
 set -euo pipefail
 
@@ -14,7 +19,6 @@ if [ "${1:-}" = "--mutants" ]; then
 	shift
 fi
 here=$(cd "$(dirname "$0")" && pwd)
-model=$here/xmem.pml
 cc=${CC:-gcc}
 if ! command -v spin >/dev/null 2>&1; then
 	echo "spin is not installed: skipped"
@@ -41,29 +45,35 @@ if [ "$mode" = mutants ]; then
 	PAN_CFLAGS+=(-DBFS)
 fi
 
-# run NAME DEFINES... : builds and runs pan; leaves its output in $work/NAME/out.
+# plan DEFINES... : what a run builds: sets source (the model file), defines (spin's)
+# and cflags (pan's).
+# --model=FILE first among the defines: another model of this folder (tickets.pml).
 # -DDEPTH_FIRST among the defines (the model ignores it): a mutant searched depth-first,
 # where the breadth-first search would pass the memory cap before its counterexample.
-run() {
-	local name=$1
-	shift
-	# --model=FILE first among the defines: another model of this folder (tickets.pml).
-	local source=$model
+plan() {
+	source=$here/xmem.pml
 	if [[ "${1:-}" == --model=* ]]; then
 		source=$here/${1#--model=}
 		shift
 	fi
-	local cflags=() f
+	defines=("$@")
+	cflags=()
+	local f
 	for f in "${PAN_CFLAGS[@]}"; do
 		if [ "$f" != -DBFS ] || [[ " $* " != *" -DDEPTH_FIRST "* ]]; then
 			cflags+=("$f")
 		fi
 	done
+}
+
+# run NAME: builds and runs pan as planned; leaves its output in $work/NAME/out.
+run() {
+	local name=$1
 	mkdir -p "$work/$name"
 	(
 		cd "$work/$name"
 		cp "$source" xmem.pml
-		spin "$@" -a xmem.pml >spin.out 2>&1 || {
+		spin "${defines[@]}" -a xmem.pml >spin.out 2>&1 || {
 			cat spin.out
 			exit 1
 		}
@@ -76,6 +86,17 @@ run() {
 	)
 }
 
+# passed OUT TRAIL: whether pan's output OUT (TRAIL: yes when it left a trail) is what
+# the mode asks for: verify, no error and a complete search; mutants, a counterexample.
+passed() {
+	local out=$1 trail=$2
+	if [ "$mode" = verify ]; then
+		grep -q "errors: 0" "$out" && ! grep -qE "Search not completed|reached -DMEMLIM|too small|out of memory|max search depth" "$out"
+	else
+		grep -qE "errors: [1-9]" "$out" && [ "$trail" = yes ]
+	fi
+}
+
 summary() {
 	local out=$1
 	local states depth mem elapsed
@@ -84,6 +105,84 @@ summary() {
 	mem=$(awk '/total actual memory usage/ { print $1; exit }' "$out")
 	elapsed=$(awk '/^wall/ { print $2; exit }' "$out")
 	printf 'states=%s depth=%s memory=%sMB time=%ss' "${states:-?}" "${depth:-?}" "${mem:-?}" "${elapsed:-?}"
+}
+
+# The result cache (README.md, "The result cache"). A run's verdict depends only on
+# what key_text writes: the mode, the run's defines, pan's flags and arguments as
+# applied to it, the model files, spin's and the compiler's versions, the functions
+# above that build, run and judge it, and cache_format (raised when anything else the
+# verdict depends on changes). A passing result is stored under the sha256 of that text
+# and reused while nothing in it changes; a failure is never stored.
+cache_format=1
+# A file of this folder may be included by a model (spin runs the C preprocessor):
+# all of them are inputs but the scripts, the docs and the build file.
+inputs=$(cd "$here" && for f in *; do
+	case $f in *.sh | *.md | meson.build) continue ;; esac
+	[ -f "$f" ] && sha256sum -- "$f"
+done)
+tools=$(
+	spin -V
+	echo "$cc: $(command -v "$cc")"
+	"$cc" --version
+	uname -m
+	declare -f plan run passed
+)
+
+# key_text: everything the planned run's verdict depends on.
+key_text() {
+	printf 'xmem model cache %s\nmode %s\nmodel %s\n' "$cache_format" "$mode" "${source#"$here"/}"
+	printf 'define %s\n' "${defines[@]}"
+	printf 'cflag %s\n' "${cflags[@]}"
+	printf 'arg %s\n' "${PAN_ARGS[@]}"
+	printf '%s\n' "$inputs" "$tools"
+}
+
+# The machine's cache (where tests/run-debian13.sh keeps its root), else the user's;
+# none: every run runs.
+cache=
+for dir in "${XMEM_CACHE_DIR:-/var/cache/xmem}/model" ${HOME:+"${XDG_CACHE_HOME:-$HOME/.cache}/xmem/model"}; do
+	if mkdir -p "$dir" 2>/dev/null && [ -w "$dir" ]; then
+		cache=$dir
+		break
+	fi
+done
+reused=0
+ran=0
+
+# reuse NAME KEY: prints a stored result of KEY, as the run printed it, and succeeds;
+# fails when there is none (or it no longer passes as passed judges it).
+reuse() {
+	local name=$1 key=$2 entry when result trail
+	entry=$cache/$key
+	[ -n "$cache" ] && [ "${XMEM_MODEL_CACHE:-1}" != 0 ] && [ -f "$entry" ] || return 1
+	[ "$(head -1 "$entry")" = "xmem model result $cache_format" ] || return 1
+	when=$(sed -n '2s/^date: //p' "$entry")
+	result=$(sed -n '3s/^result: //p' "$entry")
+	trail=$(sed -n '4s/^trail: //p' "$entry")
+	sed '1,/^--- pan$/d' "$entry" >"$work/cached.out"
+	[ -n "$result" ] && passed "$work/cached.out" "$trail" || return 1
+	echo "$name: $result (cached $when, key ${key:0:12})"
+}
+
+# store KEY RESULT OUT TRAIL: keeps a passing run's summary and pan's output. Written
+# to a temporary file and renamed, so that a run going on beside reads all or nothing.
+store() {
+	local key=$1 result=$2 out=$3 trail=$4 tmp
+	[ -n "$cache" ] || return 0
+	if tmp=$(mktemp "$cache/.$key.XXXXXX") && {
+		echo "xmem model result $cache_format"
+		echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+		echo "result: $result"
+		echo "trail: $trail"
+		echo "--- key"
+		key_text
+		echo "--- pan"
+		cat "$out"
+	} >"$tmp" && chmod 644 "$tmp" && mv -f "$tmp" "$cache/$key"; then
+		return 0
+	fi
+	rm -f "${tmp:-}"
+	echo "warning: could not store the result in $cache"
 }
 
 # The verified configurations (README.md, "Runs"). NAME DEFINES...
@@ -202,41 +301,55 @@ mutants=(
 
 status=0
 if [ "$mode" = verify ]; then
-	for entry in "${configs[@]}"; do
-		name=${entry%%|*}
-		[[ -z "${XMEM_MODEL_ONLY:-}" || "$name" =~ $XMEM_MODEL_ONLY ]] || continue
-		read -r -a defs <<<"${entry#*|}"
-		run "$name" "${defs[@]}"
-		out=$work/$name/out
-		if grep -q "errors: 0" "$out" && ! grep -qE "Search not completed|reached -DMEMLIM|too small|out of memory|max search depth" "$out"; then
-			echo "$name: $(summary "$out") PASS"
+	entries=("${configs[@]}")
+else
+	entries=("${mutants[@]}")
+fi
+for entry in "${entries[@]}"; do
+	name=${entry%%|*}
+	[[ -z "${XMEM_MODEL_ONLY:-}" || "$name" =~ $XMEM_MODEL_ONLY ]] || continue
+	read -r -a defs <<<"${entry#*|}"
+	plan "${defs[@]}"
+	key=$(key_text | sha256sum | cut -d' ' -f1)
+	if reuse "$name" "$key"; then
+		reused=$((reused + 1))
+		continue
+	fi
+	run "$name"
+	ran=$((ran + 1))
+	out=$work/$name/out
+	trail=no
+	[ -f "$work/$name/xmem.pml.trail" ] && trail=yes
+	if [ "$mode" = verify ]; then
+		if passed "$out" "$trail"; then
+			result="$(summary "$out") PASS"
+			echo "$name: $result"
+			store "$key" "$result" "$out" "$trail"
 		else
 			echo "$name: $(summary "$out") FAIL (${defs[*]})"
 			grep -E "^pan|assert|error|Warning|MEMLIM|too small" "$out" | head -20 || true
-			if [ -f "$work/$name/xmem.pml.trail" ]; then
-				spin_defs=()
-				for f in "${defs[@]}"; do
-					[[ "$f" == --model=* ]] || spin_defs+=("$f")
-				done
-				(cd "$work/$name" && spin "${spin_defs[@]}" -t -p xmem.pml | tail -60) || true
+			if [ "$trail" = yes ]; then
+				(cd "$work/$name" && spin "${defines[@]}" -t -p xmem.pml | tail -60) || true
 			fi
 			status=1
 		fi
-	done
-else
-	for entry in "${mutants[@]}"; do
-		name=${entry%%|*}
-		[[ -z "${XMEM_MODEL_ONLY:-}" || "$name" =~ $XMEM_MODEL_ONLY ]] || continue
-		read -r -a defs <<<"${entry#*|}"
-		run "$name" "${defs[@]}"
-		out=$work/$name/out
-		if grep -qE "errors: [1-9]" "$out" && [ -f "$work/$name/xmem.pml.trail" ]; then
+	else
+		if passed "$out" "$trail"; then
 			what=$(grep -E "^pan:1: " "$out" | head -1 | cut -c1-160)
-			echo "$name: $(summary "$out") CAUGHT: ${what}"
+			result="$(summary "$out") CAUGHT: ${what}"
+			echo "$name: $result"
+			store "$key" "$result" "$out" "$trail"
 		else
 			echo "$name: $(summary "$out") MISSED: no counterexample (${defs[*]})"
 			status=1
 		fi
-	done
+	fi
+done
+if [ -z "$cache" ]; then
+	echo "model cache: none writable (XMEM_CACHE_DIR, XDG_CACHE_HOME): $ran ran"
+elif [ "${XMEM_MODEL_CACHE:-1}" = 0 ]; then
+	echo "model cache $cache: not read (XMEM_MODEL_CACHE=0), $ran ran"
+else
+	echo "model cache $cache: $reused reused, $ran ran"
 fi
 exit $status

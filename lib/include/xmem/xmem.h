@@ -309,6 +309,23 @@ const char *xmem_last_error(void);
 /* Short fixed name of a status code ("XMEM_ETIMEDOUT"). */
 const char *xmem_status_name(int status);
 
+/* Policies and storages by name, from the library's one table of each (the C++ API's
+ * policy_names and storage_name): static strings, no syscall. */
+/* The name of POLICY: "fifo" (XMEM_POLICY_BLOCK is XMEM_POLICY_FIFO), "drop-oldest",
+ * "drop-new", "latest", "fifo-spill"; NULL for another value. */
+const char *xmem_policy_name(int policy);
+/* The INDEX-th name xmem_policy_from_name accepts: "block" (XMEM_POLICY_FIFO) first, then
+ * xmem_policy_name's by value; NULL from the last on. For listing the choices. */
+const char *xmem_policy_name_at(uint32_t index);
+/* The xmem_policy named NAME (one of xmem_policy_name_at's). Errors: XMEM_EINVAL for
+ * another name or NULL. */
+int xmem_policy_from_name(const char *name);
+/* The name of STORAGE: "system", "cuda"; NULL for another value. Storages are numbered
+ * from 0 without a gap: the first NULL ends them. */
+const char *xmem_storage_name(uint32_t storage);
+/* The xmem_storage named NAME. Errors: XMEM_EINVAL for another name or NULL. */
+int xmem_storage_from_name(const char *name);
+
 /* Creates pool NAME and becomes its owner (producer). All slots are allocated here.
  * Errors: XMEM_ENAME, XMEM_EINVAL, XMEM_EBUSY (live owner), XMEM_EACCES, XMEM_ESYSTEM. */
 int xmem_pool_create(const char *name, const xmem_pool_config *config, xmem_pool **out);

@@ -115,12 +115,26 @@ enum class SpillDelivery : uint32_t { device = XMEM_SPILL_DELIVERY_DEVICE, host 
 const char *policy_name(Policy policy);
 // The policy named NAME ("block" is "fifo"); none for another name.
 std::optional<Policy> policy_from_name(std::string_view name);
+// A name a policy goes by.
+struct PolicyName {
+	const char *name;
+	Policy policy;
+};
+// Every name policy_from_name accepts, in the order the C API, Python and xmem-inspect
+// list them: "block" first (fifo as a pool's configuration names it, and xmem-inspect
+// shows a pool's), then each policy's own name (policy_name's) by value. Static; no
+// syscall.
+std::span<const PolicyName> policy_names();
 enum class Role { owner, consumer, inspector };
 // A CUDA stream (a CUstream), kept opaque so this header needs no cuda.h. nullptr
 // means no particular stream: the call then synchronizes on the CPU as it must.
 using CudaStream = void *;
 // Where a pool's slots live: memfd-backed system memory, or CUDA device memory.
 enum class Storage : uint32_t { system = XMEM_STORAGE_SYSTEM, cuda = XMEM_STORAGE_CUDA };
+// "system", "cuda"; nullptr for another value (a storage this library does not have).
+const char *storage_name(Storage storage);
+// The storage named NAME; none for another name.
+std::optional<Storage> storage_from_name(std::string_view name);
 
 struct PoolConfig {
 	uint32_t slot_count = 8;

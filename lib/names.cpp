@@ -1,0 +1,47 @@
+// lib/names.cpp - the names of policies and storages, one table each: the C API (and
+// through it Python), xmem-inspect and the elements read them here.
+#include <xmem/xmem.hpp>
+
+#include <iterator>
+
+namespace xmem {
+
+namespace {
+
+// "block" first: a pool's configuration and xmem-inspect name fifo so.
+constexpr PolicyName kPolicyNames[] = {
+	{ "block", Policy::fifo },	  { "fifo", Policy::fifo },	{ "drop-oldest", Policy::drop_oldest },
+	{ "drop-new", Policy::drop_new }, { "latest", Policy::latest }, { "fifo-spill", Policy::fifo_spill },
+};
+
+struct StorageName {
+	const char *name;
+	Storage storage;
+};
+
+// By value, from 0 without a gap (xmem_storage_name's promise).
+constexpr StorageName kStorageNames[] = { { "system", Storage::system }, { "cuda", Storage::cuda } };
+static_assert(uint32_t(kStorageNames[0].storage) == 0 && uint32_t(kStorageNames[1].storage) == 1);
+
+} // namespace
+
+std::span<const PolicyName> policy_names()
+{
+	return kPolicyNames;
+}
+
+const char *storage_name(Storage storage)
+{
+	auto i = uint32_t(storage);
+	return i < std::size(kStorageNames) ? kStorageNames[i].name : nullptr;
+}
+
+std::optional<Storage> storage_from_name(std::string_view name)
+{
+	for (const auto &s : kStorageNames)
+		if (name == s.name)
+			return s.storage;
+	return std::nullopt;
+}
+
+} // namespace xmem
