@@ -52,6 +52,11 @@ Result<std::shared_ptr<BufferPool>> BufferPool::open(std::string_view name, cons
 	auto impl = Subscriber::open(name, std::move(path.value()), options);
 	if (!impl)
 		return impl.error();
+	// A consumer's process may produce too (a guest, guest.hpp); an inspector may not.
+	if (PoolImpl &pool = *impl.value(); pool.role == Role::consumer) {
+		pool.guest = std::make_unique<GuestProducer>(pool);
+		pool.guest_leases = pool.guest.get();
+	}
 	return std::make_shared<BufferPool>(std::move(impl.value()));
 }
 

@@ -12,7 +12,7 @@
 
 namespace xmem {
 
-class GuestProducer
+class GuestProducer final : public GuestLeases
 {
 public:
 	explicit GuestProducer(PoolImpl &pool);
@@ -33,9 +33,8 @@ public:
 	// process's): the owner's consumers read it once the answer comes back.
 	Result<void> publish(BufferGuard &&frame, void *stream);
 	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream);
-	// Leased slot INDEX goes back unpublished: its last reference here went (refs_lock
-	// not held). A device slot's writes queued on STREAM (or ALSO) are waited for first.
-	void give_back(uint32_t index, void *stream, void *also);
+	// Leased slot INDEX goes back unpublished (holder.hpp, GuestLeases).
+	void give_back(uint32_t index, void *stream, void *also) override;
 
 private:
 	// The producer connection, made on first use (lock_ held).

@@ -1,9 +1,7 @@
 // pool.cpp - this process's references to slots, whatever its role: get/get_mut with
 // copy-on-write, add_ref/release/set_ref_count, BufferGuard and private copies.
 #include "frame_check.hpp"
-#include "guest.hpp"
 #include "pool_impl.hpp"
-#include "subscriber.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -99,7 +97,7 @@ DeviceSync *PoolImpl::ordering_of(uint32_t index)
 	if (is_spill(index))
 		return nullptr;
 	auto c = class_of(index);
-	if (!c && subscriber && subscriber->import_classes())
+	if (!c && owner_link && owner_link->import_classes())
 		c = class_of(index);
 	return c ? classes[*c].sync : nullptr;
 }
@@ -109,7 +107,7 @@ Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
 	if (!is_spill(index) && !class_of(index)) {
 		// A slot of a class the owner added since this consumer last looked: its
 		// memory is imported once, here, for every frame of it to come.
-		auto imported = subscriber ? subscriber->import_classes()
+		auto imported = owner_link ? owner_link->import_classes()
 					   : Result<void>(make_error(Errc::invalid_argument, "no class"));
 		if (!imported || !class_of(index)) {
 			frames_refused.fetch_add(1, std::memory_order_relaxed);
@@ -120,11 +118,11 @@ Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
 							    : ": " + imported.error().message));
 		}
 	}
-	if (subscriber && !is_spill(index)) {
-		subscriber->unmap_trimmed();
+	if (owner_link && !is_spill(index)) {
+		owner_link->unmap_trimmed();
 		// A dynamic device slot: its memory mapped here before a guard points into it.
 		if (classes[*class_of(index)].arena->maps_per_slot())
-			if (auto mapped = subscriber->map_slot(index); !mapped) {
+			if (auto mapped = owner_link->map_slot(index); !mapped) {
 				frames_refused.fetch_add(1, std::memory_order_relaxed);
 				(void)release(index, nullptr, false);
 				return mapped.error();
@@ -437,7 +435,7 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads, voi
 		local_refs[index] = 0;
 		leased[index] = 0;
 		lock.unlock();
-		guest->give_back(index, stream, also);
+		guest_leases->give_back(index, stream, also);
 		return {};
 	}
 	Result<void> done;

@@ -2,7 +2,6 @@
 // on what the owner sent, and receive() with its sleep/wake protocol.
 #include "subscriber.hpp"
 
-#include "guest.hpp"
 #include "identity.hpp"
 #include "protocol.hpp"
 #include "rendezvous.hpp"
@@ -863,11 +862,10 @@ Result<std::shared_ptr<PoolImpl>> Subscriber::open(std::string_view name, std::s
 	impl->name = std::string(name);
 	impl->path = std::move(path);
 	impl->subscriber = std::make_unique<Subscriber>(*impl);
+	impl->owner_link = impl->subscriber.get();
 	auto attached = impl->subscriber->attach(options, deadline_after(options.timeout.count()));
 	if (!attached)
 		return attached.error();
-	if (impl->role == Role::consumer)
-		impl->guest = std::make_unique<GuestProducer>(*impl);
 	return impl;
 }
 
