@@ -36,6 +36,9 @@ public:
 	void unmap_trimmed() override;
 
 private:
+	// How long the owner has to answer a hello: the attach's, or an import's.
+	static constexpr uint64_t kReplyTimeoutNs = 2'000'000'000;
+
 	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
 	// One handshake on a connected socket; Errc::closed when the owner died in it.
 	Result<void> handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns);
