@@ -1,7 +1,5 @@
 // guest.hpp - a producer besides the owner (a guest): an attached consumer's process that
-// acquires slots, writes them through its own mappings and publishes them or makes
-// tickets of them. The owner stays the pool's manager: it leases the slot, and publishes
-// it on the guest's behalf (protocol.hpp, PeerRole::producer; docs/design.md).
+// acquires slots, writes them through its own mappings and publishes them or makes tickets.
 #pragma once
 
 #include "pool_impl.hpp"
@@ -12,6 +10,8 @@
 
 namespace xmem {
 
+// The owner stays the pool's manager: it leases the slot, and publishes it on the guest's
+// behalf (protocol.hpp, PeerRole::producer; docs/design.md).
 class GuestProducer final : public GuestLeases
 {
 public:

@@ -1,6 +1,5 @@
 // pool_impl.hpp - the state behind a BufferPool handle that every role shares: the
 // control segment, the arena, this process's references and the current format.
-// The roles' own state lives in Publisher (owner) and Subscriber (consumer).
 #pragma once
 
 #include "arena.hpp"
@@ -54,6 +53,8 @@ class Publisher;
 class Subscriber;
 class GuestProducer;
 
+// The roles' own state lives in Publisher (owner), Subscriber (consumer) and
+// GuestProducer (a consumer that also produces).
 struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	PoolImpl();
 	~PoolImpl();

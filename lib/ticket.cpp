@@ -1,7 +1,5 @@
-// ticket.cpp - frame tickets: a published frame named by plain data that any process
-// attached to the pool redeems for a reference of its own (docs/design.md, "Frame
-// tickets"). The owner's side (publish_ticket, expiry) is in publisher.cpp, the facade's
-// calls in buffer_pool.cpp.
+// ticket.cpp - frame tickets (docs/design.md, "Frame tickets"): their text, and a consumer's
+// redemption of one for a reference of its own; the owner issues and ends them (publisher.cpp).
 #include "pool_impl.hpp"
 
 #include <charconv>
