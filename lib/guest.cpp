@@ -4,7 +4,6 @@
 
 #include "identity.hpp"
 #include "rendezvous.hpp"
-#include "subscriber.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -76,7 +75,7 @@ Result<protocol::Answer> GuestProducer::ask(const protocol::Request &request)
 	uint64_t deadline_ns = deadline_after(kAnswerTimeoutNs);
 	// This handle's owner is gone for good (a new owner of the name is another pool).
 	if (gone_ || pool_.seg.header->state.load(std::memory_order_acquire) == kPoolClosed ||
-	    pool_.subscriber->owner_gone())
+	    pool_.owner_link->owner_gone())
 		return make_error(Errc::closed, pool_.where() + " is closed");
 	if (auto connected = connect(deadline_ns); !connected) {
 		gone_ = connected.code() != Errc::timed_out;
@@ -123,7 +122,7 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 	uint64_t deadline = deadline_after(timeout_ns);
 	Producing producing(pool_);
 	// Every class the owner has added so far, imported: the lease may be of any.
-	if (auto imported = pool_.subscriber->import_classes(); !imported)
+	if (auto imported = pool_.owner_link->import_classes(); !imported)
 		return imported.error();
 	protocol::Request request = protocol::make_request(protocol::RequestOp::lease);
 	request.size = size;
@@ -167,10 +166,10 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 	};
 	if (pool_.is_spill(i) || !pool_.in_range(i))
 		return refuse("which is out of range");
-	if (!pool_.class_of(i) && (!pool_.subscriber->import_classes() || !pool_.class_of(i)))
+	if (!pool_.class_of(i) && (!pool_.owner_link->import_classes() || !pool_.class_of(i)))
 		return refuse("which is in no size class");
 	if (pool_.classes[*pool_.class_of(i)].arena->maps_per_slot())
-		if (auto mapped = pool_.subscriber->map_slot(i); !mapped) {
+		if (auto mapped = pool_.owner_link->map_slot(i); !mapped) {
 			give_back(i, nullptr, nullptr);
 			return make_error(mapped.code(), mapped.error().message);
 		}

@@ -1,7 +1,5 @@
 // guest.hpp - a producer besides the owner (a guest): an attached consumer's process that
-// acquires slots, writes them through its own mappings and publishes them or makes
-// tickets of them. The owner stays the pool's manager: it leases the slot, and publishes
-// it on the guest's behalf (protocol.hpp, PeerRole::producer; docs/design.md).
+// acquires slots, writes them through its own mappings and publishes them or makes tickets.
 #pragma once
 
 #include "pool_impl.hpp"
@@ -12,7 +10,9 @@
 
 namespace xmem {
 
-class GuestProducer
+// The owner stays the pool's manager: it leases the slot, and publishes it on the guest's
+// behalf (protocol.hpp, PeerRole::producer; docs/design.md).
+class GuestProducer final : public GuestLeases
 {
 public:
 	explicit GuestProducer(PoolImpl &pool);
@@ -33,9 +33,8 @@ public:
 	// process's): the owner's consumers read it once the answer comes back.
 	Result<void> publish(BufferGuard &&frame, void *stream);
 	Result<Ticket> publish_ticket(BufferGuard &&frame, uint32_t redemptions, int64_t ttl_ns, void *stream);
-	// Leased slot INDEX goes back unpublished: its last reference here went (refs_lock
-	// not held). A device slot's writes queued on STREAM (or ALSO) are waited for first.
-	void give_back(uint32_t index, void *stream, void *also);
+	// Leased slot INDEX goes back unpublished (holder.hpp, GuestLeases).
+	void give_back(uint32_t index, void *stream, void *also) override;
 
 private:
 	// The producer connection, made on first use (lock_ held).

@@ -25,6 +25,23 @@ static_assert(uint32_t(kStorageNames[0].storage) == 0 && uint32_t(kStorageNames[
 
 } // namespace
 
+const char *policy_name(Policy policy)
+{
+	// The first name of each policy but fifo's, which is "fifo" (not "block") here.
+	for (const PolicyName &p : kPolicyNames)
+		if (p.policy == policy && std::string_view(p.name) != "block")
+			return p.name;
+	return nullptr;
+}
+
+std::optional<Policy> policy_from_name(std::string_view name)
+{
+	for (const PolicyName &p : kPolicyNames)
+		if (name == p.name)
+			return p.policy;
+	return std::nullopt;
+}
+
 std::span<const PolicyName> policy_names()
 {
 	return kPolicyNames;

@@ -1,10 +1,10 @@
 // pool_impl.hpp - the state behind a BufferPool handle that every role shares: the
 // control segment, the arena, this process's references and the current format.
-// The roles' own state lives in Publisher (owner) and Subscriber (consumer).
 #pragma once
 
 #include "arena.hpp"
 #include "device_sync.hpp"
+#include "holder.hpp"
 #include "layout.hpp"
 #include "segment.hpp"
 #include "spill.hpp"
@@ -53,6 +53,8 @@ class Publisher;
 class Subscriber;
 class GuestProducer;
 
+// The roles' own state lives in Publisher (owner), Subscriber (consumer) and
+// GuestProducer (a consumer that also produces).
 struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	PoolImpl();
 	~PoolImpl();
@@ -197,6 +199,12 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 					record.slot_stride, memory,	  sync };
 		classes_known.store(c + 1, std::memory_order_release);
 	}
+
+	// The roles as this process's references reach them (holder.hpp), never through
+	// their headers: the consumer's link to the owner, set with `subscriber`; a guest's
+	// leases, set with `guest`. They live as long as those do.
+	OwnerLink *owner_link = nullptr;
+	GuestLeases *guest_leases = nullptr;
 
 	// The role's own state, one of them. Declared last: destroyed first, so the
 	// owner's I/O thread is joined before the segment and arena go.

@@ -10,7 +10,7 @@
 
 namespace xmem {
 
-class Subscriber
+class Subscriber final : public OwnerLink
 {
 public:
 	// Attaches to pool NAME at PATH, waiting up to options.timeout for it.
@@ -27,22 +27,18 @@ public:
 	void detach_queue();
 	// Polls readable when receive() may return without waiting (-1 for an inspector).
 	int fd() const { return epoll.valid() ? epoll.get() : -1; }
-	bool owner_gone() const { return owner_gone_.load(); }
+	bool owner_gone() const override { return owner_gone_.load(); }
 	// How the owner serves this consumer, from its record (the owner wrote it at attach).
 	ConsumerStats stats() const;
-	// Imports the memory of every size class the owner has added since this consumer
-	// last looked, each over a connection of its own (protocol.hpp, PeerRole::classes).
-	Result<void> import_classes();
-	// A dynamic class's device slot INDEX (docs/design.md, "Growth on demand"), held here:
-	// its memory mapped, of the generation the owner committed last, asked of the owner
-	// (PeerRole::slot) when the slot's record names another than the one mapped here.
-	Result<void> map_slot(uint32_t index);
-	// After the owner trimmed slots: the dynamic device slots this process does not hold
-	// whose memory went back, unmapped here too (their memory is freed once no process
-	// maps it). One load when nothing was trimmed.
-	void unmap_trimmed();
+	// The owner's memory made since attach, imported (holder.hpp, OwnerLink).
+	Result<void> import_classes() override;
+	Result<void> map_slot(uint32_t index) override;
+	void unmap_trimmed() override;
 
 private:
+	// How long the owner has to answer a hello: the attach's, or an import's.
+	static constexpr uint64_t kReplyTimeoutNs = 2'000'000'000;
+
 	Result<void> attach(const OpenOptions &options, uint64_t deadline_ns);
 	// One handshake on a connected socket; Errc::closed when the owner died in it.
 	Result<void> handshake(UniqueFd conn, const OpenOptions &options, uint64_t deadline_ns);

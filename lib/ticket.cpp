@@ -1,9 +1,6 @@
-// ticket.cpp - frame tickets: a published frame named by plain data that any process
-// attached to the pool redeems for a reference of its own (docs/design.md, "Frame
-// tickets"). The owner's side (publish_ticket, expiry) is in publisher.cpp.
-#include "guest.hpp"
+// ticket.cpp - frame tickets (docs/design.md, "Frame tickets"): their text, and a consumer's
+// redemption of one for a reference of its own; the owner issues and ends them (publisher.cpp).
 #include "pool_impl.hpp"
-#include "publisher.hpp"
 
 #include <charconv>
 #include <cinttypes>
@@ -116,34 +113,6 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 		}
 	}
 	return checked_guard(t.slot, false);
-}
-
-Result<Ticket> BufferPool::publish_ticket(BufferGuard &&frame, uint32_t redemptions, std::chrono::nanoseconds ttl,
-					  CudaStream stream)
-{
-	if (impl_->guest)
-		return impl_->guest->publish_ticket(std::move(frame), redemptions, ttl.count(), stream);
-	if (!impl_->publisher) {
-		BufferGuard dropped = std::move(frame);
-		return make_error(Errc::wrong_role, impl_->where() + ": an inspector publishes no tickets");
-	}
-	return impl_->publisher->publish_ticket(std::move(frame), redemptions, ttl.count(), stream);
-}
-
-Result<BufferGuard> BufferPool::get(const Ticket &ticket)
-{
-	return impl_->redeem(ticket);
-}
-
-TicketStats BufferPool::ticket_stats() const
-{
-	TicketStats s{};
-	const ControlHeader *h = impl_->seg.header;
-	s.issued = h->tickets_issued.load(std::memory_order_relaxed);
-	s.redeemed = h->tickets_redeemed.load(std::memory_order_relaxed);
-	s.expired = h->tickets_expired.load(std::memory_order_relaxed);
-	s.live = h->tickets_live.load(std::memory_order_relaxed);
-	return s;
 }
 
 } // namespace xmem
