@@ -25,7 +25,7 @@ constexpr uint32_t kDefaultSpareSlots = 64;
 
 Result<void> check_memory(const std::string &where, Storage storage, uint32_t device)
 {
-	if (storage != Storage::system && storage != Storage::cuda)
+	if (!storage_name(storage))
 		return make_error(Errc::invalid_argument,
 				  where + ": unknown storage type " + std::to_string(uint32_t(storage)));
 	if (storage == Storage::system && device != 0)
