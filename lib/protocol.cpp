@@ -64,7 +64,8 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes)
 Result<Serve> serve_of(const Hello &hello)
 {
 	Serve serve;
-	if (hello.policy > 1 + uint32_t(Policy::fifo_spill))
+	// The policies are those names.cpp names: a new one needs no change here.
+	if (hello.policy != 0 && !policy_name(Policy(hello.policy - 1)))
 		return refusal(XMEM_EINVAL, "unknown policy " + std::to_string(hello.policy - 1));
 	if (hello.policy)
 		serve.policy = Policy(hello.policy - 1);
