@@ -460,6 +460,24 @@ int xmem_set_video_layout(xmem_frame_meta *meta, const char *format, uint32_t wi
 	return guarded([&] { return status(xmem::set_video_layout(*meta, format, width, height, alignment)); });
 }
 
+int xmem_video_plane(const char *format, uint32_t plane, uint32_t *bytes, uint32_t *x_divisor, uint32_t *y_divisor)
+{
+	if (!format)
+		return fail(XMEM_EINVAL, "xmem_video_plane: null format");
+	return guarded([&] {
+		auto shape = xmem::video_plane(format, plane);
+		if (!shape)
+			return fail(shape.error());
+		if (bytes)
+			*bytes = shape->bytes;
+		if (x_divisor)
+			*x_divisor = shape->x_divisor;
+		if (y_divisor)
+			*y_divisor = shape->y_divisor;
+		return int(shape->planes);
+	});
+}
+
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out)
 {
 	if (!pool || !out)

@@ -38,7 +38,28 @@ constexpr VideoFormat kFormats[] = {
 	{ "BGRx", 1, { { { 4, 1, 1 } } } },
 };
 
+const VideoFormat *find_format(std::string_view name)
+{
+	for (const VideoFormat &candidate : kFormats)
+		if (candidate.name == name)
+			return &candidate;
+	return nullptr;
+}
+
 } // namespace
+
+Result<VideoPlane> video_plane(std::string_view format, uint32_t plane)
+{
+	const VideoFormat *f = find_format(format);
+	if (!f)
+		return make_error(Errc::invalid_argument, "video layout: unknown format '" + std::string(format) + "'");
+	if (plane >= f->n_planes)
+		return make_error(Errc::invalid_argument, "video layout: " + std::string(format) + " has " +
+								  std::to_string(f->n_planes) + " planes, not " +
+								  std::to_string(plane + 1));
+	const PlaneShape &shape = f->planes[plane];
+	return VideoPlane{ f->n_planes, shape.bytes, shape.x_divisor, shape.y_divisor };
+}
 
 Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint32_t width, uint32_t height,
 				  uint32_t alignment)
@@ -49,10 +70,7 @@ Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint
 	if (alignment == 0 || (alignment & (alignment - 1)) != 0)
 		return make_error(Errc::invalid_argument,
 				  "video layout: alignment " + std::to_string(alignment) + " is not a power of two");
-	const VideoFormat *f = nullptr;
-	for (const VideoFormat &candidate : kFormats)
-		if (candidate.name == format)
-			f = &candidate;
+	const VideoFormat *f = find_format(format);
 	if (!f)
 		return make_error(Errc::invalid_argument, "video layout: unknown format '" + std::string(format) + "'");
 	auto align = [&](uint64_t v) {

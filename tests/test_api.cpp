@@ -285,6 +285,28 @@ TEST(VideoLayout, PlanesArePitchedAndAligned)
 	EXPECT_EQ(xmem::set_video_layout(m, "NV12", 64, 64, 48).code(), Errc::invalid_argument);
 }
 
+TEST(VideoLayout, PlaneShapesAreTheLayoutsOwn)
+{
+	// Each format's planes as video_plane() says agree with what set_video_layout() lays out.
+	for (const char *format : { "NV12", "NV21", "I420", "YV12", "P010_10LE", "Y444", "GRAY8", "RGB", "BGR", "RGBA",
+				    "BGRA", "RGBx", "BGRx" }) {
+		xmem::FrameMeta m{};
+		ASSERT_TRUE(xmem::set_video_layout(m, format, 31, 17, 1).ok()) << format;
+		for (uint32_t p = 0; p < m.n_planes; p++) {
+			auto shape = xmem::video_plane(format, p);
+			ASSERT_TRUE(shape.ok()) << format << " " << p;
+			EXPECT_EQ(shape->planes, m.n_planes) << format;
+			uint64_t row = (31 + shape->x_divisor - 1) / shape->x_divisor * shape->bytes;
+			uint64_t rows = (17 + shape->y_divisor - 1) / shape->y_divisor;
+			EXPECT_EQ(m.plane_stride[p], row) << format << " " << p;
+			uint64_t end = p + 1 < m.n_planes ? m.plane_offset[p + 1] : m.size;
+			EXPECT_EQ(end - m.plane_offset[p], row * rows) << format << " " << p;
+		}
+		EXPECT_EQ(xmem::video_plane(format, m.n_planes).code(), Errc::invalid_argument) << format;
+	}
+	EXPECT_EQ(xmem::video_plane("MJPG", 0).code(), Errc::invalid_argument);
+}
+
 TEST(RoundTrip, CarriesDataAndMetadata)
 {
 	RuntimeDir dir;

@@ -133,6 +133,20 @@ static int run(const char *runtime)
 	CHECK(strcmp(xmem_status_name(-999), "XMEM_UNKNOWN") == 0);
 	CHECK(strcmp(xmem_status_name(1), "XMEM_UNKNOWN") == 0);
 
+	/* Video planes: the library's format table, plane by plane. */
+	{
+		uint32_t bytes = 0, xd = 0, yd = 0;
+		CHECK(xmem_video_plane("NV12", 1, &bytes, &xd, &yd) == 2 && bytes == 2 && xd == 2 && yd == 2);
+		CHECK(xmem_video_plane("I420", 2, &bytes, &xd, &yd) == 3 && bytes == 1 && xd == 2 && yd == 2);
+		CHECK(xmem_video_plane("P010_10LE", 0, &bytes, NULL, NULL) == 2 && bytes == 2);
+		CHECK(xmem_video_plane("RGBA", 0, &bytes, &xd, &yd) == 1 && bytes == 4 && xd == 1 && yd == 1);
+		CHECK_STATUS(xmem_video_plane("RGBA", 1, &bytes, &xd, &yd), XMEM_EINVAL);
+		CHECK(strstr(xmem_last_error(), "RGBA has 1 planes") != NULL);
+		CHECK_STATUS(xmem_video_plane("MJPG", 0, NULL, NULL, NULL), XMEM_EINVAL);
+		CHECK(strstr(xmem_last_error(), "unknown format 'MJPG'") != NULL);
+		CHECK_STATUS(xmem_video_plane(NULL, 0, NULL, NULL, NULL), XMEM_EINVAL);
+	}
+
 	/* Policy and storage names: the library's tables, both ways. */
 	{
 		static const char *const own[] = { "fifo", "drop-oldest", "drop-new", "latest", "fifo-spill" };

@@ -261,6 +261,8 @@ def publish_pattern(producer, fmt, width, height):
     ("NV12", [(74, 100), (37, 50, 2)]),
     ("I420", [(74, 100), (37, 50), (37, 50)]),
     ("RGBA", [(74, 100, 4)]),
+    ("Y444", [(74, 100), (74, 100), (74, 100)]),
+    ("P010_10LE", [(74, 100, 2), (37, 50, 4)]),
 ])
 def test_planes_have_their_real_strides(fmt, shapes):
     pool = name()

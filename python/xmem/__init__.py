@@ -17,6 +17,7 @@ same files work with every CPython from 3.9 on.
 """
 
 import asyncio
+import functools
 import ctypes
 import grp
 import operator
@@ -517,14 +518,15 @@ class Frame(_Pointers):
 
     def planes(self):
         """The video planes as read-only numpy arrays with their real strides: NV12 Y
-        (h, w) and UV (h/2, w/2, 2); I420/YV12 Y, U, V; packed RGB formats (h, w, c);
-        GRAY8 (h, w)."""
+        (h, w) and UV (h/2, w/2, 2); I420/YV12/Y444 Y, U, V; packed RGB formats (h, w, c);
+        GRAY8 (h, w); P010_10LE Y (h, w, 2) and UV (h/2, w/2, 4), as bytes. The formats and
+        their planes are the library's (xmem_video_plane), as the producer laid them out."""
         import numpy
 
         if self.meta.storage != "system":
             raise TypeError("planes(): frame %d is in CUDA device memory" % self.meta.seq)
         fmt, width, height = _video_format(self.meta.format)
-        layout = _PLANES.get(fmt)
+        layout = _plane_layout(fmt)
         if layout is None:
             raise ValueError("planes(): no plane layout for format %r" % fmt)
         if self.meta.n_planes != len(layout):
@@ -569,23 +571,24 @@ class Frame(_Pointers):
         return "<xmem.Frame seq=%d %s>" % (self.meta.seq, "released" if self._released else self.meta.storage)
 
 
-# format: one (horizontal subsampling, vertical subsampling, channels) per plane.
 # xmem_size_class.sync_mode, as xmem::gpu_ordering_name() names it.
 _GPU_ORDERING = {0: "none", 1: "stream-memops", 2: "cpu"}
 
-_PLANES = {
-    "NV12": [(1, 1, 1), (2, 2, 2)],
-    "NV21": [(1, 1, 1), (2, 2, 2)],
-    "I420": [(1, 1, 1), (2, 2, 1), (2, 2, 1)],
-    "YV12": [(1, 1, 1), (2, 2, 1), (2, 2, 1)],
-    "GRAY8": [(1, 1, 1)],
-    "RGB": [(1, 1, 3)],
-    "BGR": [(1, 1, 3)],
-    "RGBA": [(1, 1, 4)],
-    "BGRA": [(1, 1, 4)],
-    "RGBx": [(1, 1, 4)],
-    "BGRx": [(1, 1, 4)],
-}
+@functools.lru_cache(maxsize=None)
+def _plane_layout(fmt):
+    """FORMAT's planes as the library lays them out (xmem_video_plane): one (horizontal
+    subsampling, vertical subsampling, bytes per sample) per plane; None for a format it
+    does not know."""
+    out = []
+    planes = 1
+    while len(out) < planes:
+        nbytes, x_div, y_div = ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint32()
+        planes = _capi.lib.xmem_video_plane(fmt.encode(), len(out), ctypes.byref(nbytes), ctypes.byref(x_div),
+                                            ctypes.byref(y_div))
+        if planes < 0:
+            return None
+        out.append((x_div.value, y_div.value, nbytes.value))
+    return tuple(out)
 
 
 def _video_format(caps):

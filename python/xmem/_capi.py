@@ -277,6 +277,11 @@ _SIGNATURES = {
         ctypes.c_int,
         [ctypes.POINTER(FrameMeta), ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32],
     ),
+    "xmem_video_plane": (
+        ctypes.c_int,
+        [ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+         ctypes.POINTER(ctypes.c_uint32)],
+    ),
     "xmem_buffer_meta": (ctypes.POINTER(FrameMeta), [_P]),
     "xmem_buffer_is_copy": (ctypes.c_int, [_P]),
     "xmem_buffer_meta_mut": (ctypes.POINTER(FrameMeta), [_P]),

@@ -453,6 +453,11 @@ uint32_t xmem_pool_pitch_alignment(const xmem_pool *pool);
  * XMEM_ERANGE. */
 int xmem_set_video_layout(xmem_frame_meta *meta, const char *format, uint32_t width, uint32_t height,
 			  uint32_t alignment);
+/* Plane PLANE of raw video FORMAT as xmem_set_video_layout() lays it out: *BYTES per
+ * sample, ceil(width / *X_DIVISOR) samples a row, ceil(height / *Y_DIVISOR) rows (each
+ * pointer may be NULL). Returns the format's plane count; XMEM_EINVAL for a NULL format,
+ * an unknown one or a plane past its count. */
+int xmem_video_plane(const char *format, uint32_t plane, uint32_t *bytes, uint32_t *x_divisor, uint32_t *y_divisor);
 
 /* Seed API: reference a published slot by index (read-only / writable, copy-on-write). */
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out);

@@ -544,6 +544,20 @@ private:
 Result<uint64_t> set_video_layout(FrameMeta &meta, std::string_view format, uint32_t width, uint32_t height,
 				  uint32_t alignment);
 
+// One plane of a raw video format as set_video_layout() lays it out: BYTES per sample
+// (a U and V pair in a semi-planar chroma plane), ceil(width / X_DIVISOR) samples a row,
+// ceil(height / Y_DIVISOR) rows; PLANES: the format's plane count.
+struct VideoPlane {
+	uint32_t planes = 0;
+	uint32_t bytes = 0;
+	uint32_t x_divisor = 1;
+	uint32_t y_divisor = 1;
+};
+// Plane PLANE of FORMAT (set_video_layout()'s names); Errc::invalid_argument for an
+// unknown format or a plane past its count. The one table of formats: the C API and
+// Python read it here.
+Result<VideoPlane> video_plane(std::string_view format, uint32_t plane);
+
 // One side of cuda_copy_2d(): host memory (any, pinned or not) or CUDA device memory.
 struct Region2D {
 	uint64_t address = 0; // a host pointer, or a CUdeviceptr when device is set
