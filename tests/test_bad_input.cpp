@@ -1041,6 +1041,8 @@ TEST(RealOwner, SurvivesGarbagePeers)
 	protocol::Hello bad_role = hello(protocol::PeerRole(9));
 	protocol::Hello bad_policy = hello();
 	bad_policy.policy = 99;
+	protocol::Hello past_last_policy = hello(); // 1 + the first value past the last policy
+	past_last_policy.policy = 1 + XMEM_POLICY_FIFO_SPILL + 1;
 	protocol::Hello bad_fallback = hello();
 	bad_fallback.fallback = XMEM_POLICY_LATEST;
 	const std::vector<Refusal> cases = {
@@ -1058,6 +1060,7 @@ TEST(RealOwner, SurvivesGarbagePeers)
 		{ "hello, wrong type", hello_with(wrong_type, { ev[0] }), XMEM_ENOTPOOL },
 		{ "hello, unknown role", hello_with(bad_role, { ev[0] }), XMEM_ENOTPOOL },
 		{ "hello, unknown policy", hello_with(bad_policy, { ev[0] }), XMEM_EINVAL },
+		{ "hello, the policy past the last", hello_with(past_last_policy, { ev[0] }), XMEM_EINVAL },
 		{ "hello, a fallback that is no drop", hello_with(bad_fallback, { ev[0] }), XMEM_EINVAL },
 		{ "hello with 3 fds", hello_with(hello(), { ev[0], ev[1], ev[2] }), XMEM_EINVAL },
 		{ "hello with an eventfd where the pidfd goes", hello_with(hello(), { ev[0], ev[1] }), XMEM_EINVAL },

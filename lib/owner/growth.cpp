@@ -3,6 +3,7 @@
 #include "growth.hpp"
 
 #include "config.hpp"
+#include "io_poll.hpp"
 #include "slot_claim.hpp"
 
 #include "../identity.hpp"

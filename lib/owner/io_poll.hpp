@@ -1,5 +1,5 @@
 // owner/io_poll.hpp - what the owner's I/O thread polls: one epoll set whose events carry
-// a tag, an index and the fd, and the grace timer that stands in for a process's exit.
+// a tag, an index and the fd, and the timers (expiries, trims, grace periods) in it.
 #pragma once
 
 #include "../system.hpp"
@@ -9,6 +9,7 @@
 
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
+#include <unistd.h>
 
 namespace xmem::owner {
 
@@ -77,16 +78,45 @@ private:
 // to need to exit: a grace period, not a proof that its GPU work is over.
 constexpr int64_t kGraceNs = 30'000'000'000;
 
-// What a process's exit is waited for with where it has no pidfd: a timer that polls
-// readable once the grace period is over; none when it cannot be made.
+// Arms TIMER (a timerfd, if any) for monotonic AT_NS (UINT64_MAX: disarms it); ARMED
+// says for when it is armed once it is.
+inline void arm_timer(const UniqueFd &timer, uint64_t at_ns, uint64_t &armed)
+{
+	if (!timer.valid())
+		return;
+	itimerspec t{};
+	if (at_ns != UINT64_MAX) {
+		t.it_value.tv_sec = time_t(at_ns / 1'000'000'000);
+		t.it_value.tv_nsec = long(at_ns % 1'000'000'000);
+	}
+	if (::timerfd_settime(timer.get(), TFD_TIMER_ABSTIME, &t, nullptr) == 0)
+		armed = at_ns;
+}
+
+// A timerfd of the monotonic clock for the I/O thread to poll; invalid when none can be made.
+inline UniqueFd monotonic_timer()
+{
+	return UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+}
+
+// What a process's exit is waited for where it has no pidfd: a timer that polls readable
+// once the grace period is over; none when it cannot be made.
 inline UniqueFd grace_timer()
 {
-	UniqueFd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+	UniqueFd timer = monotonic_timer();
 	itimerspec t{};
 	t.it_value.tv_sec = time_t(kGraceNs / 1'000'000'000);
 	if (!timer.valid() || ::timerfd_settime(timer.get(), 0, &t, nullptr) < 0)
 		return UniqueFd();
 	return timer;
+}
+
+// A timer FD polled readable: its expirations read, so that it polls quiet until it fires
+// again.
+inline void drain_timer(int fd)
+{
+	uint64_t expirations;
+	[[maybe_unused]] ssize_t n = ::read(fd, &expirations, sizeof(expirations));
 }
 
 } // namespace xmem::owner

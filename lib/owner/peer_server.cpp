@@ -151,9 +151,7 @@ void PeerServer::loop()
 				break;
 			case IoTag::tickets: {
 				// An owner that acquires nothing still ends its tickets on time.
-				uint64_t expirations;
-				[[maybe_unused]] ssize_t r =
-					::read(parts.tickets.timer().get(), &expirations, sizeof(expirations));
+				drain_timer(fd);
 				std::lock_guard lock(parts.publish_lock);
 				parts.tickets.end(false);
 				break;
@@ -161,13 +159,10 @@ void PeerServer::loop()
 			case IoTag::guest:
 				guests.serve(fd);
 				break;
-			case IoTag::trim: {
-				uint64_t expirations;
-				[[maybe_unused]] ssize_t r =
-					::read(parts.growth.timer().get(), &expirations, sizeof(expirations));
+			case IoTag::trim:
+				drain_timer(fd);
 				trim_tick();
 				break;
-			}
 			case IoTag::guest_exit:
 				guests.exited(fd);
 				break;

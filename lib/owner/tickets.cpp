@@ -2,7 +2,7 @@
 // their end when used up or expired, and the expiry timer.
 #include "tickets.hpp"
 
-#include "slot_claim.hpp"
+#include "io_poll.hpp"
 
 #include <sys/random.h>
 #include <unistd.h>
