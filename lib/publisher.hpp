@@ -22,7 +22,7 @@ using owner::Origin;
 // (docs/design.md, "Where to change what"). Data flows one way: Publisher -> parts ->
 // the pool's shared state; the I/O thread's guests reach the frame path only through
 // FramePath.
-class Publisher : private owner::FramePath
+class Publisher final : private owner::FramePath
 {
 public:
 	// Creates pool NAME at PATH: claims the name, lays out the segment and arena,
