@@ -98,22 +98,18 @@ static GstStaticPadTemplate sink_template =
 
 GType gst_xmem_policy_get_type(void)
 {
+	// The library's table of policies (lib/names.cpp), every name it takes: a new policy
+	// is offered here with no change.
 	static GType type = 0;
-	static const GEnumValue values[] = {
-		{ XMEM_POLICY_BLOCK, "Wait for the consumer, up to block-timeout, then drop its oldest frame",
-		  "block" },
-		{ XMEM_POLICY_FIFO, "Every frame: as block", "fifo" },
-		{ XMEM_POLICY_DROP_OLDEST, "Drop the consumer's oldest queued frame", "drop-oldest" },
-		{ XMEM_POLICY_DROP_NEW, "Do not queue the new frame for that consumer", "drop-new" },
-		{ XMEM_POLICY_LATEST, "A mailbox of one: a newer frame replaces the queued one", "latest" },
-		{ XMEM_POLICY_FIFO_SPILL,
-		  "Every frame, never waited for: frames queued for the consumer move to the spill tier "
-		  "(spill-size) when the producer needs their slots",
-		  "fifo-spill" },
-		{ 0, nullptr, nullptr },
-	};
-	if (g_once_init_enter(&type))
+	if (g_once_init_enter(&type)) {
+		auto names = xmem::policy_names();
+		// Kept for the life of the process, as the static enum type that reads them.
+		static GEnumValue *values;
+		values = g_new0(GEnumValue, names.size() + 1);
+		for (size_t i = 0; i < names.size(); i++)
+			values[i] = { int(names[i].policy), names[i].blurb, names[i].name };
 		g_once_init_leave(&type, g_enum_register_static("GstXmemPolicy", values));
+	}
 	return type;
 }
 

@@ -50,6 +50,7 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <poll.h>
@@ -91,23 +92,21 @@ static GType gst_xmem_src_wake_get_type(void)
 /* The policy property's values (GstXmemSrcPolicy, gstxmemsrcprivate.h). */
 static GType gst_xmem_src_policy_get_type(void)
 {
+	// "pool", then each policy of the library's table (lib/names.cpp) by its own name
+	// (policy_name's: "block" is a pool's word for fifo), its value 1 + the policy's.
 	static GType type = 0;
-	static const GEnumValue values[] = {
-		{ GST_XMEM_SRC_POLICY_POOL, "The pool's policy (xmemsink policy)", "pool" },
-		{ GST_XMEM_SRC_POLICY_FIFO,
-		  "Every frame: the producer waits for this consumer up to block-timeout, then the fallback applies",
-		  "fifo" },
-		{ GST_XMEM_SRC_POLICY_LATEST, "A mailbox of one: a newer frame replaces the queued one", "latest" },
-		{ GST_XMEM_SRC_POLICY_DROP_OLDEST, "A full queue drops its oldest frame", "drop-oldest" },
-		{ GST_XMEM_SRC_POLICY_DROP_NEW, "A full queue does not take the new frame", "drop-new" },
-		{ GST_XMEM_SRC_POLICY_FIFO_SPILL,
-		  "Every frame, never waited for: queued frames move to the pool's spill tier (host memory) "
-		  "when the producer needs their slots; past its cap, the fallback applies",
-		  "fifo-spill" },
-		{ 0, nullptr, nullptr },
-	};
-	if (g_once_init_enter(&type))
+	if (g_once_init_enter(&type)) {
+		auto names = xmem::policy_names();
+		// Kept for the life of the process, as the static enum type that reads them.
+		static GEnumValue *values;
+		values = g_new0(GEnumValue, names.size() + 2);
+		values[0] = { GST_XMEM_SRC_POLICY_POOL, "The pool's policy (xmemsink policy)", "pool" };
+		size_t n = 1;
+		for (const xmem::PolicyName &p : names)
+			if (std::string_view(p.name) == xmem::policy_name(p.policy))
+				values[n++] = { 1 + int(p.policy), p.blurb, p.name };
 		g_once_init_leave(&type, g_enum_register_static("GstXmemSrcPolicy", values));
+	}
 	return type;
 }
 

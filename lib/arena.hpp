@@ -1,7 +1,12 @@
 // arena.hpp - where slot bytes live: the storage seam between the pool's protocol
 // and its memory. System memory (a memfd) is one arena; CUDA device memory another.
+// What a role asks of a kind of memory (its device's identity, its GPU ordering, private
+// memory and copies) is answered here too, by arena.cpp, the one file that dispatches on
+// the kind: no role branches on it.
 #pragma once
 
+#include "device_sync.hpp"
+#include "layout.hpp"
 #include "system.hpp"
 
 #include <memory>
@@ -81,6 +86,69 @@ public:
 	}
 	virtual void unmap_slot(uint64_t /*offset*/) {}
 };
+
+// Where bytes live: a kind of memory and, for a device's, the device (an ordinal of the
+// process that holds the value; 0 for system memory, which check_memory() keeps).
+struct Memory {
+	Storage storage = Storage::system;
+	uint32_t device = 0;
+
+	friend bool operator==(const Memory &, const Memory &) = default;
+	// Whether ARENA is of this memory.
+	bool holds(const Arena &arena) const { return arena.storage() == storage && arena.device() == device; }
+};
+
+// Whether memory of STORAGE is a device's: numbered by an ordinal, found by its UUID in
+// other processes, GPU work on it ordered (DeviceSync), counted against the device memory
+// cap. False for system memory and for a storage this library does not have.
+bool on_device(Storage storage);
+// STORAGE is one this library has, and DEVICE is 0 unless STORAGE is a device's. WHERE
+// begins the message.
+Result<void> check_memory(const std::string &where, Storage storage, uint32_t device);
+// "system memory", "memory of CUDA device 1": for messages.
+std::string memory_name(Memory memory);
+
+// What other processes find MEMORY's device by (a class record's, the segment's): zeros
+// for system memory.
+struct DeviceIdentity {
+	DeviceUuid uuid{};
+	bool mig = false;
+};
+Result<DeviceIdentity> memory_identity(Memory memory, const std::string &where);
+// The memory a class record names (STORAGE, the owner's DEVICE and its UUID), as this
+// process numbers it: a device found by its UUID, an error naming it when this process
+// does not see it. WHERE begins the message.
+Result<Memory> memory_here(Storage storage, uint32_t device, const DeviceUuid &uuid, const std::string &where);
+
+// Owner: how GPU work on MEMORY is to be ordered (kSyncNone for system memory; for device
+// memory, stream memory operations where the device has them and XMEM_CUDA_SYNC is not
+// "cpu", else CPU synchronization).
+layout::SyncMode ordering_wanted(Memory memory);
+// The ordering of ARENA's memory in this process (see make_device_sync): nullptr for
+// memory that needs none. MEM_OPS: the pool's mode lets this process use stream memory
+// operations (used where the device has them). FALLBACK receives why not, if not.
+Result<std::unique_ptr<DeviceSync>> make_ordering(const ControlSegment &seg, const Arena &arena, bool mem_ops,
+						  std::string *fallback);
+
+// Memory of this process's own for a copy (copy-on-write, copy_to_*): HOST, for memory
+// the CPU reads; ADDRESS on a device. Freed when the last owner of OWNER lets go (device
+// memory once STREAM's work is done, see device_allocate).
+struct PrivateMemory {
+	std::shared_ptr<void> owner;
+	std::byte *host = nullptr;
+	uint64_t address = 0;
+};
+Result<PrivateMemory> allocate_private(Memory memory, uint64_t bytes, void *stream);
+
+// BYTES at HOST (memory the CPU reaches), else at device address ADDRESS, of MEMORY.
+struct Place {
+	Memory memory;
+	std::byte *host = nullptr;
+	uint64_t address = 0;
+};
+// Copies BYTES from FROM to TO: queued on STREAM where a device copies into device memory;
+// complete on return where the CPU is to read TO (host memory), or without a stream.
+Result<void> copy_bytes(const Place &to, const Place &from, uint64_t bytes, void *stream);
 
 // How many fds a consumer receives for an arena of STORAGE with SLOT_COUNT slots (SPARSE:
 // a dynamic class's).

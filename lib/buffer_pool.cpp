@@ -118,7 +118,7 @@ uint32_t BufferPool::device() const
 {
 	// This process's ordinal (a consumer finds the device by its UUID); an
 	// inspector maps no arena and says the owner's.
-	if (impl_->arena && impl_->arena->storage() == Storage::cuda)
+	if (impl_->arena)
 		return impl_->arena->device();
 	return impl_->seg.constants().device_id;
 }
@@ -154,14 +154,11 @@ Result<BufferGuard> BufferPool::acquire(uint64_t size, Storage storage, uint32_t
 {
 	if (!impl_->publisher && !impl_->guest)
 		return make_error(Errc::wrong_role, impl_->where() + ": an inspector acquires no slots");
-	if (storage != Storage::system && storage != Storage::cuda)
-		return make_error(Errc::invalid_argument,
-				  impl_->where() + ": unknown storage type " + std::to_string(uint32_t(storage)));
-	if (storage == Storage::system && device != 0)
-		return make_error(Errc::invalid_argument, impl_->where() + ": a device is only for CUDA storage");
+	if (auto known = check_memory(impl_->where(), storage, device); !known)
+		return known.error();
 	if (impl_->guest)
-		return impl_->guest->acquire(size, GuestProducer::Memory{ storage, device }, timeout.count(), stream);
-	auto g = impl_->publisher->acquire(size, Publisher::Memory{ storage, device }, timeout.count(), stream);
+		return impl_->guest->acquire(size, Memory{ storage, device }, timeout.count(), stream);
+	auto g = impl_->publisher->acquire(size, Memory{ storage, device }, timeout.count(), stream);
 	if (g)
 		g->stream_ = stream;
 	return g;
@@ -178,24 +175,9 @@ Result<BufferGuard> BufferPool::copy(const BufferGuard &frame, Storage storage, 
 	if (!slot)
 		return slot.error();
 	BufferGuard &to = slot.value();
-	uint32_t from_device = frame.meta_.device_id;
-	Result<void> copied;
-	if (storage == Storage::system) {
-		if (frame.data_) {
-			std::memcpy(to.data_, frame.data_, bytes);
-		} else {
-			// Complete on return: the CPU owns the slot's bytes from here on.
-			copied = device_copy(from_device, uint64_t(uintptr_t(to.data_)), false, frame.device_, true,
-					     bytes, stream);
-			if (copied && stream)
-				copied = device_synchronize(from_device, stream);
-		}
-	} else if (frame.data_) {
-		copied = device_copy(device, to.device_, true, uint64_t(uintptr_t(frame.data_)), false, bytes, stream);
-	} else {
+	if (!to.data_) // into device memory
 		impl_->reach(frame, device);
-		copied = device_copy(device, to.device_, true, frame.device_, true, bytes, stream);
-	}
+	Result<void> copied = copy_bytes(PoolImpl::place_of(to), PoolImpl::place_of(frame), bytes, stream);
 	if (!copied)
 		// The slot goes back unpublished when TO does.
 		return make_error(copied.code(), impl_->where() + ": copy into slot " + std::to_string(to.index_) +

@@ -48,23 +48,13 @@ Result<void> GuestProducer::connect(uint64_t deadline_ns)
 {
 	if (conn_.valid())
 		return {};
-	auto conn = rendezvous::connect(pool_.path, deadline_ns);
-	if (!conn)
-		return make_error(conn.code(), pool_.where() + ": " + conn.error().message);
 	protocol::Hello hello = protocol::make_hello(protocol::PeerRole::producer, 0, "producer");
-	hello.class_index = pool_.holder_bit - 1; // its consumer record
+	hello.consumer_index = pool_.holder_bit - 1; // its consumer record
 	UniqueFd self = pidfd_of_self();
-	int fd = self.get();
-	if (auto sent = rendezvous::send_message(conn->get(), &hello, sizeof(hello), self.valid() ? &fd : nullptr,
-						 self.valid() ? 1 : 0);
-	    !sent)
-		return make_error(sent.code(), pool_.where() + ": " + sent.error().message);
-	auto msg = rendezvous::receive_message(conn->get(), deadline_ns, pool_.where(), 0);
-	if (!msg)
-		return make_error(msg.code(), pool_.where() + ": " + msg.error().message);
-	if (auto welcome = protocol::parse_reply(msg->data, pool_.where()); !welcome)
-		return welcome.error();
-	conn_ = std::move(conn.value());
+	auto answer = rendezvous::ask_owner(pool_.path, hello, deadline_ns, pool_.where(), 0, self.get());
+	if (!answer)
+		return answer.error();
+	conn_ = std::move(answer->conn);
 	return {};
 }
 
@@ -101,19 +91,18 @@ Result<protocol::Answer> GuestProducer::ask(const protocol::Request &request)
 	return a;
 }
 
-Result<uint32_t> GuestProducer::owner_device(uint32_t device)
+Result<Memory> GuestProducer::owner_memory(Memory memory)
 {
 	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
 	for (uint32_t c = 0; c < n; c++) {
-		const Arena &memory = *pool_.classes[c].arena;
-		if (memory.storage() != Storage::cuda || memory.device() != device)
+		if (!memory.holds(*pool_.classes[c].arena))
 			continue;
 		ClassRecord record;
 		std::memcpy(&record, &pool_.seg.classes[c], sizeof(record));
-		return record.device;
+		return Memory{ memory.storage, record.device };
 	}
-	return make_error(Errc::out_of_range, pool_.where() + ": no size class of memory of CUDA device " +
-						      std::to_string(device) + " (the owner's preallocate() adds one)");
+	return make_error(Errc::out_of_range, pool_.where() + ": no size class of " + memory_name(memory) +
+						      " (the owner's preallocate() adds one)");
 }
 
 Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns,
@@ -128,13 +117,11 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 	request.size = size;
 	if (!memory)
 		memory = Memory{ pool_.classes[0].arena->storage(), pool_.classes[0].arena->device() };
-	request.storage = uint32_t(memory->storage);
-	if (memory->storage == Storage::cuda) {
-		auto device = owner_device(memory->device);
-		if (!device)
-			return device.error();
-		request.device = *device;
-	}
+	auto owners = owner_memory(*memory);
+	if (!owners)
+		return owners.error();
+	request.storage = uint32_t(owners->storage);
+	request.device = owners->device;
 	ControlHeader *h = pool_.seg.header;
 	Result<protocol::Answer> leased = make_error(Errc::timed_out, "");
 	for (;;) {

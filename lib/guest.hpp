@@ -19,11 +19,6 @@ public:
 	GuestProducer(const GuestProducer &) = delete;
 	GuestProducer &operator=(const GuestProducer &) = delete;
 
-	// Where a slot's bytes live, as this process numbers the device.
-	struct Memory {
-		Storage storage = Storage::system;
-		uint32_t device = 0;
-	};
 	// As the owner's acquire(): a free slot of SIZE bytes or more of MEMORY (none: the
 	// first class's), leased from the owner; waits up to TIMEOUT_NS for one to be freed.
 	Result<BufferGuard> acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream);
@@ -46,8 +41,9 @@ private:
 	Result<void> finish_writes(uint32_t index, void *stream, void *also = nullptr);
 	// Publishes FRAME as publish() or publish_ticket() say.
 	Result<protocol::Answer> put_out(BufferGuard &&frame, void *stream, uint32_t redemptions, int64_t ttl_ns);
-	// The owner's ordinal of a device this process numbers DEVICE.
-	Result<uint32_t> owner_device(uint32_t device);
+	// MEMORY (its device as this process numbers it) as the owner names it: by the class
+	// of it the owner made; an error when it made none.
+	Result<Memory> owner_memory(Memory memory);
 
 	// This consumer's record says it is in a guest's call while one lives (threads of
 	// the process counted: `producing` is not 0 while any is).

@@ -8,10 +8,20 @@ namespace xmem {
 
 namespace {
 
-// "block" first: a pool's configuration and xmem-inspect name fifo so.
+// "block" first: a pool's configuration and xmem-inspect name fifo so. The blurbs read
+// for a pool (xmemsink policy) and for one consumer (xmemsrc policy) alike.
 constexpr PolicyName kPolicyNames[] = {
-	{ "block", Policy::fifo },	  { "fifo", Policy::fifo },	{ "drop-oldest", Policy::drop_oldest },
-	{ "drop-new", Policy::drop_new }, { "latest", Policy::latest }, { "fifo-spill", Policy::fifo_spill },
+	{ "block", Policy::fifo,
+	  "Every frame: wait for the consumer, up to block-timeout, then drop its oldest frame" },
+	{ "fifo", Policy::fifo,
+	  "Every frame: the producer waits for the consumer up to block-timeout, then the fallback applies (a "
+	  "pool's: drop-oldest)" },
+	{ "drop-oldest", Policy::drop_oldest, "A full queue drops its oldest frame" },
+	{ "drop-new", Policy::drop_new, "A full queue does not take the new frame" },
+	{ "latest", Policy::latest, "A mailbox of one: a newer frame replaces the queued one" },
+	{ "fifo-spill", Policy::fifo_spill,
+	  "Every frame, never waited for: queued frames move to the pool's spill tier (host memory, xmemsink "
+	  "spill-size) when the producer needs their slots; past its cap, the fallback applies" },
 };
 
 struct StorageName {

@@ -79,8 +79,7 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 		const SlotClass &c = classes[*class_of(index)];
 		// The owner wrote its ordinal; this process may number the device otherwise.
 		g.meta_.storage_type = uint8_t(c.arena->storage());
-		if (c.arena->storage() == Storage::cuda)
-			g.meta_.device_id = uint8_t(c.arena->device());
+		g.meta_.device_id = uint8_t(c.arena->device());
 		uint64_t offset = uint64_t{ index - c.first_slot } * c.slot_stride;
 		g.data_ = c.arena->host(offset);
 		g.device_ = c.arena->device_address(offset);
@@ -271,7 +270,7 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable, std::optional<u
 	}
 	lock.unlock();
 
-	auto copy = private_copy(shared, shared.storage(), shared.device());
+	auto copy = private_copy(shared, Memory{ shared.storage(), shared.device() });
 	if (copy)
 		copy->writable_ = true;
 	return copy; // `shared` releases the slot reference: the copy needs it no more
@@ -291,59 +290,43 @@ void PoolImpl::reach(const BufferGuard &frame, uint32_t device) const
 				   frame.index_, reached.error().message.c_str());
 }
 
-// A private copy of FRAME's payload: in host memory (TO system; complete when this
-// returns), or on CUDA device DEVICE (TO cuda; queued on STREAM, or complete when
-// this returns without one). No slot reference: the copy lives on its own.
-Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Storage to, uint32_t device, void *stream)
+Place PoolImpl::place_of(const BufferGuard &frame)
+{
+	return Place{ Memory{ frame.storage(), frame.meta_.device_id }, frame.data_, frame.device_ };
+}
+
+// A private copy of FRAME's payload in memory TO: host memory's complete when this
+// returns, device memory's queued on STREAM (complete on return without one). No slot
+// reference: the copy lives on its own.
+Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Memory to, void *stream)
 {
 	uint64_t bytes = std::min<uint64_t>(frame.meta_.size, frame.capacity_);
-	uint32_t from_device = frame.meta_.device_id;
 	// The guard gets its pool only once it owns the copy: a guard with a pool and no
 	// copy is a slot reference, and dropping it on a failure would release the
 	// caller's reference to the source frame.
 	BufferGuard g;
 	g.index_ = frame.index_;
 	g.meta_ = frame.meta_;
-	g.meta_.storage_type = uint8_t(to);
-	g.meta_.device_id = uint8_t(to == Storage::cuda ? device : 0);
+	g.meta_.storage_type = uint8_t(to.storage);
+	g.meta_.device_id = uint8_t(to.device);
 	g.format_ = frame.format_;
 	g.side_data_ = frame.side_data_;
 	g.capacity_ = bytes;
 	auto failed = [&](const Error &e) {
-		return make_error(e.code, where() + ": " + e.message);
+		return make_error(e.code,
+				  where() + ": copy of slot " + std::to_string(frame.index_) + ": " + e.message);
 	};
-	if (to == Storage::system) {
-		std::shared_ptr<std::byte[]> copy(new (std::nothrow) std::byte[std::max<uint64_t>(bytes, 1)]);
-		if (!copy)
-			return make_error(Errc::no_memory,
-					  where() + ": no memory for a copy of slot " + std::to_string(frame.index_));
-		if (frame.data_) {
-			std::memcpy(copy.get(), frame.data_, bytes);
-		} else {
-			auto copied = device_copy(from_device, uint64_t(uintptr_t(copy.get())), false, frame.device_,
-						  true, bytes, stream);
-			if (copied && stream)
-				copied = device_synchronize(from_device, stream); // complete on return
-			if (!copied)
-				return failed(copied.error());
-		}
-		g.data_ = copy.get();
-		g.copy_ = std::move(copy);
-		g.pool_ = frame.pool_;
-		return g;
-	}
-	uint64_t address = 0;
-	auto memory = device_allocate(device, bytes, &address, stream);
+	auto memory = allocate_private(to, bytes, stream);
 	if (!memory)
 		return failed(memory.error());
-	reach(frame, device);
-	auto copied =
-		frame.data_ ? device_copy(device, address, true, uint64_t(uintptr_t(frame.data_)), false, bytes, stream)
-			    : device_copy(device, address, true, frame.device_, true, bytes, stream);
-	if (!copied)
+	if (!memory->host) // into device memory
+		reach(frame, to.device);
+	if (auto copied = copy_bytes(Place{ to, memory->host, memory->address }, place_of(frame), bytes, stream);
+	    !copied)
 		return failed(copied.error());
-	g.device_ = address;
-	g.copy_ = std::move(memory.value());
+	g.data_ = memory->host;
+	g.device_ = memory->address;
+	g.copy_ = std::move(memory->owner);
 	g.pool_ = frame.pool_;
 	return g;
 }
@@ -372,9 +355,11 @@ bool PoolImpl::take_exclusive(uint32_t index)
 Result<DeviceSync *> PoolImpl::add_sync(const Arena &memory, bool mem_ops)
 {
 	std::string fallback;
-	auto made = make_device_sync(seg, memory, mem_ops, &fallback);
+	auto made = make_ordering(seg, memory, mem_ops, &fallback);
 	if (!made)
 		return made.error();
+	if (!*made)
+		return nullptr; // memory the CPU orders: system memory
 	if (!fallback.empty())
 		// A notice only: a failed write to stderr changes nothing.
 		(void)std::fprintf(stderr, "xmem: %s: GPU ordering falls back to CPU synchronization: %s\n",
@@ -531,14 +516,14 @@ Result<BufferGuard> BufferGuard::copy_to_cpu(CudaStream stream) const
 {
 	if (!valid())
 		return make_error(Errc::invalid_argument, "copy of an empty buffer");
-	return pool_->private_copy(*this, Storage::system, 0, stream);
+	return pool_->private_copy(*this, Memory{ Storage::system, 0 }, stream);
 }
 
 Result<BufferGuard> BufferGuard::copy_to_cuda(uint32_t device, CudaStream stream) const
 {
 	if (!valid())
 		return make_error(Errc::invalid_argument, "copy of an empty buffer");
-	return pool_->private_copy(*this, Storage::cuda, device, stream);
+	return pool_->private_copy(*this, Memory{ Storage::cuda, device }, stream);
 }
 
 Result<BufferGuard> BufferGuard::copy_to_device(uint32_t device, CudaStream stream) const

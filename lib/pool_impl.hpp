@@ -257,7 +257,9 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// layout checked (frame_check.hpp). A layout that does not fit is Errc::bad_frame,
 	// the reference given back and counted in frames_refused.
 	Result<BufferGuard> checked_guard(uint32_t index, bool writable);
-	Result<BufferGuard> private_copy(const BufferGuard &frame, Storage to, uint32_t device, void *stream = nullptr);
+	Result<BufferGuard> private_copy(const BufferGuard &frame, Memory to, void *stream = nullptr);
+	// Where FRAME's bytes are, for copy_bytes().
+	static Place place_of(const BufferGuard &frame);
 	// Before a copy of FRAME's device memory by CUDA device DEVICE: lets DEVICE read the
 	// frame's slot in place where its device is a peer (the class's arena grants it once),
 	// so the copy is one device-to-device copy; elsewhere (no peers, a private copy, the

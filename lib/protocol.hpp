@@ -20,7 +20,7 @@
 //
 //   a producer besides the owner (an attached consumer that acquires), on a connection
 //   of its own:
-//   connect, Hello{role producer, class_index = its consumer index} + [pidfd]
+//   connect, Hello{role producer, consumer_index = its consumer record} + [pidfd]
 //            <--------------------------------- Welcome (no fds)
 //   Request{lease, size, memory}  -----------> the owner acquires for it: its slot is
 //            <--------------------------------- Answer{slot} (or the error's code)

@@ -15,7 +15,6 @@
 namespace xmem {
 
 using namespace layout;
-using owner::gpu_ordering_wanted;
 using owner::kMaxSlotSize;
 
 namespace {
@@ -50,10 +49,6 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 {
 	if (!memory)
 		memory = Memory{ pool_.classes[0].arena->storage(), pool_.classes[0].arena->device() };
-	auto memory_name = [&] {
-		return memory->storage == Storage::cuda ? "memory of CUDA device " + std::to_string(memory->device)
-							: std::string("system memory");
-	};
 	if (shut.load(std::memory_order_acquire))
 		return make_error(Errc::closed, pool_.where() + " is closed");
 	uint64_t deadline = deadline_after(timeout_ns);
@@ -81,13 +76,13 @@ Result<BufferGuard> Publisher::acquire(uint64_t size, std::optional<Memory> memo
 			if (auto made = growth.grow(size, *memory))
 				return claim(*made, pool_.classes[*pool_.class_of(*made)], stream, deadline);
 			return make_error(Errc::full, pool_.where() + ": no room for a slot of " +
-							      std::to_string(size) + " bytes of " + memory_name() +
-							      " under the pool's memory cap (" +
+							      std::to_string(size) + " bytes of " +
+							      memory_name(*memory) + " under the pool's memory cap (" +
 							      growth.full_reason(*memory) + ")");
 		}
 		if (fitting == 0)
 			return make_error(Errc::out_of_range,
-					  pool_.where() + ": no size class of " + memory_name() + " holds " +
+					  pool_.where() + ": no size class of " + memory_name(*memory) + " holds " +
 						  std::to_string(size) + " bytes (" +
 						  (largest ? "the largest slot is " + std::to_string(largest) + " bytes"
 							   : std::string("the pool has no class of that memory")) +
@@ -480,15 +475,13 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 					      : uint32_t(std::clamp<uint64_t>(config.spill_bytes / config.slot_size, 1,
 									      kMaxSpillFrames));
 	}
-	bool cuda = config.storage == Storage::cuda;
-	if (cuda) {
-		params.sync_mode = gpu_ordering_wanted(config.device) ? kSyncStreamMemOps : kSyncCpu;
-		auto uuid = device_uuid(config.device, impl->where());
-		if (!uuid)
-			return uuid.error();
-		params.device_uuid = *uuid;
-		params.device_is_mig = is_mig_device(*uuid); // device_uuid() noted it
-	}
+	const Memory memory{ config.storage, config.device };
+	params.sync_mode = ordering_wanted(memory);
+	auto identity = memory_identity(memory, impl->where());
+	if (!identity)
+		return identity.error();
+	params.device_uuid = identity->uuid;
+	params.device_is_mig = identity->mig;
 	auto seg = ControlSegment::create(impl->name, params);
 	if (!seg)
 		return seg.error();
@@ -501,14 +494,14 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 		impl->spill = std::make_unique<SpillTier>(std::move(tier.value()));
 	}
 	DeviceSync *sync = nullptr;
-	if (cuda) {
-		{
-			std::lock_guard lock(impl->classes_lock);
-			auto made = impl->add_sync(*impl->arena, params.sync_mode == kSyncStreamMemOps);
-			if (!made)
-				return made.error();
-			sync = *made;
-		}
+	{
+		std::lock_guard lock(impl->classes_lock);
+		auto made = impl->add_sync(*impl->arena, params.sync_mode == kSyncStreamMemOps);
+		if (!made)
+			return made.error();
+		sync = *made;
+	}
+	if (sync) {
 		// No consumer has seen the segment yet: record what this owner really does.
 		impl->seg.set_sync_mode(sync->mode());
 		if (impl->spill) {

@@ -35,7 +35,6 @@ public:
 	Publisher(const Publisher &) = delete;
 	Publisher &operator=(const Publisher &) = delete;
 
-	using Memory = owner::Memory;
 	// A free slot of SIZE bytes or more, of the smallest class of MEMORY (none: the first
 	// class's) that has one; SIZE 0: of the first class (BufferPool::acquire).
 	Result<BufferGuard> acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream);

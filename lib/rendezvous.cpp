@@ -476,5 +476,24 @@ Result<void> receive_arena_fds(int sock, std::vector<UniqueFd> &fds, size_t want
 	return {};
 }
 
+Result<OwnerAnswer> ask_owner(const std::string &path, const protocol::Hello &hello, uint64_t deadline_ns,
+			      const std::string &which, size_t max_fds, int send_fd)
+{
+	auto conn = connect(path, deadline_ns);
+	if (!conn)
+		return make_error(conn.code(), which + ": " + conn.error().message);
+	if (auto sent = send_message(conn->get(), &hello, sizeof(hello), send_fd >= 0 ? &send_fd : nullptr,
+				     send_fd >= 0 ? 1 : 0);
+	    !sent)
+		return make_error(sent.code(), which + ": " + sent.error().message);
+	auto msg = receive_message(conn->get(), deadline_ns, which, max_fds);
+	if (!msg)
+		return msg.error(); // named WHICH already
+	auto welcome = protocol::parse_reply(msg->data, which);
+	if (!welcome)
+		return welcome.error();
+	return OwnerAnswer{ std::move(conn.value()), welcome.value(), std::move(msg->fds) };
+}
+
 } // namespace rendezvous
 } // namespace xmem

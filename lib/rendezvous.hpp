@@ -50,4 +50,18 @@ Result<void> send_welcome(int sock, const protocol::Welcome &welcome, int contro
 Result<void> receive_arena_fds(int sock, std::vector<UniqueFd> &fds, size_t want, uint64_t deadline_ns,
 			       const std::string &where);
 
+// The owner's answer to a question asked on a connection of its own: its Welcome, the
+// fds that came with it, and the connection, for any fds or requests that follow.
+struct OwnerAnswer {
+	UniqueFd conn;
+	protocol::Welcome welcome;
+	std::vector<UniqueFd> fds;
+};
+// Asks the owner of the pool at PATH with HELLO (a size class's or a slot's import, a
+// guest producer's connection) on a connection of its own, sending SEND_FD with it (-1:
+// none): its answer, with up to MAX_FDS fds, by DEADLINE_NS. WHICH says what was asked
+// for, and begins every error's message once.
+Result<OwnerAnswer> ask_owner(const std::string &path, const protocol::Hello &hello, uint64_t deadline_ns,
+			      const std::string &which, size_t max_fds, int send_fd = -1);
+
 } // namespace xmem::rendezvous

@@ -1,7 +1,7 @@
 // segment.cpp - creating a pool's control segment, and the checks a consumer makes
 // on one an owner sent before it trusts a single size in it.
 #include "segment.hpp"
-#include "device_sync.hpp"
+#include "arena.hpp"
 
 #include <xmem/snapshot.hpp>
 
@@ -32,18 +32,18 @@ Result<void> validate_constants(const ControlConstants &k, uint64_t mapped, cons
 	if (k.ring_capacity != k.slot_count + k.spill_frames + 1 ||
 	    k.consumer_record_size != layout::consumer_record_size(k.ring_capacity))
 		return segment_error(where, "ring size inconsistent");
-	bool cuda = k.storage_type == XMEM_STORAGE_CUDA;
-	if (k.storage_type != XMEM_STORAGE_SYSTEM && !cuda)
+	bool device = on_device(Storage(k.storage_type));
+	if (!storage_name(Storage(k.storage_type)))
 		return make_error(Errc::not_a_pool, where + ": storage type " + std::to_string(k.storage_type) +
 							    " is not supported by this library");
 	if (k.control_size != control_size(k.slot_count, k.max_consumers, k.ring_capacity) || k.control_size > mapped)
 		return segment_error(where, "control size " + std::to_string(k.control_size) + " inconsistent");
-	if (cuda ? k.sync_mode != kSyncStreamMemOps && k.sync_mode != kSyncCpu : k.sync_mode != kSyncNone)
+	if (device ? k.sync_mode != kSyncStreamMemOps && k.sync_mode != kSyncCpu : k.sync_mode != kSyncNone)
 		return segment_error(where, "sync mode " + std::to_string(k.sync_mode) + " unknown for its memory");
 	if (k.sync_offset != sync_offset(k.slot_count, k.max_consumers, k.ring_capacity) ||
 	    k.sync_record_size != sync_record_size(k.max_consumers))
 		return segment_error(where, "sync records misplaced");
-	if (k.device_kind != kDeviceGpu && (k.device_kind != kDeviceMig || !cuda))
+	if (k.device_kind != kDeviceGpu && (k.device_kind != kDeviceMig || !device))
 		return segment_error(where, "device kind " + std::to_string(k.device_kind) + " unknown");
 	if (k.first_class_slots < 1 || k.first_class_slots > k.slot_count)
 		return segment_error(where,
@@ -58,16 +58,17 @@ Result<void> validate_class(const ClassRecord &c, uint32_t index, uint32_t previ
 			    const std::string &where)
 {
 	std::string which = "size class " + std::to_string(index);
-	if (c.storage != XMEM_STORAGE_SYSTEM && c.storage != XMEM_STORAGE_CUDA)
+	bool device = on_device(Storage(c.storage));
+	if (!storage_name(Storage(c.storage)))
 		return make_error(Errc::not_a_pool, where + ": " + which + " has storage type " +
 							    std::to_string(c.storage) +
 							    ", which this library does not support");
-	if (c.device_kind != kDeviceGpu && (c.device_kind != kDeviceMig || c.storage != XMEM_STORAGE_CUDA))
+	if (c.device_kind != kDeviceGpu && (c.device_kind != kDeviceMig || !device))
 		return segment_error(where, which + ": device kind " + std::to_string(c.device_kind) + " unknown");
-	if (c.storage == XMEM_STORAGE_CUDA ? c.sync_mode != kSyncStreamMemOps && c.sync_mode != kSyncCpu
-					   : c.sync_mode != kSyncNone || c.device != 0 ||
-						     std::any_of(std::begin(c.device_uuid), std::end(c.device_uuid),
-								 [](uint8_t b) { return b != 0; }))
+	if (device ? c.sync_mode != kSyncStreamMemOps && c.sync_mode != kSyncCpu
+		   : c.sync_mode != kSyncNone || c.device != 0 ||
+			     std::any_of(std::begin(c.device_uuid), std::end(c.device_uuid),
+					 [](uint8_t b) { return b != 0; }))
 		return segment_error(where, which + ": sync mode " + std::to_string(c.sync_mode) + " or device " +
 						    std::to_string(c.device) + " unknown for its memory");
 	if (c.first_slot != previous_end || c.count < 1 ||
@@ -102,7 +103,6 @@ void ControlSegment::bind()
 
 Result<ControlSegment> ControlSegment::create(const std::string &name, const SegmentParams &p)
 {
-	bool cuda = p.storage == Storage::cuda;
 	ControlConstants k{};
 	k.magic = kMagic;
 	k.abi_version = kAbiVersion;
@@ -133,7 +133,7 @@ Result<ControlSegment> ControlSegment::create(const std::string &name, const Seg
 	k.block_timeout_ns = p.block_timeout_ns;
 	k.created_ns = monotonic_ns();
 	copy_string(k.producer, sizeof(k.producer), p.producer);
-	k.sync_mode = cuda ? p.sync_mode : kSyncNone;
+	k.sync_mode = p.sync_mode; // kSyncNone for system memory (ordering_wanted)
 	k.sync_record_size = sync_record_size(k.max_consumers);
 	k.sync_offset = sync_offset(k.slot_count, k.max_consumers, k.ring_capacity);
 

@@ -180,26 +180,20 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	if (!first)
 		return first.error();
 	// The device by its UUID: the owner's ordinal may name another device here.
-	auto device = device_here(*first);
-	if (!device)
-		return device.error();
-	ArenaSpec spec{ pool_.name, storage, *device, k.first_class_slots, k.slot_size, k.mode };
+	auto memory = memory_of(*first);
+	if (!memory)
+		return memory.error();
+	ArenaSpec spec{ pool_.name, memory->storage, memory->device, k.first_class_slots, k.slot_size, k.mode };
 	auto arena = import_arena(spec, k.slot_stride, std::move(fds), pool_.where());
 	if (!arena)
 		return arena.error();
 	pool_.arena = std::move(arena.value());
-	DeviceSync *sync = nullptr;
-	if (storage == Storage::cuda) {
-		bool mem_ops = k.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(*device);
-		std::lock_guard lock(pool_.classes_lock);
-		auto made = pool_.add_sync(*pool_.arena, mem_ops);
-		if (!made)
-			return made.error();
-		sync = *made;
-	}
 	{
 		std::lock_guard lock(pool_.classes_lock);
-		pool_.add_class(0, *first, pool_.arena.get(), sync);
+		auto sync = pool_.add_sync(*pool_.arena, k.sync_mode == layout::kSyncStreamMemOps);
+		if (!sync)
+			return sync.error();
+		pool_.add_class(0, *first, pool_.arena.get(), *sync);
 	}
 	return start_consumer(welcome->consumer_index, std::move(ev), options);
 }
@@ -419,7 +413,7 @@ Result<BufferGuard> Subscriber::spilled_frame(uint32_t index, void *stream)
 	// before the call returns). The buffer stays held until the copy's memory goes, whose
 	// release waits for STREAM first (device_allocate), so the owner never reuses it
 	// under the copy.
-	auto copy = pool_.private_copy(*frame, Storage::cuda, pool_.arena->device(), stream);
+	auto copy = pool_.private_copy(*frame, Memory{ pool_.arena->storage(), pool_.arena->device() }, stream);
 	if (!copy)
 		return copy;
 	auto held = std::make_shared<BufferGuard>(std::move(frame.value()));

@@ -49,14 +49,14 @@ private:
 	std::mutex slot_maps_lock;
 	std::vector<uint32_t> mapped_gen; // sized at attach
 	std::atomic<uint64_t> trims_seen{ 0 }; // also read without the lock, first
-	// The device a class's memory is on, as this process numbers it (by its UUID).
-	Result<uint32_t> device_here(const layout::ClassRecord &c) const;
+	// The memory of class record C, its device as this process numbers it (by its UUID).
+	Result<Memory> memory_of(const layout::ClassRecord &c) const;
 	// Size class C's record, copied out and checked against the previous class's.
 	Result<layout::ClassRecord> class_record(uint32_t c) const;
-	// The GPU ordering of a class of device memory (RECORD, on DEVICE as this process
-	// numbers it): an earlier class's of that device, or one made now with MEMORY, its
-	// arena; the first one starts the owner watch (classes_lock held).
-	Result<DeviceSync *> device_ordering(const layout::ClassRecord &record, uint32_t device, const Arena &memory);
+	// The GPU ordering of class RECORD's memory, MEMORY its arena here: an earlier class's
+	// of that device, or one made now; the first one starts the owner watch; nullptr for
+	// memory the CPU orders (classes_lock held).
+	Result<DeviceSync *> device_ordering(const layout::ClassRecord &record, const Arena &memory);
 	// wake=spin-before: notes a frame taken (for the period it learns), and polls the
 	// queue at H while NOW_NS is in the window near the expected arrival; true when a
 	// frame came. Before the window, sets *SLEEP_UNTIL to its start and arms the timer.

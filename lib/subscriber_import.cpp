@@ -12,38 +12,6 @@ namespace xmem {
 
 using namespace layout;
 
-namespace {
-
-// The owner's answer to a question asked on a connection of its own: its Welcome, the
-// fds that came with it, and the connection, for any fds that follow.
-struct OwnerAnswer {
-	UniqueFd conn;
-	protocol::Welcome welcome;
-	std::vector<UniqueFd> fds;
-};
-
-// Asks the owner of the pool at PATH with HELLO (PeerRole::classes, PeerRole::slot) on a
-// connection of its own: its answer, with up to MAX_FDS fds, by DEADLINE_NS. WHICH says
-// what was asked for, in errors.
-Result<OwnerAnswer> ask_owner(const std::string &path, const protocol::Hello &hello, uint64_t deadline_ns,
-			      const std::string &which, size_t max_fds)
-{
-	auto conn = rendezvous::connect(path, deadline_ns);
-	if (!conn)
-		return make_error(conn.code(), which + ": " + conn.error().message);
-	if (auto sent = rendezvous::send_message(conn->get(), &hello, sizeof(hello), nullptr, 0); !sent)
-		return make_error(sent.code(), which + ": " + sent.error().message);
-	auto msg = rendezvous::receive_message(conn->get(), deadline_ns, which, max_fds);
-	if (!msg)
-		return msg.error();
-	auto welcome = protocol::parse_reply(msg->data, which);
-	if (!welcome)
-		return welcome.error();
-	return OwnerAnswer{ std::move(conn.value()), welcome.value(), std::move(msg->fds) };
-}
-
-} // namespace
-
 Result<layout::ClassRecord> Subscriber::class_record(uint32_t c) const
 {
 	layout::ClassRecord record;
@@ -54,18 +22,16 @@ Result<layout::ClassRecord> Subscriber::class_record(uint32_t c) const
 	return record;
 }
 
-Result<DeviceSync *> Subscriber::device_ordering(const layout::ClassRecord &record, uint32_t device,
-						 const Arena &memory)
+Result<DeviceSync *> Subscriber::device_ordering(const layout::ClassRecord &record, const Arena &memory)
 {
 	uint32_t n = pool_.classes_known.load(std::memory_order_relaxed);
 	for (uint32_t c = 0; c < n; c++)
-		if (pool_.classes[c].sync && pool_.classes[c].arena->device() == device)
+		if (pool_.classes[c].sync && Memory{ memory.storage(), memory.device() }.holds(*pool_.classes[c].arena))
 			return pool_.classes[c].sync;
-	bool mem_ops = record.sync_mode == layout::kSyncStreamMemOps && device_has_stream_mem_ops(device);
 	bool first = !pool_.has_device_slots();
-	auto made = pool_.add_sync(memory, mem_ops);
-	if (!made)
-		return made.error();
+	auto made = pool_.add_sync(memory, record.sync_mode == layout::kSyncStreamMemOps);
+	if (!made || !*made)
+		return made; // an error, or memory the CPU orders
 	DeviceSync *sync = *made;
 	// A consumer of a system pool meets device memory: from now on it waits for the
 	// producer's GPU writes, which the owner's death must release.
@@ -78,13 +44,11 @@ Result<DeviceSync *> Subscriber::device_ordering(const layout::ClassRecord &reco
 	return sync;
 }
 
-Result<uint32_t> Subscriber::device_here(const layout::ClassRecord &c) const
+Result<Memory> Subscriber::memory_of(const layout::ClassRecord &c) const
 {
 	DeviceUuid uuid;
 	std::memcpy(uuid.data(), c.device_uuid, uuid.size());
-	if (c.storage != XMEM_STORAGE_CUDA || uuid == DeviceUuid{})
-		return c.device;
-	return device_ordinal(uuid, pool_.where());
+	return memory_here(Storage(c.storage), c.device, uuid, pool_.where());
 }
 
 Result<void> Subscriber::import_classes()
@@ -96,13 +60,13 @@ Result<void> Subscriber::import_classes()
 		auto record = class_record(c);
 		if (!record)
 			return record.error();
-		auto device = device_here(*record);
-		if (!device)
-			return device.error();
+		auto memory = memory_of(*record);
+		if (!memory)
+			return memory.error();
 		uint64_t deadline = monotonic_ns() + kReplyTimeoutNs;
 		protocol::Hello hello = protocol::make_hello(protocol::PeerRole::classes, 0, "");
 		hello.class_index = c;
-		auto answer = ask_owner(pool_.path, hello, deadline, which, protocol::kMaxFds);
+		auto answer = rendezvous::ask_owner(pool_.path, hello, deadline, which, protocol::kMaxFds);
 		if (!answer)
 			return answer.error();
 		// A dynamic class of device memory: its slots' memory comes slot by slot (map_slot).
@@ -116,21 +80,17 @@ Result<void> Subscriber::import_classes()
 		if (auto received = rendezvous::receive_arena_fds(answer->conn.get(), fds, want, deadline, which);
 		    !received)
 			return received.error();
-		ArenaSpec spec{ pool_.name,    Storage(record->storage), *device,
-				record->count, record->slot_size,	 seg.constants().mode };
+		ArenaSpec spec{ pool_.name,    memory->storage,	  memory->device,
+				record->count, record->slot_size, seg.constants().mode };
 		spec.sparse = sparse;
-		auto memory = import_arena(spec, record->slot_stride, std::move(fds), which);
-		if (!memory)
-			return memory.error();
-		DeviceSync *sync = nullptr;
-		if (record->storage == XMEM_STORAGE_CUDA) {
-			auto ordering = device_ordering(*record, *device, **memory);
-			if (!ordering)
-				return make_error(ordering.code(), which + ": " + ordering.error().message);
-			sync = *ordering;
-		}
-		pool_.class_arenas.push_back(std::move(memory.value()));
-		pool_.add_class(c, *record, pool_.class_arenas.back().get(), sync);
+		auto arena = import_arena(spec, record->slot_stride, std::move(fds), which);
+		if (!arena)
+			return arena.error();
+		auto sync = device_ordering(*record, **arena);
+		if (!sync)
+			return make_error(sync.code(), which + ": " + sync.error().message);
+		pool_.class_arenas.push_back(std::move(arena.value()));
+		pool_.add_class(c, *record, pool_.class_arenas.back().get(), *sync);
 	}
 	return {};
 }
@@ -150,26 +110,26 @@ Result<void> Subscriber::map_slot(uint32_t index)
 	if (hint != 0 && hint == mapped_gen[index])
 		return {};
 	protocol::Hello hello = protocol::make_hello(protocol::PeerRole::slot, 0, "");
-	hello.class_index = index;
-	auto answer = ask_owner(pool_.path, hello, monotonic_ns() + kReplyTimeoutNs, which, 1);
+	hello.slot_index = index;
+	auto answer = rendezvous::ask_owner(pool_.path, hello, monotonic_ns() + kReplyTimeoutNs, which, 1);
 	if (!answer)
 		return answer.error();
 	const protocol::Welcome &welcome = answer->welcome;
-	if (answer->fds.size() != 1 || welcome.data_size != cls.slot_stride || welcome.format_seq == 0 ||
-	    welcome.format_seq > UINT32_MAX)
+	if (answer->fds.size() != 1 || welcome.data_size != cls.slot_stride || welcome.memory_gen == 0 ||
+	    welcome.memory_gen > UINT32_MAX)
 		return make_error(Errc::not_a_pool,
 				  which + ": the owner sent " + std::to_string(answer->fds.size()) +
 					  " file descriptors for " + std::to_string(welcome.data_size) +
-					  " bytes of generation " + std::to_string(welcome.format_seq) +
+					  " bytes of generation " + std::to_string(welcome.memory_gen) +
 					  ", expected one for " + std::to_string(cls.slot_stride) + " bytes");
 	// The memory mapped here already (the record lied): kept, the fd closed.
-	if (mapped_gen[index] == welcome.format_seq)
+	if (mapped_gen[index] == welcome.memory_gen)
 		return {};
 	uint64_t offset = uint64_t{ index - cls.first_slot } * cls.slot_stride;
 	mapped_gen[index] = 0;
 	if (auto mapped = const_cast<Arena *>(cls.arena)->map_slot(offset, std::move(answer->fds[0])); !mapped)
 		return make_error(mapped.code(), which + ": " + mapped.error().message);
-	mapped_gen[index] = uint32_t(welcome.format_seq);
+	mapped_gen[index] = uint32_t(welcome.memory_gen);
 	return {};
 }
 

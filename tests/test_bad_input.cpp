@@ -1,6 +1,7 @@
 // test_bad_input.cpp - what the core does with bad names, sockets that are not pools,
 // owners that lie in their Welcome or control segment, peers that send an owner
 // garbage, and peers the pool's mode or credentials refuse: an error, never a crash.
+#include "arena.hpp"
 #include "common.hpp"
 #include "layout.hpp"
 #include "protocol.hpp"
@@ -189,6 +190,64 @@ protocol::Hello hello(protocol::PeerRole role = protocol::PeerRole::consumer, ui
 	h.queue_size = queue;
 	std::strcpy(h.client, "raw-peer");
 	return h;
+}
+
+// Memory kinds: what the roles ask of a kind of memory, answered by arena.cpp alone.
+// System memory's answers come without CUDA: no driver is loaded for them (a machine
+// without a GPU, as CI's, fails any call that reaches one).
+TEST(MemoryKinds, SystemMemoryAndBadKindsAreAnsweredWithoutADriver)
+{
+	using xmem::Memory;
+	using xmem::Storage;
+	EXPECT_FALSE(xmem::on_device(Storage::system));
+	EXPECT_TRUE(xmem::on_device(Storage::cuda));
+	EXPECT_FALSE(xmem::on_device(Storage(2)));
+	EXPECT_TRUE(xmem::check_memory("p", Storage::system, 0).ok());
+	EXPECT_TRUE(xmem::check_memory("p", Storage::cuda, 3).ok());
+	auto device = xmem::check_memory("p", Storage::system, 1);
+	ASSERT_FALSE(device.ok());
+	EXPECT_EQ(device.code(), Errc::invalid_argument);
+	EXPECT_EQ(device.error().message, "p: a device is only for CUDA storage");
+	auto unknown = xmem::check_memory("p", Storage(2), 0);
+	ASSERT_FALSE(unknown.ok());
+	EXPECT_EQ(unknown.error().message, "p: unknown storage type 2");
+	EXPECT_EQ(xmem::memory_name(Memory{ Storage::system, 0 }), "system memory");
+	EXPECT_EQ(xmem::memory_name(Memory{ Storage::cuda, 2 }), "memory of CUDA device 2");
+	EXPECT_EQ(xmem::memory_name(Memory{ Storage(9), 0 }), "memory of storage type 9");
+
+	auto identity = xmem::memory_identity(Memory{ Storage::system, 0 }, "p");
+	ASSERT_TRUE(identity.ok()) << xmem::test::why(identity);
+	EXPECT_EQ(identity->uuid, xmem::DeviceUuid{});
+	EXPECT_FALSE(identity->mig);
+	auto here = xmem::memory_here(Storage::system, 0, xmem::DeviceUuid{}, "p");
+	ASSERT_TRUE(here.ok()) << xmem::test::why(here);
+	EXPECT_EQ(*here, (Memory{ Storage::system, 0 }));
+	EXPECT_EQ(xmem::ordering_wanted(Memory{ Storage::system, 0 }), xmem::layout::kSyncNone);
+
+	// A private copy in host memory, and copies between host places: byte for byte.
+	auto a = xmem::allocate_private(Memory{ Storage::system, 0 }, 4096, nullptr);
+	ASSERT_TRUE(a.ok()) << xmem::test::why(a);
+	ASSERT_NE(a->host, nullptr);
+	EXPECT_EQ(a->address, 0u);
+	auto b = xmem::allocate_private(Memory{ Storage::system, 0 }, 4096, nullptr);
+	ASSERT_TRUE(b.ok()) << xmem::test::why(b);
+	for (size_t i = 0; i < 4096; i++)
+		a->host[i] = std::byte(i * 7 + 3);
+	xmem::Place from{ Memory{ Storage::system, 0 }, a->host, 0 };
+	xmem::Place to{ Memory{ Storage::system, 0 }, b->host, 0 };
+	ASSERT_TRUE(xmem::copy_bytes(to, from, 4096, nullptr).ok());
+	EXPECT_EQ(std::memcmp(a->host, b->host, 4096), 0);
+	// An empty copy still has memory of its own (a guard's data is never null).
+	auto empty = xmem::allocate_private(Memory{ Storage::system, 0 }, 0, nullptr);
+	ASSERT_TRUE(empty.ok()) << xmem::test::why(empty);
+	EXPECT_NE(empty->host, nullptr);
+
+	// And the arena of system memory is itself of system memory on device 0.
+	xmem::ArenaSpec spec{ "p", Storage::system, 0, 2, 4096, 0600 };
+	auto arena = xmem::create_arena(spec);
+	ASSERT_TRUE(arena.ok()) << xmem::test::why(arena);
+	EXPECT_TRUE((Memory{ Storage::system, 0 }).holds(**arena));
+	EXPECT_FALSE((Memory{ Storage::cuda, 0 }).holds(**arena));
 }
 
 // Names

@@ -2,13 +2,11 @@
 // before anything is created.
 #include "config.hpp"
 
-#include "../device_sync.hpp"
+#include "../arena.hpp"
 #include "../layout.hpp"
 #include "../spill.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 namespace xmem::owner {
 
@@ -22,16 +20,6 @@ namespace {
 constexpr uint32_t kDefaultSpareSlots = 64;
 
 } // namespace
-
-Result<void> check_memory(const std::string &where, Storage storage, uint32_t device)
-{
-	if (!storage_name(storage))
-		return make_error(Errc::invalid_argument,
-				  where + ": unknown storage type " + std::to_string(uint32_t(storage)));
-	if (storage == Storage::system && device != 0)
-		return make_error(Errc::invalid_argument, where + ": a device is only for CUDA storage");
-	return {};
-}
 
 Result<void> validate_config(const std::string &where, const PoolConfig &config)
 {
@@ -89,14 +77,6 @@ uint32_t slot_records(const PoolConfig &config)
 	if (config.max_slots)
 		return config.max_slots;
 	return std::min<uint32_t>(config.slot_count + kDefaultSpareSlots, XMEM_MAX_SLOTS);
-}
-
-bool gpu_ordering_wanted(uint32_t device)
-{
-	const char *env = std::getenv("XMEM_CUDA_SYNC"); // NOLINT(concurrency-mt-unsafe): see system.hpp
-	if (env && std::string_view(env) == "cpu")
-		return false;
-	return device_has_stream_mem_ops(device);
 }
 
 } // namespace xmem::owner

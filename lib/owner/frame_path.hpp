@@ -2,7 +2,7 @@
 // frame's origin, and the lease and publish of a slot on a guest's behalf.
 #pragma once
 
-#include "growth.hpp"
+#include "../arena.hpp"
 
 #include "../protocol.hpp"
 

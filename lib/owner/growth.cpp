@@ -84,11 +84,10 @@ Result<uint32_t> Growth::add_class(uint64_t slot_size, uint32_t count, Storage s
 								  " out of range 1.." + std::to_string(kMaxSlotSize));
 	if (auto known = check_memory(where, storage, device); !known)
 		return known.error();
+	const Memory memory{ storage, device };
 	const ClassRecord &first = seg.classes[0];
-	bool first_memory =
-		uint32_t(storage) == first.storage && (storage == Storage::system || device == first.device);
 	// The spill tier's copies (and a device pool's DeviceSpill) are of the first memory.
-	if (!first_memory && pool_.spill)
+	if (memory != Memory{ Storage(first.storage), first.device } && pool_.spill)
 		return make_error(Errc::invalid_argument, where + ": a pool with a spill tier holds one memory, its "
 								  "first class's");
 	if (shut.load(std::memory_order_acquire))
@@ -96,23 +95,17 @@ Result<uint32_t> Growth::add_class(uint64_t slot_size, uint32_t count, Storage s
 
 	std::lock_guard lock(pool_.classes_lock);
 	uint32_t n = pool_.classes_known.load(std::memory_order_relaxed);
-	// CUDA memory: its device found by UUID in other processes, and ordered by the
-	// DeviceSync of that device's first class here (each device's own, sharing the
+	// Device memory: its device found by UUID in other processes, and its GPU work ordered
+	// by the DeviceSync of that device's first class here (each device's own, sharing the
 	// control segment's one registration: cuda/ordering.cpp).
-	DeviceUuid uuid{};
+	auto identity = memory_identity(memory, where);
+	if (!identity)
+		return identity.error();
+	const DeviceUuid &uuid = identity->uuid;
 	DeviceSync *sync = nullptr;
-	if (storage == Storage::cuda) {
-		auto id = device_uuid(device, where);
-		if (!id)
-			return id.error();
-		uuid = *id;
-		for (uint32_t c = 0; c < n && !sync; c++) {
-			const ClassRecord &other = seg.classes[c];
-			if (other.storage == XMEM_STORAGE_CUDA &&
-			    std::memcmp(other.device_uuid, uuid.data(), uuid.size()) == 0)
-				sync = pool_.classes[c].sync;
-		}
-	}
+	for (uint32_t c = 0; c < n && !sync; c++)
+		if (pool_.classes[c].sync && std::memcmp(seg.classes[c].device_uuid, uuid.data(), uuid.size()) == 0)
+			sync = pool_.classes[c].sync;
 	if (n == kMaxClasses)
 		return make_error(Errc::full, where + ": the pool has its maximum of " + std::to_string(kMaxClasses) +
 						      " size classes");
@@ -128,11 +121,11 @@ Result<uint32_t> Growth::add_class(uint64_t slot_size, uint32_t count, Storage s
 	auto made = create_arena(spec);
 	if (!made)
 		return make_error(made.code(), where + ": " + made.error().message);
-	std::unique_ptr<Arena> memory = std::move(made.value());
-	if (storage == Storage::cuda && !sync) {
-		// The pool's first class of device memory: its device's GPU ordering, chosen as
-		// create() chooses a device pool's.
-		auto ordering = pool_.add_sync(*memory, gpu_ordering_wanted(device));
+	std::unique_ptr<Arena> arena = std::move(made.value());
+	if (!sync) {
+		// The pool's first class of this device's memory: its GPU ordering (none for
+		// system memory), chosen as create() chooses a device pool's.
+		auto ordering = pool_.add_sync(*arena, ordering_wanted(memory) == kSyncStreamMemOps);
 		if (!ordering)
 			return make_error(ordering.code(), where + ": " + ordering.error().message);
 		sync = *ordering;
@@ -140,14 +133,14 @@ Result<uint32_t> Growth::add_class(uint64_t slot_size, uint32_t count, Storage s
 
 	ClassRecord record{};
 	record.storage = uint32_t(storage);
-	record.device = storage == Storage::cuda ? device : 0;
+	record.device = device; // 0 for system memory (check_memory)
 	std::memcpy(record.device_uuid, uuid.data(), sizeof(record.device_uuid));
-	record.device_kind = storage == Storage::cuda && is_mig_device(uuid) ? kDeviceMig : kDeviceGpu;
+	record.device_kind = identity->mig ? kDeviceMig : kDeviceGpu;
 	record.sync_mode = sync ? sync->mode() : kSyncNone;
 	record.first_slot = first_slot;
 	record.count = count;
 	record.slot_size = slot_size;
-	record.slot_stride = memory->slot_stride();
+	record.slot_stride = arena->slot_stride();
 	record.data_size = record.slot_stride * count;
 	seg.classes[n] = record;
 	for (uint32_t i = first_slot; i < first_slot + count; i++) {
@@ -164,7 +157,7 @@ Result<uint32_t> Growth::add_class(uint64_t slot_size, uint32_t count, Storage s
 		// A dynamic class's slots stay UNUSED until grow() commits their memory.
 		slot.state.store(dynamic ? kSlotUnused : kSlotFree, std::memory_order_release);
 	}
-	pool_.class_arenas.push_back(std::move(memory));
+	pool_.class_arenas.push_back(std::move(arena));
 	pool_.add_class(n, record, pool_.class_arenas.back().get(), sync);
 	if (dynamic) {
 		dynamic_mask |= uint32_t{ 1 } << n;
@@ -184,7 +177,7 @@ Result<uint32_t> Growth::add_class(uint64_t slot_size, uint32_t count, Storage s
 
 void Growth::count_bytes(const PoolImpl::SlotClass &cls, int64_t bytes)
 {
-	if (cls.arena->storage() == Storage::system) {
+	if (!on_device(cls.arena->storage())) {
 		system_committed += uint64_t(bytes);
 		seg.header->system_bytes.store(system_committed, std::memory_order_relaxed);
 		return;
@@ -195,7 +188,7 @@ void Growth::count_bytes(const PoolImpl::SlotClass &cls, int64_t bytes)
 
 uint64_t Growth::committed_bytes(Memory memory) const
 {
-	if (memory.storage == Storage::system)
+	if (!on_device(memory.storage))
 		return system_committed;
 	auto it = device_committed.find(memory.device);
 	return it == device_committed.end() ? 0 : it->second;

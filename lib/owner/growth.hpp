@@ -10,18 +10,6 @@
 
 namespace xmem::owner {
 
-// Where a slot's bytes live: system memory (device 0), or CUDA device DEVICE's (the
-// owner's ordinal).
-struct Memory {
-	Storage storage = Storage::system;
-	uint32_t device = 0;
-	// Whether ARENA is of this memory.
-	bool holds(const Arena &arena) const
-	{
-		return arena.storage() == storage && (storage == Storage::system || arena.device() == device);
-	}
-};
-
 // The pool's classes as the owner adds them, and growth on demand (PoolConfig::memory_cap,
 // device_memory_cap; docs/design.md, "Growth on demand"). Its state is its own, under
 // growth_lock unless a field says otherwise; acquire() reads committed() and stamps
@@ -39,10 +27,7 @@ public:
 	bool grows() const { return memory_cap != 0 || device_memory_cap != 0; }
 	const UniqueFd &timer() const { return trim_timer; }
 	// The cap of MEMORY (0: it does not grow). Set at start, read without a lock.
-	uint64_t cap_of(Memory memory) const
-	{
-		return memory.storage == Storage::system ? memory_cap : device_memory_cap;
-	}
+	uint64_t cap_of(Memory memory) const { return on_device(memory.storage) ? device_memory_cap : memory_cap; }
 	// Adds a size class of COUNT slots of SLOT_SIZE bytes (BufferPool::preallocate).
 	Result<uint32_t> preallocate(uint64_t slot_size, uint32_t count, Storage storage, uint32_t device);
 	// A slot of SIZE bytes or more of MEMORY, a dynamic class's whose memory was not

@@ -2,7 +2,7 @@
 // requests (lease, give back, publish), and their leases' return when they go.
 #include "guests.hpp"
 
-#include "config.hpp"
+#include "../pool_impl.hpp"
 
 #include "../rendezvous.hpp"
 
@@ -55,11 +55,9 @@ protocol::Answer Guests::answer(Guest &guest, const protocol::Request &r)
 	auto lease = std::find(guest.leases.begin(), guest.leases.end(), r.slot);
 	switch (r.op) {
 	case protocol::RequestOp::lease: {
-		Storage storage = Storage(r.storage);
-		uint32_t device = storage == Storage::cuda ? r.device : 0;
-		if (auto known = check_memory(pool_.where(), storage, device); !known)
+		if (auto known = check_memory(pool_.where(), Storage(r.storage), r.device); !known)
 			return refuse(known.error());
-		auto slot = frames.lease(r.size, Memory{ storage, device });
+		auto slot = frames.lease(r.size, Memory{ Storage(r.storage), r.device });
 		if (!slot)
 			return refuse(slot.error());
 		protocol::Answer a = protocol::make_answer(nullptr);

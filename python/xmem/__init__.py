@@ -197,7 +197,7 @@ class FrameMeta:
         self.flags = m.flags
         self.size = m.size
         self.index = m.index
-        self.storage = "cuda" if m.storage_type == _capi.STORAGE_CUDA else "system"
+        self.storage = _capi.storage_name(m.storage_type)
         self.device = m.device_id
         self.content_type = m.content_type.decode(errors="replace")
         self.producer = m.producer.decode(errors="replace")
@@ -718,7 +718,7 @@ class _Handle:
 
     @property
     def storage(self):
-        return "cuda" if lib.xmem_pool_storage(self._get()) == _capi.STORAGE_CUDA else "system"
+        return _capi.storage_name(lib.xmem_pool_storage(self._get()))
 
     def classes(self):
         """The pool's size classes, class 0 (the one it was created with) first: dicts of
@@ -730,7 +730,7 @@ class _Handle:
         for i in range(lib.xmem_pool_class_count(self._get())):
             c = _capi.SizeClass()
             _check(lib.xmem_pool_class_info(self._get(), i, ctypes.byref(c)), "classes")
-            out.append({"index": c.index, "storage": "cuda" if c.storage == _capi.STORAGE_CUDA else "system",
+            out.append({"index": c.index, "storage": _capi.storage_name(c.storage),
                         "device": c.device, "slot_size": c.slot_size, "first_slot": c.first_slot,
                         "count": c.count, "gpu_ordering": _GPU_ORDERING.get(c.sync_mode, "invalid"),
                         "dynamic": bool(dynamic >> i & 1)})
@@ -1123,7 +1123,7 @@ class WritableFrame(_Pointers):
         # The ticket it was published as (publish_ticket, BufferPool.set_ref_count).
         self.ticket = None
         self.capacity = lib.xmem_buffer_capacity(buffer)
-        self.storage = "cuda" if lib.xmem_buffer_storage(buffer) == _capi.STORAGE_CUDA else "system"
+        self.storage = _capi.storage_name(lib.xmem_buffer_storage(buffer))
         self._views = []
 
     def _live_buffer(self):

@@ -339,6 +339,14 @@ def _storages():
 POLICIES = _policies()
 POLICY_NAMES = {code: lib.xmem_policy_name(code).decode() for code in sorted(set(POLICIES.values()))}
 STORAGES = _storages()
+assert STORAGES["system"] == STORAGE_SYSTEM and STORAGES["cuda"] == STORAGE_CUDA, "xmem.h's storage values"
+
+
+def storage_name(value):
+    """The library's name of storage VALUE; "invalid" for a value it does not have (read
+    from another process's memory, say)."""
+    name = lib.xmem_storage_name(value)
+    return name.decode() if name is not None else "invalid"
 
 
 def last_error():

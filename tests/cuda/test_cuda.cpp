@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include <dlfcn.h>
 #include <poll.h>
@@ -1737,6 +1739,59 @@ TEST(CudaCopies, AFrameCopiedToAnotherGpuReadsBackTheSame)
 			  std::string::npos)
 			<< child.output();
 	}
+}
+
+// Device memory as arena.cpp answers for it (the simulator proves xmem's dispatch and
+// copies, the real driver its UUIDs and copies): its device has a UUID, by which another
+// process's ordinal is found; its ordering follows XMEM_CUDA_SYNC and the device; private
+// device memory round-trips bytes through host memory and between device places.
+TEST(CudaMemoryKind, DeviceMemoryIsFoundByItsUuidOrderedAndCopied)
+{
+	using xmem::Memory;
+	using xmem::Storage;
+	const Memory device{ Storage::cuda, 0 };
+	auto identity = xmem::memory_identity(device, "p");
+	ASSERT_TRUE(identity.ok()) << xmem::test::why(identity);
+	EXPECT_NE(identity->uuid, xmem::DeviceUuid{});
+	// The owner's ordinal (7 here) means nothing in this process: the UUID finds device 0.
+	auto here = xmem::memory_here(Storage::cuda, 7, identity->uuid, "p");
+	ASSERT_TRUE(here.ok()) << xmem::test::why(here);
+	EXPECT_EQ(*here, device);
+	xmem::DeviceUuid stranger;
+	stranger.fill(0xee);
+	auto lost = xmem::memory_here(Storage::cuda, 0, stranger, "p");
+	ASSERT_FALSE(lost.ok());
+	EXPECT_NE(lost.error().message.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << lost.error().message;
+
+	const char *was = std::getenv("XMEM_CUDA_SYNC");
+	std::string saved = was ? was : "";
+	::setenv("XMEM_CUDA_SYNC", "cpu", 1);
+	EXPECT_EQ(xmem::ordering_wanted(device), xmem::layout::kSyncCpu);
+	::unsetenv("XMEM_CUDA_SYNC");
+	EXPECT_EQ(xmem::ordering_wanted(device),
+		  xmem::device_has_stream_mem_ops(0) ? xmem::layout::kSyncStreamMemOps : xmem::layout::kSyncCpu);
+	if (was)
+		::setenv("XMEM_CUDA_SYNC", saved.c_str(), 1);
+
+	constexpr uint64_t kBytes = 64 * 1024;
+	auto d1 = xmem::allocate_private(device, kBytes, nullptr);
+	ASSERT_TRUE(d1.ok()) << xmem::test::why(d1);
+	EXPECT_EQ(d1->host, nullptr) << "the CPU cannot touch device memory";
+	ASSERT_NE(d1->address, 0u);
+	auto d2 = xmem::allocate_private(device, kBytes, nullptr);
+	ASSERT_TRUE(d2.ok()) << xmem::test::why(d2);
+	std::vector<std::byte> in(kBytes), out(kBytes);
+	for (size_t i = 0; i < kBytes; i++)
+		in[i] = std::byte(i * 13 + 5);
+	xmem::Place host_in{ Memory{}, in.data(), 0 };
+	xmem::Place host_out{ Memory{}, out.data(), 0 };
+	xmem::Place first{ device, nullptr, d1->address };
+	xmem::Place second{ device, nullptr, d2->address };
+	// Host to device, device to device, device to host: each without a stream, complete.
+	ASSERT_TRUE(xmem::copy_bytes(first, host_in, kBytes, nullptr).ok());
+	ASSERT_TRUE(xmem::copy_bytes(second, first, kBytes, nullptr).ok());
+	ASSERT_TRUE(xmem::copy_bytes(host_out, second, kBytes, nullptr).ok());
+	EXPECT_EQ(in, out);
 }
 
 // On the simulator only, run by the test above on a machine of two simulated devices.

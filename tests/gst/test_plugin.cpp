@@ -67,3 +67,51 @@ TEST_F(Plugin, ElementsHaveDocumentedMetadata)
 		gst_object_unref(factory);
 	}
 }
+
+// The elements' policy properties are the library's table (lib/names.cpp), each name with
+// its value and its line of help: xmemsink every name a pool takes, "block" included;
+// xmemsrc "pool" (0), then each policy's own name, valued 1 + the policy.
+TEST_F(Plugin, PolicyPropertiesAreTheLibrarysTable)
+{
+	auto enum_of = [](const char *element, const char *property) -> GEnumClass * {
+		GstElement *e = gst_element_factory_make(element, nullptr);
+		if (!e)
+			return nullptr;
+		GParamSpec *spec = g_object_class_find_property(G_OBJECT_GET_CLASS(e), property);
+		GEnumClass *values = spec && G_IS_PARAM_SPEC_ENUM(spec) ? G_PARAM_SPEC_ENUM(spec)->enum_class : nullptr;
+		gst_object_unref(e);
+		return values;
+	};
+	GEnumClass *sink = enum_of("xmemsink", "policy");
+	GEnumClass *src = enum_of("xmemsrc", "policy");
+	ASSERT_NE(sink, nullptr);
+	ASSERT_NE(src, nullptr);
+	auto names = xmem::policy_names();
+	ASSERT_GE(names.size(), 6u);
+	EXPECT_EQ(sink->n_values, names.size());
+	guint own = 0;
+	for (const xmem::PolicyName &p : names) {
+		SCOPED_TRACE(p.name);
+		ASSERT_NE(p.blurb, nullptr);
+		GEnumValue *at_sink = g_enum_get_value_by_nick(sink, p.name);
+		ASSERT_NE(at_sink, nullptr);
+		EXPECT_EQ(at_sink->value, int(p.policy));
+		EXPECT_STREQ(at_sink->value_name, p.blurb);
+		GEnumValue *at_src = g_enum_get_value_by_nick(src, p.name);
+		if (std::string_view(p.name) != xmem::policy_name(p.policy)) {
+			EXPECT_EQ(at_src, nullptr) << "a consumer chooses a policy by its own name";
+			continue;
+		}
+		own++;
+		ASSERT_NE(at_src, nullptr);
+		EXPECT_EQ(at_src->value, 1 + int(p.policy));
+		EXPECT_STREQ(at_src->value_name, p.blurb);
+	}
+	EXPECT_EQ(src->n_values, 1 + own);
+	GEnumValue *pool = g_enum_get_value(src, 0);
+	ASSERT_NE(pool, nullptr);
+	EXPECT_STREQ(pool->value_nick, "pool");
+	// The lookups by name agree: what the elements offer, policy_from_name takes.
+	for (guint i = 0; i < sink->n_values; i++)
+		EXPECT_EQ(xmem::policy_from_name(sink->values[i].value_nick), xmem::Policy(sink->values[i].value));
+}

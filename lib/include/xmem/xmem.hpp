@@ -115,10 +115,12 @@ enum class SpillDelivery : uint32_t { device = XMEM_SPILL_DELIVERY_DEVICE, host 
 const char *policy_name(Policy policy);
 // The policy named NAME ("block" is "fifo"); none for another name.
 std::optional<Policy> policy_from_name(std::string_view name);
-// A name a policy goes by.
+// A name a policy goes by, and a line on what it does (the elements' policy properties
+// list it).
 struct PolicyName {
 	const char *name;
 	Policy policy;
+	const char *blurb;
 };
 // Every name policy_from_name accepts, in the order the C API, Python and xmem-inspect
 // list them: "block" first (fifo as a pool's configuration names it, and xmem-inspect
