@@ -12,11 +12,16 @@
 
 XMEM_BUILD_DIR=${XMEM_BUILD_DIR:-build}
 
-# Installs what is missing, configures and builds the plugin and xmem-inspect (unless
+# xmem_pipelines_setup [PACKAGE...]: installs what is missing of PACKAGEs (default:
+# XMEM_PIPELINES_PACKAGES), configures and builds the plugin and xmem-inspect (unless
 # XMEM_SKIP_SETUP is set), then points GStreamer at the plugin.
 xmem_pipelines_setup() {
 	if [ -z "${XMEM_SKIP_SETUP:-}" ]; then
-		xmem_install_packages "${XMEM_PACKAGES[@]}"
+		if [ $# -gt 0 ]; then
+			xmem_install_packages "$@"
+		else
+			xmem_install_packages "${XMEM_PIPELINES_PACKAGES[@]}"
+		fi
 		local log
 		if ! log=$({ xmem_configure "$XMEM_BUILD_DIR" && meson compile -C "$XMEM_BUILD_DIR" gstxmem xmem-inspect; } 2>&1); then
 			printf '%s\n' "$log" >&2

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . pipelines/common.sh
-xmem_pipelines_setup
+xmem_pipelines_setup "${XMEM_DEMO_PACKAGES[@]}"
 
 frames=${DEMO_FRAMES:-180}
 pool="xmem-demo-$$"

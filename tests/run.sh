@@ -2,7 +2,8 @@
 # tests/run.sh - the README's test command: installs missing Debian packages,
 # configures, builds and runs the whole suite under meson test.
 #   BUILD=dir        build directory (default: build)
-#   MESON_ARGS="..." extra options for the first `meson setup` (e.g. sanitizers)
+#   MESON_ARGS="..." extra options for `meson setup` (or `meson configure`, on a build
+#                    directory configured before; e.g. sanitizers)
 #   TEST_ARGS="..."  extra options for `meson test` (e.g. --no-suite python)
 set -euo pipefail
 cd "$(dirname "$0")/.."
