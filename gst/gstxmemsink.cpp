@@ -145,7 +145,8 @@ static gboolean gst_xmem_sink_start(GstBaseSink *sink)
 		/* Fail now, naming the cause, rather than at the first caps. */
 		auto name = xmem::cuda_check_device(guint(std::max(cuda_device, 0)));
 		if (!name) {
-			GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("memory=cuda: no usable CUDA device."),
+			GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND,
+					  ("memory=cuda: no usable CUDA device: %s", name.error().message.c_str()),
 					  ("%s", name.error().message.c_str()));
 			return FALSE;
 		}
@@ -153,7 +154,7 @@ static gboolean gst_xmem_sink_start(GstBaseSink *sink)
 	}
 	auto path = xmem::socket_path(pool_name);
 	if (!path) {
-		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name."),
+		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name: %s", path.error().message.c_str()),
 				  ("%s", path.error().message.c_str()));
 		return FALSE;
 	}
@@ -197,7 +198,8 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 	}
 	/* CUDA input is read on its own context, which upstream shares with us. */
 	if (std::string why; input_cuda && !s->cuda.ensure(wanted_device, &why)) {
-		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("Cannot read CUDA memory."), ("%s", why.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("Cannot read CUDA memory: %s", why.c_str()),
+				  ("%s", why.c_str()));
 		return FALSE;
 	}
 	{
@@ -210,8 +212,10 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		s->caps_string = str;
 		if (gsize length = s->caps_string.size(); length >= XMEM_FORMAT_MAX) {
 			lock.unlock();
-			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Caps too long for an xmem pool."),
-					  ("%zu bytes, at most %d", length, XMEM_FORMAT_MAX - 1));
+			GST_ELEMENT_ERROR(
+				self, STREAM, FORMAT,
+				("Caps too long for an xmem pool: %zu bytes, at most %d", length, XMEM_FORMAT_MAX - 1),
+				("%zu bytes, at most %d", length, XMEM_FORMAT_MAX - 1));
 			return FALSE;
 		}
 		s->is_video = gst_video_info_from_caps(&s->info, caps);
@@ -223,7 +227,10 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		s->slot_info = s->info;
 		if (device_pool && !s->is_video) {
 			lock.unlock();
-			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("CUDA pools take raw video only."),
+			GST_ELEMENT_ERROR(self, STREAM, FORMAT,
+					  ("CUDA pools take raw video only: "
+					   "caps %" GST_PTR_FORMAT " are not raw video",
+					   static_cast<gpointer>(caps)),
 					  ("caps %" GST_PTR_FORMAT " are not raw video", static_cast<gpointer>(caps)));
 			return FALSE;
 		}
@@ -232,7 +239,10 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 			if (!gst_xmem_aligned_info(s->info, DEVICE_SIZE_ALIGNMENT, &bound)) {
 				GstVideoFormat format = GST_VIDEO_INFO_FORMAT(&s->info);
 				lock.unlock();
-				GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Cannot lay out the frames in device memory."),
+				GST_ELEMENT_ERROR(self, STREAM, FORMAT,
+						  ("Cannot lay out the frames in device memory: "
+						   "format %s cannot be aligned to %d bytes",
+						   gst_video_format_to_string(format), DEVICE_SIZE_ALIGNMENT),
 						  ("format %s cannot be aligned to %d bytes",
 						   gst_video_format_to_string(format), DEVICE_SIZE_ALIGNMENT));
 				return FALSE;
@@ -254,7 +264,10 @@ static gboolean gst_xmem_sink_set_caps(GstBaseSink *sink, GstCaps *caps)
 		    s->slot_info.size > s->slot_limit) {
 			guint device = s->device;
 			lock.unlock();
-			GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("Cannot lay out the frames in device memory."),
+			GST_ELEMENT_ERROR(self, STREAM, FORMAT,
+					  ("Cannot lay out the frames in device memory: "
+					   "pitch alignment %u of CUDA device %u",
+					   pool->pitch_alignment(), device),
 					  ("pitch alignment %u of CUDA device %u", pool->pitch_alignment(), device));
 			return FALSE;
 		}

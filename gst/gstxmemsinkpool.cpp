@@ -11,16 +11,17 @@
 
 #define GST_CAT_DEFAULT gst_xmem_sink_debug
 
+/* As xmemsrc's: the message says what failed, then the library's words (the pool, the
+ * cause, the fix); the debug string repeats them. */
 void post_pool_error(GstXmemSink *self, const xmem::Error &error)
 {
+	const char *why = error.message.c_str();
 	if (error.code == xmem::Errc::permission_denied)
-		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_WRITE, ("Cannot create the xmem pool."),
-				  ("%s", error.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_WRITE, ("Cannot create the xmem pool: %s", why), ("%s", why));
 	else if (error.code == xmem::Errc::owner_alive || error.code == xmem::Errc::bad_name)
-		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Cannot create the xmem pool."),
-				  ("%s", error.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Cannot create the xmem pool: %s", why), ("%s", why));
 	else
-		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure."), ("%s", error.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure: %s", why), ("%s", why));
 }
 
 /* The gid the group property names: a number, or a group's name. */

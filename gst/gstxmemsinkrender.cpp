@@ -208,7 +208,7 @@ static GstFlowReturn slot_error(GstXmemSink *self, GstFlowReturn flow, const xme
 
 static GstFlowReturn copy_error(GstXmemSink *self, const char *what, const xmem::Error &error)
 {
-	GST_ELEMENT_ERROR(self, STREAM, FAILED, ("%s", what), ("%s", error.message.c_str()));
+	GST_ELEMENT_ERROR(self, STREAM, FAILED, ("%s: %s", what, error.message.c_str()), ("%s", error.message.c_str()));
 	return GST_FLOW_ERROR;
 }
 
@@ -265,7 +265,7 @@ static GstFlowReturn render_device(GstXmemSink *self, xmem::BufferPool &pool, Gs
 		gst_video_frame_unmap(&in);
 	}
 	if (!copied)
-		return copy_error(self, "Cannot copy the frame into device memory.", copied.error());
+		return copy_error(self, "Cannot copy the frame into device memory", copied.error());
 	fill_meta(self, buffer, *slot, s->slot_info.size, &s->slot_info);
 	if (auto r = pool.publish(std::move(*slot), stream); !r) {
 		post_pool_error(self, r.error());
@@ -308,7 +308,7 @@ static bool render_download(GstXmemSink *self, xmem::BufferPool &pool, GstBuffer
 		copied = xmem::cuda_synchronize(device, s->cuda.stream());
 	gst_memory_unmap(mem, &map);
 	if (!copied) {
-		*ret = copy_error(self, "Cannot copy the frame out of device memory.", copied.error());
+		*ret = copy_error(self, "Cannot copy the frame out of device memory", copied.error());
 		return true;
 	}
 	fill_meta(self, buffer, *slot, s->info.size, &s->info);
@@ -407,7 +407,9 @@ GstFlowReturn gst_xmem_sink_render(GstBaseSink *sink, GstBuffer *buffer)
 		return slot_error(self, flow, slot.error());
 	gsize size = 0;
 	if (!copy_into(self, buffer, *slot, size)) {
-		GST_ELEMENT_ERROR(self, STREAM, FAILED, ("Cannot copy the frame into the pool."),
+		GST_ELEMENT_ERROR(self, STREAM, FAILED,
+				  ("Cannot copy the frame into the pool: "
+				   "the buffer does not match the negotiated caps"),
 				  ("the buffer does not match the negotiated caps"));
 		return GST_FLOW_ERROR;
 	}

@@ -142,33 +142,35 @@ static bool nap(SrcState *s, int ms, int extra_fd = -1)
 	return !s->flushing.load();
 }
 
+/* Posts E as an element error whose message, the line gst-launch-1.0 prints after
+ * "ERROR:", says what failed and then the library's words: the pool, the cause and,
+ * where there is one, the fix. The debug string repeats the library's message. */
 static void post_error(GstXmemSrc *self, const xmem::Error &e)
 {
+	const char *why = e.message.c_str();
 	switch (e.code) {
 	case xmem::Errc::not_found:
-		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("No such xmem pool."), ("%s", e.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND, ("No such xmem pool: %s", why), ("%s", why));
 		break;
 	case xmem::Errc::permission_denied:
-		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("Permission denied by the xmem pool."),
-				  ("%s", e.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("Permission denied by the xmem pool: %s", why),
+				  ("%s", why));
 		break;
 	case xmem::Errc::bad_name:
-		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name."), ("%s", e.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("Invalid pool-name: %s", why), ("%s", why));
 		break;
 	case xmem::Errc::not_a_pool:
 	case xmem::Errc::bad_segment:
-		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("Not an xmem pool."), ("%s", e.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("Not an xmem pool: %s", why), ("%s", why));
 		break;
 	case xmem::Errc::version_mismatch:
-		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("xmem protocol version mismatch."),
-				  ("%s", e.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, OPEN_READ, ("xmem protocol version mismatch: %s", why), ("%s", why));
 		break;
 	case xmem::Errc::timed_out:
-		GST_ELEMENT_ERROR(self, RESOURCE, READ, ("Timed out waiting for the xmem pool."),
-				  ("%s", e.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, READ, ("Timed out waiting for the xmem pool: %s", why), ("%s", why));
 		break;
 	default:
-		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure."), ("%s", e.message.c_str()));
+		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("xmem pool failure: %s", why), ("%s", why));
 		break;
 	}
 }
@@ -266,7 +268,8 @@ static gboolean gst_xmem_src_start(GstBaseSrc *src)
 		return FALSE;
 	}
 	if (!s->wake.open()) {
-		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("eventfd failed."), ("%s", g_strerror(errno)));
+		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("eventfd failed: %s", g_strerror(errno)),
+				  ("%s", g_strerror(errno)));
 		return FALSE;
 	}
 	s->flushing = false;
@@ -388,7 +391,10 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 					gst_xmem_metas_read(GST_ELEMENT(self), metas, *out, s->metas);
 				if (!*out) {
 					GST_ELEMENT_ERROR(
-						self, RESOURCE, READ, ("Cannot copy the frame out of device memory."),
+						self, RESOURCE, READ,
+						("Cannot copy the frame out of device memory: "
+						 "pool '%s': %s",
+						 s->pool->name().c_str(), error.message.c_str()),
 						("pool '%s': %s", s->pool->name().c_str(), error.message.c_str()));
 					return GST_FLOW_ERROR;
 				}
@@ -404,7 +410,9 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 			}
 			if (frame.code() == xmem::Errc::closed) {
 				if (!reconnect) {
-					GST_ELEMENT_ERROR(self, RESOURCE, READ, ("The xmem pool's producer went away."),
+					GST_ELEMENT_ERROR(self, RESOURCE, READ,
+							  ("The xmem pool's producer went away: %s",
+							   frame.error().message.c_str()),
 							  ("%s", frame.error().message.c_str()));
 					return GST_FLOW_ERROR;
 				}
@@ -420,7 +428,10 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 			}
 			gint64 now = g_get_monotonic_time();
 			if (now >= deadline) {
-				GST_ELEMENT_ERROR(self, RESOURCE, READ, ("Timed out waiting for a frame."),
+				GST_ELEMENT_ERROR(self, RESOURCE, READ,
+						  ("Timed out waiting for a frame: "
+						   "no frame from pool '%s' within %" GST_TIME_FORMAT,
+						   s->pool->name().c_str(), GST_TIME_ARGS(timeout)),
 						  ("no frame from pool '%s' within %" GST_TIME_FORMAT,
 						   s->pool->name().c_str(), GST_TIME_ARGS(timeout)));
 				return GST_FLOW_ERROR;

@@ -53,7 +53,11 @@ bool apply_format(GstXmemSrc *self, const std::string &format)
 		return true;
 	g_autoptr(GstCaps) caps = format.empty() ? nullptr : gst_caps_from_string(format.c_str());
 	if (!caps || !gst_caps_is_fixed(caps)) {
-		GST_ELEMENT_ERROR(self, STREAM, FORMAT, ("The producer's caps are unusable."),
+		GST_ELEMENT_ERROR(self, STREAM, FORMAT,
+				  ("The producer's caps are unusable: "
+				   "pool '%s' publishes format \"%s\" (%s)",
+				   s->pool->name().c_str(), format.c_str(),
+				   caps ? "not fixed caps" : "GStreamer cannot parse it here"),
 				  ("pool '%s' publishes format \"%s\" (%s)", s->pool->name().c_str(), format.c_str(),
 				   caps ? "not fixed caps" : "GStreamer cannot parse it here"));
 		return false;
@@ -87,7 +91,10 @@ bool negotiate_output(GstXmemSrc *self)
 	s->out_cuda = false;
 	g_autoptr(GstCaps) chosen = choose_caps(self, offer);
 	if (!chosen || !gst_base_src_set_caps(GST_BASE_SRC(self), chosen)) {
-		GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("Downstream refused the producer's caps."),
+		GST_ELEMENT_ERROR(self, CORE, NEGOTIATION,
+				  ("Downstream refused the producer's caps: "
+				   "format \"%s\"",
+				   s->format.c_str()),
 				  ("format \"%s\"", s->format.c_str()));
 		return false;
 	}
@@ -96,7 +103,10 @@ bool negotiate_output(GstXmemSrc *self)
 	if (s->out_cuda && !GstXmemCuda::can_wrap())
 		s->out_pool.reset(s->cuda.new_buffer_pool(chosen, guint(s->info.size)));
 	if (s->out_cuda && !GstXmemCuda::can_wrap() && !s->out_pool) {
-		GST_ELEMENT_ERROR(self, RESOURCE, FAILED, ("Cannot allocate CUDA memory."),
+		GST_ELEMENT_ERROR(self, RESOURCE, FAILED,
+				  ("Cannot allocate CUDA memory: "
+				   "no CUDA buffer pool for format \"%s\"",
+				   s->format.c_str()),
 				  ("no CUDA buffer pool for format \"%s\"", s->format.c_str()));
 		return false;
 	}

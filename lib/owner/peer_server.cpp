@@ -355,8 +355,9 @@ Result<uint32_t> PeerServer::admit(const protocol::Hello &hello, const PeerCrede
 	if (how.policy == Policy::fifo_spill) {
 		if (seg.constants().spill_frames == 0)
 			return make_error(Errc::invalid_argument,
-					  pool_.where() + " has no spill tier for a fifo-spill consumer (its owner "
-							  "set no spill size)");
+					  pool_.where() +
+						  " has no spill tier for a fifo-spill consumer: its owner "
+						  "set no spill size (xmemsink spill-size, PoolConfig::spill_bytes)");
 		most = seg.ring_capacity - 1;
 		if (hello.queue_size == 0)
 			queue = most;

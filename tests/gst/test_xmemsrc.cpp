@@ -413,8 +413,9 @@ TEST_F(XmemSrc, SurvivesProducerRestartsInQuickSuccession)
 	EXPECT_FALSE(error) << error->all();
 }
 
-// Errors: a source that cannot attach posts an element error that names the
-// pool and the cause (the debug string carries the core's message).
+// Errors: a source that cannot attach posts an element error that names the pool and
+// the cause in its message, the line gst-launch-1.0 prints after "ERROR:" (the debug
+// string carries the core's message too).
 
 TEST_F(XmemSrc, BadPoolNamesAreErrors)
 {
@@ -439,9 +440,9 @@ TEST_F(XmemSrc, BadPoolNamesAreErrors)
 		EXPECT_EQ(error->source, "src");
 		EXPECT_EQ(error->domain, GST_RESOURCE_ERROR);
 		EXPECT_EQ(error->code, GST_RESOURCE_ERROR_SETTINGS) << error->all();
-		EXPECT_NE(error->all().find(c.cause), std::string::npos) << error->all();
+		EXPECT_NE(error->message.find(c.cause), std::string::npos) << error->all();
 		if (!c.name.empty()) {
-			EXPECT_NE(error->all().find(c.name), std::string::npos) << "the error does not name the pool";
+			EXPECT_NE(error->message.find(c.name), std::string::npos) << "the error does not name the pool";
 		}
 	}
 }
@@ -468,6 +469,24 @@ TEST_P(XmemSrcNotAPool, IsAnErrorNamingPoolAndCause)
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, XmemSrcNotAPool, ::testing::Values("garbage", "stream", "silent"));
+
+// The owner's refusal reaches the message itself, with its fix: a fifo-spill consumer
+// of a pool whose owner set no spill size (it said "xmem pool failure." alone before,
+// the cause only in the debug string).
+TEST_F(XmemSrc, ARefusalsCauseAndFixAreInTheErrorsMessage)
+{
+	auto producer = make_producer("nospill");
+	ASSERT_TRUE(producer);
+	Pipeline p("xmemsrc name=src pool-name=nospill policy=fifo-spill timeout=5000000000 ! fakesink");
+	ASSERT_TRUE(p);
+	p.play();
+	auto error = p.wait_error(20s);
+	ASSERT_TRUE(error) << "a fifo-spill consumer of a pool without a spill tier was not refused";
+	EXPECT_EQ(error->source, "src");
+	EXPECT_EQ(error->message.find('\n'), std::string::npos) << "one line: " << error->message;
+	for (const char *words : { "nospill", "no spill tier", "fifo-spill", "spill-size" })
+		EXPECT_NE(error->message.find(words), std::string::npos) << words << " not in: " << error->message;
+}
 
 TEST_F(XmemSrc, TimesOutWithoutPool)
 {
