@@ -194,6 +194,37 @@ TEST(Guests, LeasesGoBackAndWaitForAFreeSlot)
 	EXPECT_TRUE(eventually([&] { return owner->stats().slots_free == 2; }));
 }
 
+// A guest asks for memory of a kind the owner made a class of, named as the owner names
+// it: memory the pool has no class of is refused here, naming it, before any request
+// (no driver needed for that: the pool is of system memory), and a bad kind or device
+// as the owner's acquire refuses it.
+TEST(Guests, MemoryThePoolHasNoClassOfIsRefusedNamingIt)
+{
+	RuntimeDir dir;
+	auto owner = make_pool("guests-memory", 2);
+	ASSERT_TRUE(owner);
+	auto guest = attach("guests-memory");
+	ASSERT_TRUE(guest);
+	auto cuda = guest->acquire(kSlotSize, xmem::Storage::cuda, 0, 100ms);
+	ASSERT_FALSE(cuda.ok());
+	EXPECT_EQ(cuda.code(), Errc::out_of_range);
+	EXPECT_NE(cuda.error().message.find("no size class of memory of CUDA device 0"), std::string::npos)
+		<< cuda.error().message;
+	auto device = guest->acquire(kSlotSize, xmem::Storage::system, 1, 100ms);
+	ASSERT_FALSE(device.ok());
+	EXPECT_EQ(device.code(), Errc::invalid_argument);
+	EXPECT_NE(device.error().message.find("a device is only for CUDA storage"), std::string::npos);
+	auto kind = guest->acquire(kSlotSize, xmem::Storage(7), 0, 100ms);
+	ASSERT_FALSE(kind.ok());
+	EXPECT_EQ(kind.code(), Errc::invalid_argument);
+	EXPECT_NE(kind.error().message.find("unknown storage type 7"), std::string::npos);
+	// System memory, which it has, is leased: nothing above cost a slot.
+	auto frame = guest->acquire(kSlotSize, xmem::Storage::system, 0, 1s);
+	ASSERT_TRUE(frame.ok()) << frame.error().message;
+	frame->reset();
+	EXPECT_TRUE(eventually([&] { return owner->stats().slots_free == 2; }));
+}
+
 // What a guest may not publish: a frame it received, a buffer of another pool, a frame whose
 // layout does not fit its slot (refused by the owner, its slot given back), a frame twice.
 TEST(Guests, BadPublishesAreRefused)
