@@ -229,6 +229,54 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 	});
 }
 
+void xmem_connect_options_init(xmem_connect_options *o)
+{
+	if (o)
+		*o = xmem_connect_options{ std::chrono::nanoseconds(xmem::ConnectOptions{}.timeout).count(),
+					   xmem::kConnectMemoryCap >> 20,
+					   xmem::kConnectDeviceMemoryCap >> 20,
+					   0600,
+					   nullptr,
+					   {} };
+}
+
+int xmem_pool_connect(const char *name, const xmem_connect_options *o, xmem_pool **out)
+{
+	if (!name || !out)
+		return fail(XMEM_EINVAL, "xmem_pool_connect: null argument");
+	return guarded([&] {
+		xmem::ConnectOptions options;
+		if (o) {
+			if (!all_zero(o->reserved))
+				return fail(XMEM_EINVAL, (std::string("pool '") + name +
+							  "': xmem_connect_options has reserved fields set "
+							  "(initialise it with xmem_connect_options_init)")
+								 .c_str());
+			if (o->memory_cap_mib > (UINT64_MAX >> 20) || o->device_memory_cap_mib > (UINT64_MAX >> 20))
+				return fail(XMEM_EINVAL,
+					    (std::string("pool '") + name + "': a memory cap over 2^44 MiB").c_str());
+			options.timeout = ns(o->timeout_ns);
+			options.memory_cap = o->memory_cap_mib << 20;
+			options.device_memory_cap = o->device_memory_cap_mib << 20;
+			options.mode = o->mode;
+			options.client = o->client ? o->client : "connect";
+		}
+		auto r = xmem::BufferPool::connect(name, options);
+		if (!r)
+			return fail(r.error());
+		*out = new xmem_pool{ std::move(r).value(), {} };
+		return int(XMEM_OK);
+	});
+}
+
+static_assert(uint32_t(xmem::Role::owner) == XMEM_ROLE_OWNER && uint32_t(xmem::Role::consumer) == XMEM_ROLE_CONSUMER &&
+	      uint32_t(xmem::Role::inspector) == XMEM_ROLE_INSPECTOR && uint32_t(xmem::Role::none) == XMEM_ROLE_NONE);
+
+uint32_t xmem_pool_role(const xmem_pool *pool)
+{
+	return pool ? uint32_t(pool->pool->role()) : uint32_t(XMEM_ROLE_NONE);
+}
+
 void xmem_pool_close(xmem_pool *pool)
 {
 	delete pool;
@@ -591,11 +639,21 @@ int xmem_pool_release(xmem_pool *pool, uint32_t index)
 	return guarded([&] { return status(pool->pool->release(index)); });
 }
 
-int xmem_pool_set_ref_count(xmem_pool *pool, uint32_t index, uint32_t count)
+int xmem_pool_set_ref_count(xmem_pool *pool, uint32_t meta_index, int32_t count, uint64_t lifetime_ns)
 {
 	if (!pool)
 		return fail(XMEM_EINVAL, "xmem_pool_set_ref_count: null argument");
-	return guarded([&] { return status(pool->pool->set_ref_count(index, count)); });
+	if (lifetime_ns > uint64_t(INT64_MAX))
+		return fail(XMEM_EINVAL, "xmem_pool_set_ref_count: a lifetime over INT64_MAX ns");
+	auto lifetime = lifetime_ns ? std::chrono::nanoseconds(int64_t(lifetime_ns)) : xmem::kHoldLifetime;
+	return guarded([&] { return status(pool->pool->set_ref_count(meta_index, count, lifetime)); });
+}
+
+int xmem_pool_set_local_refs(xmem_pool *pool, uint32_t index, uint32_t count)
+{
+	if (!pool)
+		return fail(XMEM_EINVAL, "xmem_pool_set_local_refs: null argument");
+	return guarded([&] { return status(pool->pool->set_local_refs(index, count)); });
 }
 
 uint32_t xmem_pool_ref_count(const xmem_pool *pool, uint32_t index)

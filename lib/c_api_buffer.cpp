@@ -78,6 +78,23 @@ const xmem_frame_meta *xmem_buffer_meta(const xmem_buffer *b)
 	return b ? &b->guard.meta() : nullptr;
 }
 
+uint32_t xmem_buffer_meta_index(const xmem_buffer *b)
+{
+	return b ? b->guard.meta_index() : XMEM_NO_META_INDEX;
+}
+
+int xmem_buffer_forget(xmem_buffer *b)
+{
+	if (!b)
+		return fail(XMEM_EINVAL, "xmem_buffer_forget: null argument");
+	return guarded([&] {
+		auto forgotten = b->guard.forget();
+		if (forgotten)
+			delete b;
+		return status(forgotten);
+	});
+}
+
 xmem_frame_meta *xmem_buffer_meta_mut(xmem_buffer *b)
 {
 	if (!b)
@@ -193,6 +210,19 @@ uint64_t xmem_buffer_device_ptr(const xmem_buffer *b)
 int xmem_buffer_is_incomplete(const xmem_buffer *b)
 {
 	return b && b->guard.incomplete() ? 1 : 0;
+}
+
+int xmem_buffer_private_copy(const xmem_buffer *b, uint32_t storage, uint32_t device, void *cuda_stream,
+			     xmem_buffer **out)
+{
+	if (!b || !out)
+		return fail(XMEM_EINVAL, "xmem_buffer_private_copy: null argument");
+	if (storage == XMEM_STORAGE_SYSTEM)
+		return guarded([&] { return put_buffer(b->guard.private_copy_to_cpu(cuda_stream), out); });
+	if (storage == XMEM_STORAGE_CUDA)
+		return guarded([&] { return put_buffer(b->guard.private_copy_to_cuda(device, cuda_stream), out); });
+	return fail(XMEM_EINVAL, "xmem_buffer_private_copy: an unknown storage (XMEM_STORAGE_SYSTEM or "
+				 "XMEM_STORAGE_CUDA)");
 }
 
 int xmem_buffer_copy_to_cpu(const xmem_buffer *b, void *cuda_stream, xmem_buffer **out)

@@ -93,6 +93,10 @@ Result<protocol::Answer> GuestProducer::ask(const protocol::Request &request)
 
 Result<Memory> GuestProducer::owner_memory(Memory memory)
 {
+	// System memory is the same in every process: the owner may have no class of it yet
+	// (a pool that grows makes one for the lease).
+	if (!on_device(memory.storage))
+		return memory;
 	uint32_t n = pool_.classes_known.load(std::memory_order_acquire);
 	for (uint32_t c = 0; c < n; c++) {
 		if (!memory.holds(*pool_.classes[c].arena))
@@ -101,8 +105,10 @@ Result<Memory> GuestProducer::owner_memory(Memory memory)
 		std::memcpy(&record, &pool_.seg.classes[c], sizeof(record));
 		return Memory{ memory.storage, record.device };
 	}
-	return make_error(Errc::out_of_range, pool_.where() + ": no size class of " + memory_name(memory) +
-						      " (the owner's preallocate() adds one)");
+	// The owner numbers its devices otherwise: only a class of this device tells its ordinal.
+	return make_error(Errc::out_of_range,
+			  pool_.where() + ": no size class of " + memory_name(memory) +
+				  " (the owner's preallocate() or acquire() of that device adds one)");
 }
 
 Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns,
@@ -181,6 +187,8 @@ Result<BufferGuard> GuestProducer::acquire(uint64_t size, std::optional<Memory> 
 	g.meta_ = m;
 	g.side_data_.reset();
 	g.stream_ = stream;
+	g.acquired_ = true;
+	pool_.track_writer(i, &g);
 	return g;
 }
 
@@ -225,7 +233,7 @@ Result<protocol::Answer> GuestProducer::put_out(BufferGuard &&frame, void *strea
 		pool_.local_refs[i] = 0;
 		pool_.leased[i] = 0;
 	}
-	g.pool_.reset();
+	g.detach();
 	Producing producing(pool_);
 	std::lock_guard lock(lock_);
 	return ask(request);

@@ -20,8 +20,19 @@ inline constexpr uint32_t kMagic = 0x4d454d58; // "XMEM"
 // of mixed memories (sync records in every pool, a class's own sync_mode); 9: growth on
 // demand (the header's growth line: dynamic classes, whose records stay kSlotUnused
 // until the owner commits a slot's memory); 10: growth of device memory (the header's
-// device cap and bytes, a slot's memory_gen, on which a consumer maps its memory again).
-inline constexpr uint32_t kAbiVersion = 10;
+// device cap and bytes, a slot's memory_gen, on which a consumer maps its memory again);
+// 11: meta indices (a slot's frame_gen and counted: get(meta_index) takes a hold of that
+// frame only, and of a counted one only by its redemptions).
+inline constexpr uint32_t kAbiVersion = 11;
+// A meta index (xmem.h, XMEM_META_SLOT_BITS): the slot below kMetaSlotBits, the frame's
+// generation, 1 .. kMetaGenMax, above (all ones is XMEM_NO_META_INDEX).
+inline constexpr uint32_t kMetaSlotBits = XMEM_META_SLOT_BITS;
+inline constexpr uint32_t kMetaGenMax = (1u << (32 - kMetaSlotBits)) - 2;
+static_assert(XMEM_MAX_SLOTS <= (1u << kMetaSlotBits), "a meta index has room for every slot");
+inline constexpr uint32_t meta_index_of(uint32_t slot, uint32_t gen)
+{
+	return gen == 0 || gen > kMetaGenMax ? XMEM_NO_META_INDEX : slot | gen << kMetaSlotBits;
+}
 inline constexpr uint32_t kHolderWords = 2; // 128 holder bits: owner + 127 consumers
 inline constexpr uint32_t kOwnerBit = 0;
 // A ring entry is (position << 32) | what: POSITION, the low 32 bits of the ring index
@@ -262,6 +273,15 @@ struct alignas(64) SlotRecord {
 	// mapping of the slot is of another generation asks the owner for the slot's memory,
 	// and maps the generation the owner's answer names.
 	std::atomic<uint32_t> memory_gen;
+	// Which of the slot's frames this is (docs/design.md, "Meta indices"): its generation,
+	// counted from 1 by the owner each time it hands the slot out to be written (1 ..
+	// kMetaGenMax, then 1 again), in the high bits of the frame's meta_index. [owner, while
+	// WRITING, before the writer's guard exists]
+	std::atomic<uint32_t> frame_gen;
+	// 1: the frame was published for a number of holders (set_ref_count, a ticket), whom
+	// only its redemptions (ticket_left) admit; 0: published to queues. [owner, while
+	// WRITING]
+	std::atomic<uint32_t> counted;
 };
 
 struct alignas(64) ConsumerRecord {
@@ -479,6 +499,7 @@ static_assert(offsetof(SlotRecord, spill_ready) == 6584);
 static_assert(offsetof(SlotRecord, ticket_check) == 6592);
 static_assert(offsetof(SlotRecord, ticket_left) == 6600);
 static_assert(offsetof(SlotRecord, memory_gen) == 6604);
+static_assert(offsetof(SlotRecord, frame_gen) == 6608);
 static_assert(sizeof(SlotRecord) == 6656);
 static_assert(sizeof(ConsumerRecord) % 64 == 0);
 static_assert(offsetof(ConsumerRecord, state) == 0);

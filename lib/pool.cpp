@@ -84,6 +84,9 @@ BufferGuard PoolImpl::make_guard(uint32_t index, bool writable)
 		g.data_ = c.arena->host(offset);
 		g.device_ = c.arena->device_address(offset);
 		g.capacity_ = c.slot_size;
+		// Another process wrote it: out of range is no meta index.
+		uint32_t gen = rec.frame_gen.load(std::memory_order_relaxed);
+		g.gen_ = gen <= kMetaGenMax ? gen : 0;
 	}
 	g.writable_ = writable;
 	g.format_ = role == Role::owner ? format.load() : format_of(rec);
@@ -133,7 +136,7 @@ Result<BufferGuard> PoolImpl::checked_guard(uint32_t index, bool writable)
 		return g;
 	// Given back unread: no GPU work of this process touched it.
 	frames_refused.fetch_add(1, std::memory_order_relaxed);
-	g.pool_.reset();
+	g.detach();
 	(void)release(index, nullptr, false);
 	return make_error(Errc::bad_frame, where() + ": " + fits.error().message);
 }
@@ -247,6 +250,21 @@ Result<BufferGuard> PoolImpl::get(uint32_t index, bool writable, std::optional<u
 							  std::to_string(now) + " now, not frame " +
 							  std::to_string(*seq));
 	}
+	// Its holders are counted: only its meta index's holds admit one (get_named).
+	if (slot.counted.load(std::memory_order_acquire) != 0) {
+		uint32_t named = meta_index_of(index, slot.frame_gen.load(std::memory_order_relaxed));
+		(void)release(index, nullptr, false);
+		return make_error(Errc::not_held, where() + ": slot " + std::to_string(index) +
+							  " holds a frame published for a number of holders "
+							  "(set_ref_count): get its meta_index " +
+							  std::to_string(named) + " to take one of them");
+	}
+	return finish_get(index, writable);
+}
+
+Result<BufferGuard> PoolImpl::finish_get(uint32_t index, bool writable)
+{
+	SlotRecord &slot = seg.slots[index];
 	if (DeviceSync *sync = ordering_of(index)) {
 		// A frame taken by index is ready for any stream: the CPU waits for the
 		// producer's GPU writes (bounded; they were queued before publish).
@@ -329,6 +347,53 @@ Result<BufferGuard> PoolImpl::private_copy(const BufferGuard &frame, Memory to, 
 	g.copy_ = std::move(memory->owner);
 	g.pool_ = frame.pool_;
 	return g;
+}
+
+void PoolImpl::track_writer(uint32_t index, BufferGuard *guard)
+{
+	std::lock_guard lock(refs_lock);
+	if (index < writers.size())
+		writers[index] = guard;
+}
+
+void PoolImpl::untrack_writer(uint32_t index, const BufferGuard *guard)
+{
+	std::lock_guard lock(refs_lock);
+	if (index < writers.size() && writers[index] == guard)
+		writers[index] = nullptr;
+}
+
+BufferGuard *PoolImpl::writer_of(uint32_t index, uint32_t gen)
+{
+	std::lock_guard lock(refs_lock);
+	BufferGuard *g = index < writers.size() ? writers[index] : nullptr;
+	return g && g->gen_ == gen ? g : nullptr;
+}
+
+Result<PoolImpl::MetaIndex> PoolImpl::decode_meta(uint32_t meta_index) const
+{
+	if (meta_index < seg.slot_count)
+		return MetaIndex{ meta_index, 0 };
+	MetaIndex m{ meta_index & ((1u << kMetaSlotBits) - 1), meta_index >> kMetaSlotBits };
+	if (m.gen == 0 || m.gen > kMetaGenMax || m.slot >= seg.slot_count || !in_range(m.slot))
+		return make_error(Errc::out_of_range,
+				  where() + ": " + std::to_string(meta_index) +
+					  " names no frame of this pool (a meta index is a slot below " +
+					  std::to_string(slots_end()) + " and a frame generation from 1 to " +
+					  std::to_string(kMetaGenMax) + "; BufferGuard::meta_index())");
+	return m;
+}
+
+Result<uint32_t> PoolImpl::held_slot(uint32_t meta_index, std::string_view call) const
+{
+	auto m = decode_meta(meta_index);
+	if (!m)
+		return m.error();
+	if (m->gen != 0 && seg.slots[m->slot].frame_gen.load(std::memory_order_relaxed) != m->gen)
+		return make_error(Errc::not_held, where() + ": " + std::string(call) + " meta index " +
+							  std::to_string(meta_index) + ": slot " +
+							  std::to_string(m->slot) + " holds another frame now");
+	return m->slot;
 }
 
 // Copy-on-write's fast path: in place only when this process is the sole holder and
@@ -434,10 +499,10 @@ Result<void> PoolImpl::release(uint32_t index, void *stream, bool gpu_reads, voi
 	return done;
 }
 
-Result<void> PoolImpl::set_ref_count(uint32_t index, uint32_t count)
+Result<void> PoolImpl::set_local_refs(uint32_t index, uint32_t count)
 {
 	std::unique_lock<std::mutex> lock;
-	if (auto held = lock_held(*this, index, "set_ref_count on", lock, false); !held)
+	if (auto held = lock_held(*this, index, "set_local_refs on", lock, false); !held)
 		return held;
 	local_refs[index] = count;
 	if (count == 0) {
@@ -461,6 +526,8 @@ BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 		reset();
 		pool_ = std::move(other.pool_);
 		index_ = other.index_;
+		gen_ = std::exchange(other.gen_, 0);
+		acquired_ = std::exchange(other.acquired_, false);
 		meta_ = other.meta_;
 		data_ = std::exchange(other.data_, nullptr);
 		device_ = std::exchange(other.device_, 0);
@@ -470,6 +537,8 @@ BufferGuard &BufferGuard::operator=(BufferGuard &&other) noexcept
 		format_ = std::move(other.format_);
 		side_data_ = std::move(other.side_data_);
 		stream_ = std::exchange(other.stream_, nullptr);
+		if (acquired_ && pool_)
+			pool_->track_writer(index_, this);
 	}
 	return *this;
 }
@@ -484,8 +553,20 @@ void BufferGuard::reset()
 	(void)release(nullptr);
 }
 
+void BufferGuard::detach()
+{
+	if (acquired_ && pool_)
+		pool_->untrack_writer(index_, this);
+	acquired_ = false;
+	pool_.reset();
+}
+
 Result<void> BufferGuard::release(CudaStream stream)
 {
+	if (acquired_ && pool_)
+		pool_->untrack_writer(index_, this);
+	acquired_ = false;
+	gen_ = 0;
 	std::shared_ptr<PoolImpl> pool = std::move(pool_);
 	Result<void> r;
 	if (pool && !copy_)
@@ -512,23 +593,78 @@ bool BufferGuard::incomplete() const
 	return sync && sync->died_unready(index_, meta_.seq);
 }
 
-Result<BufferGuard> BufferGuard::copy_to_cpu(CudaStream stream) const
+Result<BufferGuard> BufferGuard::private_copy_to_cpu(CudaStream stream) const
 {
 	if (!valid())
 		return make_error(Errc::invalid_argument, "copy of an empty buffer");
 	return pool_->private_copy(*this, Memory{ Storage::system, 0 }, stream);
 }
 
-Result<BufferGuard> BufferGuard::copy_to_cuda(uint32_t device, CudaStream stream) const
+Result<BufferGuard> BufferGuard::private_copy_to_cuda(uint32_t device, CudaStream stream) const
 {
 	if (!valid())
 		return make_error(Errc::invalid_argument, "copy of an empty buffer");
 	return pool_->private_copy(*this, Memory{ Storage::cuda, device }, stream);
 }
 
-Result<BufferGuard> BufferGuard::copy_to_device(uint32_t device, CudaStream stream) const
+uint32_t BufferGuard::meta_index() const
 {
-	return copy_to_cuda(device, stream);
+	if (copy_ || (pool_ && pool_->is_spill(index_)))
+		return kNoMetaIndex;
+	return meta_index_of(index_, gen_);
+}
+
+Result<std::span<const std::byte>> BufferGuard::as_cpu_slice() const
+{
+	if (!valid())
+		return make_error(Errc::invalid_argument, "as_cpu_slice of an empty buffer");
+	if (!data_)
+		return make_error(Errc::invalid_argument, "as_cpu_slice: the frame is in CUDA device memory "
+							  "(as_cuda_ptr() gives its address)");
+	return data();
+}
+
+Result<std::span<std::byte>> BufferGuard::as_cpu_slice_mut()
+{
+	if (valid() && !data_)
+		return make_error(Errc::invalid_argument, "as_cpu_slice_mut: the frame is in CUDA device memory "
+							  "(as_cuda_ptr_mut() gives its address)");
+	return data_mut();
+}
+
+Result<uint64_t> BufferGuard::as_cuda_ptr() const
+{
+	if (!valid())
+		return make_error(Errc::invalid_argument, "as_cuda_ptr of an empty buffer");
+	if (!device_)
+		return make_error(Errc::invalid_argument, "as_cuda_ptr: the frame is in system memory "
+							  "(as_cpu_slice() gives its bytes)");
+	return device_;
+}
+
+Result<uint64_t> BufferGuard::as_cuda_ptr_mut()
+{
+	auto address = as_cuda_ptr();
+	if (address && !writable_)
+		return make_error(Errc::read_only,
+				  "as_cuda_ptr_mut: a read-only frame (received, or taken with get()); "
+				  "get_mut() gives a writable one");
+	return address;
+}
+
+Result<void> BufferGuard::forget()
+{
+	if (acquired_ && pool_)
+		return make_error(Errc::invalid_argument,
+				  pool_->where() + ": forget of frame " + std::to_string(meta_index()) +
+					  ", acquired and not published: its slot would be lost to the pool "
+					  "(publish() or set_ref_count() it, or drop it)");
+	// The reference stays this process's (release(meta_index) or its exit gives it back),
+	// a private copy's memory stays too: that is what forget means.
+	pool_.reset();
+	gen_ = 0;
+	(void)release(nullptr); // no reference left to release: the rest of the guard
+	return {};
 }
 
 Result<FrameMeta *> BufferGuard::meta_mut()

@@ -131,6 +131,15 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// never held while waiting (a futex wake of the owner may happen under it).
 	mutable std::mutex refs_lock;
 	std::vector<uint32_t> local_refs;
+	// Guards of the frames this process acquired and has not published, by slot, under
+	// refs_lock: what set_ref_count(meta_index, n) publishes. A guard keeps its entry
+	// as it moves (BufferGuard::acquired_) and clears it as it lets go of the slot.
+	// Sized with local_refs.
+	std::vector<BufferGuard *> writers;
+	void track_writer(uint32_t index, BufferGuard *guard);
+	void untrack_writer(uint32_t index, const BufferGuard *guard);
+	// The guard writing the frame INDEX of generation GEN names in this process; none.
+	BufferGuard *writer_of(uint32_t index, uint32_t gen);
 	// Slots this process took EXCLUSIVE (take_exclusive), under refs_lock: only it
 	// moves them back to PUBLISHED. Sized with local_refs.
 	std::vector<uint8_t> exclusive;
@@ -238,8 +247,27 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	}
 
 	// References (all roles).
-	// SEQ: only while the slot holds that frame (Errc::not_held once it changed).
+	// What a meta index names (BufferGuard::meta_index()): a slot and a frame
+	// generation; generation 0 for a plain slot index. Errc::out_of_range for a value that
+	// names no slot of this pool.
+	struct MetaIndex {
+		uint32_t slot = 0;
+		uint32_t gen = 0;
+	};
+	Result<MetaIndex> decode_meta(uint32_t meta_index) const;
+	// The slot META_INDEX names, for a call on a reference this process holds: a plain
+	// index, or a meta index of the frame the slot holds (Errc::not_held otherwise).
+	Result<uint32_t> held_slot(uint32_t meta_index, std::string_view call) const;
+	// SEQ: only while the slot holds that frame (Errc::not_held once it changed). A
+	// frame published for a number of holders is refused: its meta index takes a hold.
 	Result<BufferGuard> get(uint32_t index, bool writable, std::optional<uint64_t> seq = std::nullopt);
+	// The frame META_INDEX names (BufferPool::get(meta_index)): a plain slot index as
+	// get(); a meta index only while the slot holds that frame, by one of its holds
+	// when it was published for a number of them (ticket.cpp).
+	Result<BufferGuard> get_named(uint32_t meta_index, bool writable);
+	// get()'s last steps on a slot this process now holds: a device frame's writes
+	// waited for, its layout checked, and for WRITABLE the copy-on-write.
+	Result<BufferGuard> finish_get(uint32_t index, bool writable);
 	// One more reference of this process's on published slot INDEX (in range): its holder
 	// bit set first when it held none, against the owner's reclaim (get's first step).
 	Result<void> hold_published(uint32_t index);
@@ -251,13 +279,19 @@ struct PoolImpl : std::enable_shared_from_this<PoolImpl> {
 	// after STREAM's work (nullptr: once the CPU waited for it, ALSO included); GPU_READS
 	// false when the holder never read it on the GPU (the owner handing it over).
 	Result<void> release(uint32_t index, void *stream = nullptr, bool gpu_reads = true, void *also = nullptr);
-	Result<void> set_ref_count(uint32_t index, uint32_t count);
+	Result<void> set_local_refs(uint32_t index, uint32_t count);
 	BufferGuard make_guard(uint32_t index, bool writable);
 	// A guard on a slot this process holds, for a reader: its metadata copied and its
 	// layout checked (frame_check.hpp). A layout that does not fit is Errc::bad_frame,
 	// the reference given back and counted in frames_refused.
 	Result<BufferGuard> checked_guard(uint32_t index, bool writable);
 	Result<BufferGuard> private_copy(const BufferGuard &frame, Memory to, void *stream = nullptr);
+	// A writable slot of MEMORY (none: the first class's) of SIZE bytes or more, for the
+	// role this process plays: the owner's, or one the owner leases a guest
+	// (BufferPool::acquire). buffer_pool.cpp, the facade, which reaches the roles.
+	Result<BufferGuard> acquire_slot(uint64_t size, std::optional<Memory> memory, int64_t timeout_ns, void *stream);
+	// A copy of FRAME in a slot of MEMORY acquired so (BufferPool::copy).
+	Result<BufferGuard> copy_into(const BufferGuard &frame, Memory memory, int64_t timeout_ns, void *stream);
 	// Where FRAME's bytes are, for copy_bytes().
 	static Place place_of(const BufferGuard &frame);
 	// Before a copy of FRAME's device memory by CUDA device DEVICE: lets DEVICE read the

@@ -194,6 +194,12 @@ Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls,
 		pool_.local_refs[i] = 1;
 	}
 	growth.used(i);
+	// A new frame of the slot: its meta index differs from every earlier one's (until
+	// the generation wraps, after kMetaGenMax frames of this slot).
+	uint32_t gen = frame_gens[i] % kMetaGenMax + 1;
+	frame_gens[i] = gen;
+	seg.slots[i].frame_gen.store(gen, std::memory_order_seq_cst);
+	seg.slots[i].counted.store(0, std::memory_order_relaxed);
 	FrameMeta &m0 = seg.slots[i].meta;
 	m0 = FrameMeta{};
 	m0.index = i;
@@ -201,7 +207,10 @@ Result<BufferGuard> Publisher::claim(uint32_t i, const PoolImpl::SlotClass &cls,
 	m0.device_id = uint8_t(cls.arena->device());
 	m0.pts = m0.dts = m0.duration = XMEM_NONE;
 	seg.slots[i].side_data_size = 0;
-	return pool_.make_guard(i, true);
+	BufferGuard g = pool_.make_guard(i, true);
+	g.acquired_ = true;
+	pool_.track_writer(i, &g);
+	return g;
 }
 
 Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lock<std::mutex> &lock,
@@ -265,6 +274,7 @@ Result<uint64_t> Publisher::put_out(BufferGuard &g, void *stream, std::unique_lo
 	// published sees them.
 	slot.ticket_left.store(redemptions, std::memory_order_relaxed);
 	slot.ticket_check.store(ticket_check, std::memory_order_relaxed);
+	slot.counted.store(redemptions != 0, std::memory_order_relaxed);
 	slot.state.store(kSlotPublished, std::memory_order_release);
 	seg.header->published.store(seq, std::memory_order_relaxed);
 	return seq;
@@ -276,7 +286,7 @@ void Publisher::refuse(BufferGuard &&frame, const Origin &origin)
 	if (origin.writes_done && g.valid() && g.pool_.get() == &pool_) {
 		// A guest's frame: its slot goes back without waiting for this process's streams.
 		uint32_t index = g.index_;
-		g.pool_.reset();
+		g.detach();
 		(void)pool_.release(index, nullptr, false);
 	}
 }
@@ -309,7 +319,7 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream, const Origin 
 	// consumer finds itself the only holder (writable in place) from the start. Its
 	// writes are covered by `ready`: no done word of its own.
 	(void)pool_.release(index, nullptr, false);
-	g.pool_.reset();
+	g.detach();
 	for (uint32_t i = 0; i < ntargets; i++) {
 		uint32_t bit = 1 + targets[i];
 		if (taken[bit / 64] & holder_mask(bit)) {
@@ -335,7 +345,7 @@ Result<uint32_t> Publisher::lease(uint64_t size, Memory memory)
 	if (!g)
 		return g.error();
 	uint32_t slot = g->index_;
-	g->pool_.reset(); // the reference stays, the lease's
+	g->detach(); // the reference stays, the lease's
 	return slot;
 }
 
@@ -376,7 +386,7 @@ Result<Ticket> Publisher::publish_ticket(BufferGuard &&frame, uint32_t redemptio
 	// The owner's reference stays, for the ticket: the guard lets go of the slot without
 	// releasing it.
 	uint32_t index = g.index_;
-	g.pool_.reset();
+	g.detach();
 	tickets.add(index, deadline_after(ttl_ns));
 	return Ticket{ index, *seq, check };
 }
@@ -516,6 +526,8 @@ Result<std::shared_ptr<PoolImpl>> Publisher::create(std::string_view name, std::
 	}
 	impl->local_refs.assign(impl->index_count(), 0);
 	impl->exclusive.assign(impl->seg.slot_count, 0);
+	impl->writers.assign(impl->seg.slot_count, nullptr);
+	impl->publisher->frame_gens.assign(impl->seg.slot_count, 0);
 	{
 		std::lock_guard lock(impl->classes_lock);
 		impl->add_class(0, impl->seg.classes[0], impl->arena.get(), sync);

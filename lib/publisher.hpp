@@ -94,6 +94,9 @@ private:
 	// Frame tickets: their list and timer under publish_lock.
 	owner::Tickets tickets{ pool_ };
 	uint64_t published_count = 0; // under publish_lock
+	// Each slot's frame generation (layout::SlotRecord::frame_gen), the owner's own copy:
+	// written by claim() while the slot is WRITING, so slot I's by one thread at a time.
+	std::vector<uint32_t> frame_gens;
 	// Where acquire() starts looking for a free slot in each class: a hint, any value is
 	// correct, so relaxed.
 	std::array<std::atomic<uint32_t>, layout::kMaxClasses> acquire_cursor{};

@@ -220,6 +220,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 	}
 	pool_.local_refs.assign(pool_.index_count(), 0);
 	pool_.exclusive.assign(seg.slot_count, 0);
+	pool_.writers.assign(seg.slot_count, nullptr);
 	mapped_gen.assign(seg.slot_count, 0);
 	pool_.leased.assign(pool_.index_count(), 0);
 	event = std::move(ev);

@@ -1,5 +1,6 @@
-// ticket.cpp - frame tickets (docs/design.md, "Frame tickets"): their text, and a consumer's
-// redemption of one for a reference of its own; the owner issues and ends them (publisher.cpp).
+// ticket.cpp - holds of a named frame (docs/design.md, "Frame tickets", "Meta indices"): a
+// ticket's text, and a consumer's redemption of a ticket or get of a meta index for a
+// reference of its own; the owner issues and ends counted publications (publisher.cpp).
 #include "pool_impl.hpp"
 
 #include <charconv>
@@ -34,6 +35,18 @@ bool take_number(std::string_view &text, T *out, int base, char separator)
 		return false;
 	text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
 	return true;
+}
+
+// One of a counted frame's holds, by CAS: the owner's end of the publication sets
+// ticket_left to 0 first. Returns the holds there were; 0: none was left.
+uint32_t take_one(SlotRecord &slot)
+{
+	uint32_t left = slot.ticket_left.load(std::memory_order_seq_cst);
+	do {
+		if (left == 0)
+			return 0;
+	} while (!slot.ticket_left.compare_exchange_weak(left, left - 1, std::memory_order_seq_cst));
+	return left;
 }
 
 } // namespace
@@ -93,14 +106,11 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 		undo();
 		return refused(kNotLive);
 	}
-	// One redemption, by CAS: the owner's expiry sets ticket_left to 0 first.
-	uint32_t left = slot.ticket_left.load(std::memory_order_seq_cst);
-	do {
-		if (left == 0) {
-			undo();
-			return refused("has no redemption left (used up or expired)");
-		}
-	} while (!slot.ticket_left.compare_exchange_weak(left, left - 1, std::memory_order_seq_cst));
+	uint32_t left = take_one(slot);
+	if (left == 0) {
+		undo();
+		return refused("has no redemption left (used up or expired)");
+	}
 	seg.header->tickets_redeemed.fetch_add(1, std::memory_order_relaxed);
 	if (left == 1)
 		notify_owner(); // the last one: the owner's hold can go
@@ -113,6 +123,54 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 		}
 	}
 	return checked_guard(t.slot, false);
+}
+
+Result<BufferGuard> PoolImpl::get_named(uint32_t meta_index, bool writable)
+{
+	if (role == Role::inspector)
+		return make_error(Errc::wrong_role, where() + ": an inspector holds no frames");
+	auto m = decode_meta(meta_index);
+	if (!m)
+		return m.error();
+	if (m->gen == 0)
+		return get(m->slot, writable);
+	if (seg.header->state.load(std::memory_order_acquire) == kPoolClosed ||
+	    (owner_link && owner_link->owner_gone()))
+		return make_error(Errc::closed,
+				  where() + ": the owner closed the pool (its frames' holds ended with it)");
+	SlotRecord &slot = seg.slots[m->slot];
+	auto refused = [&](const std::string &why) {
+		return make_error(Errc::not_held, where() + ": meta index " + std::to_string(meta_index) + " (slot " +
+							  std::to_string(m->slot) + ", frame generation " +
+							  std::to_string(m->gen) + "): " + why);
+	};
+	constexpr const char *kGone = "the slot holds another frame now (it was reused since, or never held that one)";
+	// An index of an earlier frame is refused before this process touches the holder bits.
+	if (slot.frame_gen.load(std::memory_order_seq_cst) != m->gen)
+		return refused(kGone);
+	if (auto held = hold_published(m->slot); !held)
+		return refused(held.error().message);
+	auto undo = [&] {
+		(void)release(m->slot, nullptr, false);
+	};
+	// Held, the slot keeps its frame: the generation says whether it is the one named.
+	if (slot.frame_gen.load(std::memory_order_seq_cst) != m->gen) {
+		undo();
+		return refused(kGone);
+	}
+	// Written before PUBLISHED, with the generation: this frame's.
+	if (slot.counted.load(std::memory_order_seq_cst) != 0) {
+		uint32_t left = take_one(slot);
+		if (left == 0) {
+			undo();
+			return refused("all the holds set_ref_count published it for were taken, or their lifetime "
+				       "ended");
+		}
+		seg.header->tickets_redeemed.fetch_add(1, std::memory_order_relaxed);
+		if (left == 1)
+			notify_owner(); // the last one: the owner's hold can go
+	}
+	return finish_get(m->slot, writable);
 }
 
 } // namespace xmem

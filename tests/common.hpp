@@ -250,6 +250,26 @@ bool eventually(Cond cond, std::chrono::milliseconds timeout = std::chrono::seco
 	return cond();
 }
 
+// A pool of SLOTS slots of SLOT_SIZE bytes of system memory, NAME's owner (nullptr, and a
+// test failure, when it cannot be made).
+inline std::shared_ptr<xmem::BufferPool> make_pool(const std::string &name, uint32_t slots, uint64_t slot_size = 4096)
+{
+	xmem::PoolConfig config;
+	config.slot_count = slots;
+	config.slot_size = slot_size;
+	auto pool = xmem::BufferPool::create(name, config);
+	EXPECT_TRUE(pool.ok()) << pool.error().message;
+	return pool.ok() ? pool.value() : nullptr;
+}
+
+// A consumer of pool NAME (nullptr, and a test failure, when it cannot attach).
+inline std::shared_ptr<xmem::BufferPool> attach(const std::string &name)
+{
+	auto pool = xmem::BufferPool::open(name);
+	EXPECT_TRUE(pool.ok()) << pool.error().message;
+	return pool.ok() ? pool.value() : nullptr;
+}
+
 // The message of a failed result, for assertion output.
 template<typename T>
 std::string why(const xmem::Result<T> &r)

@@ -298,8 +298,8 @@ int serve(const std::string &path, const xmem::test::Options &o)
 	}
 }
 
-// redeem NAME: attaches, then reads frame tickets from stdin, one a line (a pipe from
-// the test: any channel will do), and redeems each, printing "redeemed seq=N ok=0|1" or
+// redeem NAME: attaches, then reads frame tickets or meta indices from stdin, one a line
+// (a pipe from the test: any channel will do), and gets each, printing "redeemed seq=N ok=0|1" or
 // "refused code=C". The frames stay held until stdin ends ("hold" then, and it sleeps
 // until killed, with --hold) or the line "drop" lets them go ("dropped").
 int redeem(const std::string &name, const xmem::test::Options &o)
@@ -324,8 +324,12 @@ int redeem(const std::string &name, const xmem::test::Options &o)
 			std::printf("dropped\n");
 			continue;
 		}
-		auto ticket = xmem::Ticket::parse(text);
-		auto frame = ticket ? (*pool)->get(*ticket) : xmem::Result<xmem::BufferGuard>(ticket.error());
+		// A line of digits is a meta index (BufferPool::get(meta_index)), the rest tickets.
+		bool number = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+		auto ticket = number ? xmem::Result<xmem::Ticket>(xmem::Ticket{}) : xmem::Ticket::parse(text);
+		auto frame = number   ? (*pool)->get(uint32_t(std::strtoul(text.c_str(), nullptr, 10)))
+			     : ticket ? (*pool)->get(*ticket)
+				      : xmem::Result<xmem::BufferGuard>(ticket.error());
 		if (!frame) {
 			std::printf("refused code=%d\n", -int(frame.code()));
 			continue;

@@ -1114,7 +1114,7 @@ TEST(Get, OutOfRange)
 			EXPECT_ERRC(p->get_mut(index), Errc::out_of_range);
 			EXPECT_ERRC(p->add_ref(index), Errc::out_of_range);
 			EXPECT_ERRC(p->release(index), Errc::out_of_range);
-			EXPECT_ERRC(p->set_ref_count(index, 1), Errc::out_of_range);
+			EXPECT_ERRC(p->set_local_refs(index, 1), Errc::out_of_range);
 			EXPECT_EQ(p->ref_count(index), 0u);
 		}
 	}
@@ -1238,7 +1238,7 @@ TEST(Refs, AddReleaseSetAndCount)
 	ASSERT_TRUE(b);
 	EXPECT_ERRC(b->release(0), Errc::not_held);
 	EXPECT_ERRC(b->add_ref(0), Errc::not_held);
-	EXPECT_ERRC(b->set_ref_count(0, 2), Errc::not_held);
+	EXPECT_ERRC(b->set_local_refs(0, 2), Errc::not_held);
 	EXPECT_EQ(b->ref_count(0), 0u);
 
 	auto g = b->get(0);
@@ -1252,15 +1252,15 @@ TEST(Refs, AddReleaseSetAndCount)
 	g->reset();
 	EXPECT_EQ(b->ref_count(0), 1u) << "the guard drops only its own reference";
 	EXPECT_ERRC(owner->acquire(0s), Errc::timed_out) << "a non-RAII reference still holds the slot";
-	ASSERT_OK(b->set_ref_count(0, 5));
+	ASSERT_OK(b->set_local_refs(0, 5));
 	EXPECT_EQ(b->ref_count(0), 5u);
 	ASSERT_OK(b->release(0));
 	EXPECT_EQ(b->ref_count(0), 4u);
 	EXPECT_ERRC(owner->acquire(0s), Errc::timed_out);
-	ASSERT_OK(b->set_ref_count(0, 0));
+	ASSERT_OK(b->set_local_refs(0, 0));
 	EXPECT_EQ(b->ref_count(0), 0u);
 	EXPECT_ERRC(b->release(0), Errc::not_held);
-	EXPECT_ERRC(b->set_ref_count(0, 0), Errc::not_held);
+	EXPECT_ERRC(b->set_local_refs(0, 0), Errc::not_held);
 	// All released: the owner takes the slot back.
 	auto again = owner->acquire(1s);
 	ASSERT_OK(again);

@@ -339,14 +339,14 @@ static int run(const char *runtime)
 	CHECK(xmem_pool_ref_count(consumer, index) == 2);
 	CHECK_STATUS(xmem_pool_release(consumer, index), XMEM_OK);
 	CHECK(xmem_pool_ref_count(consumer, index) == 1);
-	CHECK_STATUS(xmem_pool_set_ref_count(consumer, index, 3), XMEM_OK);
+	CHECK_STATUS(xmem_pool_set_local_refs(consumer, index, 3), XMEM_OK);
 	CHECK(xmem_pool_ref_count(consumer, index) == 3);
-	CHECK_STATUS(xmem_pool_set_ref_count(consumer, index, 1), XMEM_OK); /* back to the buffer's own */
+	CHECK_STATUS(xmem_pool_set_local_refs(consumer, index, 1), XMEM_OK); /* back to the buffer's own */
 	CHECK(xmem_pool_ref_count(consumer, index) == 1);
 	uint32_t other = (index + 1) % 4;
 	CHECK_STATUS(xmem_pool_release(consumer, other), XMEM_ENOTHELD);
 	CHECK_STATUS(xmem_pool_add_ref(consumer, other), XMEM_ENOTHELD);
-	CHECK_STATUS(xmem_pool_set_ref_count(consumer, other, 0), XMEM_ENOTHELD);
+	CHECK_STATUS(xmem_pool_set_local_refs(consumer, other, 0), XMEM_ENOTHELD);
 	CHECK(xmem_pool_ref_count(consumer, other) == 0);
 	CHECK_STATUS(xmem_pool_release(consumer, 4), XMEM_ERANGE);
 	CHECK(xmem_pool_ref_count(consumer, 4) == 0);
@@ -610,6 +610,62 @@ static int tickets(void)
 	return failures ? 1 : 0;
 }
 
+/* The seed's flow in C: connect in any order, set_ref_count for two holders, get by meta
+ * index in two handles, forget; and what is refused. */
+static int seed_flow(void)
+{
+	xmem_connect_options o;
+	xmem_connect_options_init(&o);
+	CHECK(o.timeout_ns == 10000000000ll && o.memory_cap_mib == 1024 && o.device_memory_cap_mib == 4096);
+	o.timeout_ns = 2000000000ll;
+	xmem_pool *consumer = NULL, *owner = NULL;
+	CHECK_STATUS(xmem_pool_connect("c-seed", &o, &consumer), XMEM_OK);
+	REQUIRE(consumer != NULL);
+	CHECK(xmem_pool_role(consumer) == XMEM_ROLE_NONE);
+	CHECK(xmem_pool_role(NULL) == XMEM_ROLE_NONE);
+	o.reserved[0] = 1;
+	CHECK_STATUS(xmem_pool_connect("c-seed", &o, &owner), XMEM_EINVAL);
+	o.reserved[0] = 0;
+	CHECK_STATUS(xmem_pool_connect("c-seed", &o, &owner), XMEM_OK);
+	REQUIRE(owner != NULL);
+	xmem_buffer *w = NULL;
+	CHECK_STATUS(xmem_pool_acquire_memory(owner, 256, XMEM_STORAGE_SYSTEM, 0, 1000000000, NULL, &w), XMEM_OK);
+	REQUIRE(w != NULL);
+	CHECK(xmem_pool_role(owner) == XMEM_ROLE_OWNER);
+	fill(xmem_buffer_data_mut(w), 256, 9);
+	uint32_t mi = xmem_buffer_meta_index(w);
+	CHECK(mi != XMEM_NO_META_INDEX && (mi & ((1u << XMEM_META_SLOT_BITS) - 1)) == 0);
+	CHECK_STATUS(xmem_buffer_forget(w), XMEM_EINVAL); /* acquired, not published */
+	CHECK_STATUS(xmem_pool_set_ref_count(owner, mi, 0, 0), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_set_ref_count(owner, mi, -3, 0), XMEM_EINVAL);
+	CHECK_STATUS(xmem_pool_set_ref_count(owner, mi, 2, 0), XMEM_OK);
+	CHECK(xmem_buffer_meta_index(w) == mi); /* readable after set_ref_count */
+	CHECK_STATUS(xmem_buffer_forget(w), XMEM_OK);
+	xmem_pool *other = NULL;
+	CHECK_STATUS(xmem_pool_connect("c-seed", &o, &other), XMEM_OK);
+	REQUIRE(other != NULL);
+	CHECK(xmem_pool_role(other) == XMEM_ROLE_CONSUMER);
+	xmem_buffer *a = NULL, *b = NULL, *c = NULL;
+	CHECK_STATUS(xmem_pool_get(consumer, mi, &a), XMEM_OK);
+	CHECK_STATUS(xmem_pool_get(other, mi, &b), XMEM_OK);
+	CHECK_STATUS(xmem_pool_get(other, mi, &c), XMEM_ENOTHELD); /* both holds taken */
+	REQUIRE(a != NULL && b != NULL);
+	CHECK(intact(xmem_buffer_data(a), 256, 9) && intact(xmem_buffer_data(b), 256, 9));
+	CHECK(xmem_buffer_meta_index(a) == mi);
+	CHECK(xmem_buffer_meta_index(NULL) == XMEM_NO_META_INDEX);
+	CHECK_STATUS(xmem_buffer_forget(NULL), XMEM_EINVAL);
+	/* forget keeps the reference: released by meta index. */
+	CHECK_STATUS(xmem_buffer_forget(a), XMEM_OK);
+	CHECK(xmem_pool_ref_count(consumer, mi) == 1);
+	CHECK_STATUS(xmem_pool_release(consumer, mi), XMEM_OK);
+	xmem_buffer_release(b);
+	CHECK_STATUS(xmem_pool_get(consumer, 0xFFFFFFFFu, &c), XMEM_ERANGE);
+	xmem_pool_close(other);
+	xmem_pool_close(consumer);
+	xmem_pool_close(owner);
+	return failures ? 1 : 0;
+}
+
 /* Growth on demand: a pool with a memory cap makes a slot of a size no class holds,
  * counts it, reuses it once free, and refuses a size past the cap with XMEM_EFULL. */
 static int growth(void)
@@ -738,6 +794,8 @@ int main(void)
 	if (tickets() != 0)
 		rc = 1;
 	if (growth() != 0)
+		rc = 1;
+	if (seed_flow() != 0)
 		rc = 1;
 	if (size_classes() != 0)
 		rc = 1;

@@ -255,10 +255,12 @@ TEST(Classes, AConsumerAttachedBeforeAClassTakesItsFrames)
 	auto redeemed = (*consumer)->get(*ticket);
 	ASSERT_TRUE(redeemed.ok()) << redeemed.error().message;
 	EXPECT_TRUE(xmem::test::check(redeemed->data(), seq));
-	// And by index: a held published slot of the new class.
+	// Not by its slot index: its holders are counted, and its meta index's one hold is taken.
 	auto again = (*consumer)->get(ticket->slot);
-	ASSERT_TRUE(again.ok()) << again.error().message;
-	EXPECT_EQ(again->meta().seq, seq);
+	EXPECT_EQ(again.code(), Errc::not_held);
+	EXPECT_NE(again.error().message.find(std::to_string(redeemed->meta_index())), std::string::npos)
+		<< again.error().message;
+	EXPECT_EQ((*consumer)->get(redeemed->meta_index()).code(), Errc::not_held);
 	// A slot no class has taken is not a frame.
 	EXPECT_EQ((*consumer)->get(60).code(), Errc::out_of_range);
 }

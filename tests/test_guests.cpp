@@ -170,7 +170,7 @@ TEST(Guests, LeasesGoBackAndWaitForAFreeSlot)
 	EXPECT_NE(a->index(), b->index());
 	EXPECT_EQ(owner->stats().slots_free, 0u);
 	EXPECT_EQ(guest->add_ref(a->index()).code(), Errc::invalid_argument) << "a slot being written";
-	EXPECT_EQ(guest->set_ref_count(a->index(), 3).code(), Errc::invalid_argument);
+	EXPECT_EQ(guest->set_local_refs(a->index(), 3).code(), Errc::invalid_argument);
 	auto start = std::chrono::steady_clock::now();
 	EXPECT_EQ(guest->acquire(50ms).code(), Errc::timed_out);
 	EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);

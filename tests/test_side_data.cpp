@@ -88,7 +88,7 @@ TEST(SideData, TravelsWithEachFrameAsACopyTakenAtReceive)
 	auto clone = f1->clone_ref();
 	ASSERT_TRUE(clone.ok());
 	EXPECT_TRUE(same(clone->side_data(), first));
-	auto copy = f1->copy_to_cpu();
+	auto copy = f1->private_copy_to_cpu();
 	ASSERT_TRUE(copy.ok()) << why(copy);
 	EXPECT_TRUE(same(copy->side_data(), first));
 

@@ -18,30 +18,14 @@ using namespace std::chrono_literals;
 using xmem::BufferGuard;
 using xmem::BufferPool;
 using xmem::Errc;
-using xmem::PoolConfig;
 using xmem::Ticket;
+using xmem::test::attach;
 using xmem::test::eventually;
+using xmem::test::make_pool;
 using xmem::test::Process;
 using xmem::test::RuntimeDir;
 
 constexpr uint64_t kSlotSize = 4096;
-
-std::shared_ptr<BufferPool> make_pool(const std::string &name, uint32_t slots)
-{
-	PoolConfig config;
-	config.slot_count = slots;
-	config.slot_size = kSlotSize;
-	auto pool = BufferPool::create(name, config);
-	EXPECT_TRUE(pool.ok()) << pool.error().message;
-	return pool.ok() ? pool.value() : nullptr;
-}
-
-std::shared_ptr<BufferPool> attach(const std::string &name)
-{
-	auto pool = BufferPool::open(name);
-	EXPECT_TRUE(pool.ok()) << pool.error().message;
-	return pool.ok() ? pool.value() : nullptr;
-}
 
 // A test frame (frames.hpp: its bytes follow its seq) made into a ticket.
 xmem::Result<Ticket> ticket_frame(BufferPool &owner, uint32_t redemptions, std::chrono::nanoseconds ttl,

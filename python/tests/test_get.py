@@ -30,15 +30,15 @@ def test_a_frame_is_taken_by_index_and_seq_until_its_slot_is_reused():
     with xmem.create(pool, 256, slots=2) as p, xmem.open(pool, timeout=5) as a, xmem.open(pool, timeout=5) as b:
         acquired_index = publish(p, 1.5)
         sent = a.receive(timeout=5)
-        assert sent.meta_index == sent.meta.index == acquired_index
+        assert sent.meta_index == acquired_index and sent.meta_index & 1023 == sent.meta.index
         # What a's process would send over its own channel: the index and the seq. A
         # frame still queued for b is b's to receive (get refuses it), so b takes its
         # queue first, as a process that gets frames by index would have done.
         index, seq = sent.meta_index, sent.meta.seq
         with pytest.raises(xmem.NotHeld, match="queued for this consumer"):
-            b.get(index, seq)
+            b.get(index)
         b.receive(timeout=5).release()
-        got = b.get(index, seq)
+        got = b.get(index & 1023, seq)
         assert got.meta.seq == seq and got.meta_index == index
         assert numpy.asarray(got).tolist() == [[1.5] * 3] * 2
         assert not got.writable()  # a holds it too
@@ -54,8 +54,10 @@ def test_a_frame_is_taken_by_index_and_seq_until_its_slot_is_reused():
             a.receive(timeout=5).release()
             b.receive(timeout=5).release()
         with pytest.raises(xmem.NotHeld, match="not_held|ENOTHELD|no longer"):
-            b.get(index, seq)
-        newer = b.get(index)  # without the seq: whatever the slot holds now
+            b.get(index & 1023, seq)
+        with pytest.raises(xmem.NotHeld, match="another frame now"):
+            b.get(index)  # a meta index names one frame, never a later one of its slot
+        newer = b.get(index & 1023)  # a plain slot index: whatever the slot holds now
         assert newer.meta.seq > seq
         assert numpy.asarray(newer).tolist()[0][0] in (2.5, 3.5)
 
@@ -157,7 +159,7 @@ def test_the_seed_pool_has_add_ref_and_release():
         seed = xmem.BufferPool(pool)
         assert seed.role == "consumer"
         publish(p, 3.5)
-        frame = seed._handle.receive(timeout=5)
+        frame = seed.receive(timeout=5)
         seed.add_ref(frame.meta_index)
         assert seed.ref_count(frame.meta_index) == 2
         seed.release(frame.meta_index)

@@ -396,9 +396,12 @@ def test_device_pointers_on_the_cuda_simulator():
         assert xmem.lib.xmem_cuda_copy_2d(ctypes.addressof(back), size, 0, fa.cuda_ptr, size, 1, size, 1, 0,
                                           None) == 0
         assert back.raw == source.raw
-        with pytest.raises(xmem.Error, match="other holders"):
-            fa.cuda_ptr_mut
+        with pytest.raises(xmem.Error, match="read-only frame") as refused:
+            fa.cuda_ptr_mut  # the seed's read-only guard refuses it
+        assert refused.value.status == xmem._capi.EREADONLY
+        assert not fa.writable(), "b holds it too"
         fb.release()
+        assert fa.writable(), "now the only holder"
         assert fa.cuda_ptr_mut == fa.cuda_ptr, "the only holder writes in place"
         fa.release()
         assert p.stats()["slots_free"] == 1, "reading the pointers kept the slot"

@@ -296,12 +296,15 @@ def _element_strides(seq, dtype, strides):
     return tuple(stride // size for stride in strides)
 
 
-class _Pointers:
-    """The seed's raw addresses of a frame's bytes, for code that takes a pointer (ONNX
-    Runtime's bind_input(buffer_ptr=...), a decoder writing a device slot). Reading one
-    does not keep the slot as arrays and capsules do: the address is valid while the
-    frame is (until release(), the end of its ``with`` block, publish() for an acquired
-    frame, or its garbage collection), so keep the frame while anything uses it."""
+class BufferGuard:
+    """What every frame is (the seed's BufferGuard): a received or gotten Frame, and a
+    WritableFrame acquired to be written. Its meta_index, for get(meta_index) in any
+    process; the raw addresses of its bytes, for code that takes a pointer (ONNX
+    Runtime's bind_input(buffer_ptr=...), a decoder writing a device slot); copies into
+    buffers of its pool; forget(). Reading an address does not keep the slot as arrays
+    and capsules do: the address is valid while the frame is (until release(), the end
+    of its ``with`` block, publish() for an acquired frame, or its garbage collection),
+    so keep the frame while anything uses it."""
 
     def _live_buffer(self):
         raise NotImplementedError
@@ -333,29 +336,57 @@ class _Pointers:
         return self.ptr
 
     @property
-    def meta_index(self):
-        """The frame's slot index (the seed's meta_index), for get(index, seq) in another
-        process with the frame's meta.seq; a ticket (publish_ticket) is the safe way to
-        hand a frame over. Error (ENOTHELD) for a private copy (get_mut of a shared
-        frame), which is in no slot."""
-        buffer = self._live_buffer()
-        if lib.xmem_buffer_is_copy(buffer):
-            raise Error("meta_index: a private copy is in no slot of the pool", _capi.ENOTHELD)
-        return lib.xmem_buffer_meta(buffer).contents.index
-
-    @property
     def cuda_ptr_mut(self):
-        """cuda_ptr, to write through: an acquired frame's, or a received one's when this
-        process is its only holder (it then keeps the frame to itself, as writable()
-        does). Error (XMEM_EREADONLY) while others hold it: write a copy."""
+        """cuda_ptr, to write through: a writable frame's (acquired, from get_mut(), or one
+        writable() made this process's alone). Error (EREADONLY) for a read-only frame,
+        as the seed's read-only guard refuses it."""
         address = self.cuda_ptr
-        if not lib.xmem_buffer_try_make_writable(self._live_buffer()):
-            raise Error("cuda_ptr_mut: other holders read this frame: it cannot be written in place (copy it)",
-                        _capi.EREADONLY)
+        if not lib.xmem_buffer_is_writable(self._live_buffer()):
+            raise Error("cuda_ptr_mut: a read-only frame (received, or taken with get()): get_mut() or "
+                        "writable() gives a writable one", _capi.EREADONLY)
         return address
 
+    @property
+    def meta_index(self):
+        """The frame's meta index (the seed's meta_index): what get(meta_index) takes in
+        any process attached to the pool, and set_ref_count(meta_index, n) publishes. Its
+        slot in the low bits (meta_index & 1023), the frame's generation above: it names
+        this frame, never a later one of the slot. Error (ENOTHELD) for a frame in no
+        slot (a private copy, a spilled frame)."""
+        index = lib.xmem_buffer_meta_index(self._live_buffer())
+        if index == _capi.NO_META_INDEX:
+            raise Error("meta_index: this frame is in no slot of the pool (a private copy or a spilled frame)",
+                        _capi.ENOTHELD)
+        return index
 
-class Frame(_Pointers):
+    def copy_to_cuda(self, device_id=0, timeout=1.0, stream=None):
+        """The seed's copy: a buffer of the pool on CUDA device DEVICE_ID with this frame's
+        bytes and metadata, writable, with its own meta_index: publish it or
+        set_ref_count() it (a consumer's is a slot the owner leases it). Queued on STREAM
+        (complete on return without one). Waits up to TIMEOUT seconds for a free slot.
+        Error (ERANGE) when the pool has no class of that memory large enough: the
+        message names the class to preallocate."""
+        return self._copy("cuda", device_id, timeout, stream)
+
+    def copy_to_cpu(self, timeout=1.0, stream=None):
+        """The same into a buffer of system memory (complete on return)."""
+        return self._copy("system", 0, timeout, stream)
+
+    def copy_to_device(self, device_id, timeout=1.0, stream=None):
+        """The seed's name for a copy between devices: copy_to_cuda(DEVICE_ID)."""
+        return self._copy("cuda", device_id, timeout, stream)
+
+    def _copy(self, storage, device, timeout, stream):
+        buffer = ctypes.c_void_p()
+        if self._pool.handle is None:
+            raise Closed("copy: the pool's handle is closed", _capi.ECLOSED)
+        _check(lib.xmem_pool_copy(self._pool.handle, self._live_buffer(), _storage_code(storage), int(device),
+                                  _timeout_ns(timeout), _stream_handle(stream), ctypes.byref(buffer)),
+               "copy_to_" + ("cpu" if storage == "system" else "cuda"))
+        return self._pool.writable(buffer)
+
+
+class Frame(BufferGuard):
     """One frame of a pool: its metadata, and its bytes without a copy."""
 
     def __init__(self, buffer, pool, stream=None):
@@ -561,6 +592,15 @@ class Frame(_Pointers):
         if not self._exported:
             self._hold = None
 
+    def forget(self):
+        """The seed's forget(): the frame goes without giving its reference back, which
+        stays this process's until the pool's release(meta_index) or its exit (arrays
+        made from it stay valid as long). The frame cannot be used after."""
+        buffer = self._buffer()
+        _check(lib.xmem_buffer_forget(buffer), "forget")
+        self._hold.buffer = None  # freed, its reference kept
+        self._released = True
+
     def __enter__(self):
         return self
 
@@ -660,6 +700,15 @@ class _Pool:
 
     def __init__(self, handle):
         self.handle = handle
+        # Frames acquired and not yet published, by meta index (set_ref_count revokes
+        # their views when it publishes one).
+        self.acquired = weakref.WeakValueDictionary()
+
+    def writable(self, buffer):
+        """BUFFER (acquired, or a copy into a slot) as a WritableFrame."""
+        frame = WritableFrame(buffer, self)
+        self.acquired[lib.xmem_buffer_meta_index(buffer)] = frame
+        return frame
 
     def close(self):
         if self.handle:
@@ -740,11 +789,14 @@ class _Handle:
         """A frame of the pool, with a reference of this process's own, read-only:
         - WHAT a ticket (a Ticket, its str or its bytes): one of its redemptions. Raises
           BadTicket when it is expired, used up, forged or of another pool.
-        - WHAT a slot index (the seed's meta_index: a received or published frame's
-          meta.index): the frame published in that slot now. With SEQ (the frame's
-          meta.seq, sent with the index) only while the slot still holds that frame:
-          NotHeld once the producer reused the slot, never the newer frame. NotHeld
-          for a slot with no published frame; Error (ERANGE) for an index out of range.
+        - WHAT a meta index (frame.meta_index, the seed's): that frame, while the slot
+          holds it; one of its holds when set_ref_count published it for a number of
+          holders (NotHeld once all are taken, or their lifetime ended). NotHeld once
+          the producer reused the slot (never the newer frame), or for a frame not
+          published; Error (ERANGE) for an index of no slot.
+        - WHAT a plain slot index (meta_index & 1023): the frame published in that slot
+          now, unless its holders are counted. With SEQ (the frame's meta.seq, sent with
+          the index) only while the slot still holds that frame.
         Closed once the owner closed the pool. A device frame is ready for any stream
         (the CPU waited for its writes)."""
         buffer = ctypes.c_void_p()
@@ -762,10 +814,10 @@ class _Handle:
         return Frame(buffer, self._pool)
 
     def get_mut(self, index):
-        """The frame published in slot INDEX, writable: in place when this process now
-        holds it alone (the slot is then its own until the frame is released, and other
-        processes' get() refuse it), else a private copy of its payload (meta.size
-        bytes) that is not a pool buffer. Frame.writable() says which arrays may
+        """The frame INDEX names (a meta index, or a slot index as for get()), writable:
+        in place when this process now holds it alone (the slot is then its own until the
+        frame is released, and other processes' get() refuse it), else a private copy of
+        its payload (meta.size bytes) that is not a pool buffer. Frame.writable() says which arrays may
         write. Errors as get(index)."""
         buffer = ctypes.c_void_p()
         _check(lib.xmem_pool_get_mut(self._get(), _slot_index(index, "get_mut"), ctypes.byref(buffer)), "get_mut")
@@ -808,12 +860,6 @@ class _Producing(_Handle):
     consumer's as a producer besides the owner (a guest: the owner leases it the slot and
     publishes it on its behalf; docs/design.md, "Producers besides the owner")."""
 
-    def _acquired_frames(self):
-        # Frames acquired and not yet published, by slot (BufferPool.set_ref_count).
-        acquired = self.__dict__.get("_acquired")
-        if acquired is None:
-            acquired = self._acquired = weakref.WeakValueDictionary()
-        return acquired
 
     def acquire(self, timeout=None, stream=None, size=None, storage=None, device=0):
         """A free slot, writable: fill frame.buffer (system memory) or write the device
@@ -836,9 +882,27 @@ class _Producing(_Handle):
         return self._writable(buffer)
 
     def _writable(self, buffer):
-        frame = WritableFrame(buffer, self._pool, self)
-        self._acquired_frames()[frame.meta_index] = frame
-        return frame
+        return self._pool.writable(buffer)
+
+    def set_ref_count(self, meta_index, count, lifetime=_capi.HOLD_LIFETIME):
+        """The seed's set_ref_count: publishes the frame META_INDEX names, which this
+        process acquired, wrote and has not published, for exactly COUNT holders in any
+        processes: each get(META_INDEX) takes one of them, and the slot comes back as soon
+        as those holders let go. Holds nobody took within LIFETIME seconds go back then (a
+        holder whose process died before its get). The frame's meta_index stays readable;
+        forget() it (or let it go). A payload size not set is the whole slot. Error
+        (EINVAL) for COUNT < 1 or over the pool's consumer limit, NotHeld when no frame of
+        that index is being written here."""
+        if isinstance(count, bool) or not isinstance(count, int) or not -2**31 <= count < 2**31:
+            raise ValueError("set_ref_count: count must be an int of 32 bits, not %r" % (count,))
+        if not lifetime > 0:
+            raise ValueError("set_ref_count: lifetime must be a positive number of seconds, not %r" % (lifetime,))
+        index = _slot_index(meta_index, "set_ref_count")
+        frame = self._pool.acquired.get(index)
+        status = lib.xmem_pool_set_ref_count(self._get(), index, count, min(int(lifetime * 1e9), _capi.FOREVER))
+        if frame is not None and frame._raw is not None and lib.xmem_buffer_capacity(frame._raw) == 0:
+            frame._published(index)  # its guard was taken, published or refused
+        _check(status, "set_ref_count")
 
     def copy(self, frame, storage, device=0, timeout=None, stream=None):
         """A copy of FRAME (a received or acquired frame) that is a slot of this pool, of
@@ -1113,26 +1177,26 @@ class Producer(_Producing):
         _check(lib.xmem_pool_end_of_stream(self._get()), "end_of_stream")
 
 
-class WritableFrame(_Pointers):
+class WritableFrame(BufferGuard):
     """A slot acquired for writing: ``buffer`` is a writable memoryview of it."""
 
-    def __init__(self, buffer, pool, producer=None):
+    def __init__(self, buffer, pool):
         self._raw = buffer
         self._pool = pool
-        self._producer = producer
-        # The ticket it was published as (publish_ticket, BufferPool.set_ref_count).
-        self.ticket = None
         self.capacity = lib.xmem_buffer_capacity(buffer)
         self.storage = _capi.storage_name(lib.xmem_buffer_storage(buffer))
         self._views = []
+        # The meta index set_ref_count published it under (None before; kept until
+        # forget()), and whether it was forgotten.
+        self._published_index = None
+        self._forgotten = False
 
     def _live_buffer(self):
         if self._raw is None:
             raise ValueError("this frame was already published or released")
         return self._raw
 
-    def _take(self):
-        self._live_buffer()
+    def _revoke_views(self):
         # Views handed out stop working: the slot is the consumers' now. One that
         # something else still exports from (a numpy array) cannot be revoked.
         for view in self._views:
@@ -1141,8 +1205,26 @@ class WritableFrame(_Pointers):
             except BufferError:
                 pass
         self._views = []
+
+    def _take(self):
+        self._live_buffer()
+        self._revoke_views()
         raw, self._raw = self._raw, None
         return raw
+
+    def _published(self, meta_index):
+        """set_ref_count took the frame's guard (published it, or refused it and gave the
+        slot back): the husk goes, the meta index stays readable."""
+        lib.xmem_buffer_release(self._take())  # an empty guard: nothing to release
+        self._published_index = meta_index
+
+    @property
+    def meta_index(self):
+        if self._forgotten:
+            raise ValueError("meta_index: this frame was forgotten")
+        if self._raw is None and self._published_index is not None:
+            return self._published_index
+        return BufferGuard.meta_index.fget(self)
 
     @property
     def buffer(self):
@@ -1187,27 +1269,14 @@ class WritableFrame(_Pointers):
         return _dlpack.capsule(address, (self.capacity,), None, ("u", 1), self.__dlpack_device__(), self, versioned,
                                read_only=False)
 
-    def copy_to_cuda(self, device_id=0, timeout=None, stream=None):
-        """The seed's copy: a slot of the pool on CUDA device DEVICE_ID with this frame's
-        bytes and metadata (Producer.copy), to publish or ticket in turn."""
-        return self._copy("cuda", device_id, timeout, stream)
-
-    def copy_to_cpu(self, timeout=None, stream=None):
-        """The same into a slot of system memory (complete on return)."""
-        return self._copy("system", 0, timeout, stream)
-
-    def _copy(self, storage, device, timeout, stream):
-        if self._producer is None:
-            raise Error("copy: this frame has no producer to copy it into its pool", _capi.EROLE)
-        return self._producer.copy(self, storage, device=device, timeout=timeout, stream=stream)
-
     def forget(self):
-        """The seed's forget(): once the frame is published as a ticket (BufferPool.
-        set_ref_count, publish_ticket) or published, nothing is left to give back. Error
-        before: a slot forgotten unpublished would stay taken until the pool closes."""
+        """The seed's forget(): once the frame is published (set_ref_count, publish_ticket,
+        publish), nothing is left to give back; its meta_index goes. Error before: a slot
+        forgotten unpublished would stay taken until the pool closes."""
         if self._raw is not None:
-            raise Error("forget: the frame is not published: set_ref_count() (a ticket) or publish() it first, "
+            raise Error("forget: the frame is not published: set_ref_count() or publish() it first, "
                         "or release() it", _capi.EINVAL)
+        self._forgotten = True
 
     def release(self):
         """Gives the slot back unpublished."""

@@ -11,6 +11,8 @@ import os
 MAX_DIMS = 8
 MAX_PLANES = 4
 FOREVER = (1 << 63) - 1
+NO_META_INDEX = (1 << 32) - 1
+HOLD_LIFETIME = 10.0  # seconds: XMEM_HOLD_LIFETIME_NS
 NONE = (1 << 64) - 1
 
 OK = 0
@@ -109,6 +111,20 @@ class OpenOptions(ctypes.Structure):
         ("spill_delivery", ctypes.c_uint32),
         ("reserved", ctypes.c_uint32 * 3),
     ]
+
+
+class ConnectOptions(ctypes.Structure):
+    _fields_ = [
+        ("timeout_ns", ctypes.c_int64),
+        ("memory_cap_mib", ctypes.c_uint64),
+        ("device_memory_cap_mib", ctypes.c_uint64),
+        ("mode", ctypes.c_uint32),
+        ("client", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint32 * 4),
+    ]
+
+
+ROLE_OWNER, ROLE_CONSUMER, ROLE_INSPECTOR, ROLE_NONE = 0, 1, 2, 3
 
 
 class PoolStats(ctypes.Structure):
@@ -228,6 +244,9 @@ _SIGNATURES = {
     "xmem_open_options_init": (None, [ctypes.POINTER(OpenOptions)]),
     "xmem_pool_create": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(PoolConfig), ctypes.POINTER(_P)]),
     "xmem_pool_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(OpenOptions), ctypes.POINTER(_P)]),
+    "xmem_connect_options_init": (None, [ctypes.POINTER(ConnectOptions)]),
+    "xmem_pool_connect": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ConnectOptions), ctypes.POINTER(_P)]),
+    "xmem_pool_role": (ctypes.c_uint32, [_P]),
     "xmem_pool_close": (None, [_P]),
     "xmem_pool_acquire": (ctypes.c_int, [_P, ctypes.c_int64, ctypes.POINTER(_P)]),
     "xmem_pool_acquire_on_stream": (ctypes.c_int, [_P, ctypes.c_int64, _P, ctypes.POINTER(_P)]),
@@ -265,6 +284,8 @@ _SIGNATURES = {
     "xmem_pool_add_ref": (ctypes.c_int, [_P, ctypes.c_uint32]),
     "xmem_pool_release": (ctypes.c_int, [_P, ctypes.c_uint32]),
     "xmem_pool_ref_count": (ctypes.c_uint32, [_P, ctypes.c_uint32]),
+    "xmem_pool_set_ref_count": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64]),
+    "xmem_pool_set_local_refs": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32]),
     "xmem_ticket_format": (ctypes.c_int, [ctypes.POINTER(Ticket), ctypes.c_char_p, ctypes.c_size_t]),
     "xmem_ticket_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(Ticket)]),
     "xmem_pool_ticket_stats": (ctypes.c_int, [_P, ctypes.POINTER(TicketStats)]),
@@ -283,6 +304,8 @@ _SIGNATURES = {
          ctypes.POINTER(ctypes.c_uint32)],
     ),
     "xmem_buffer_meta": (ctypes.POINTER(FrameMeta), [_P]),
+    "xmem_buffer_meta_index": (ctypes.c_uint32, [_P]),
+    "xmem_buffer_forget": (ctypes.c_int, [_P]),
     "xmem_buffer_is_copy": (ctypes.c_int, [_P]),
     "xmem_buffer_meta_mut": (ctypes.POINTER(FrameMeta), [_P]),
     "xmem_buffer_data": (_P, [_P]),
@@ -301,7 +324,7 @@ _SIGNATURES = {
     "xmem_buffer_storage": (ctypes.c_uint32, [_P]),
     "xmem_buffer_device": (ctypes.c_uint32, [_P]),
     "xmem_buffer_device_ptr": (ctypes.c_uint64, [_P]),
-    "xmem_buffer_copy_to_cpu": (ctypes.c_int, [_P, _P, ctypes.POINTER(_P)]),
+    "xmem_buffer_private_copy": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32, _P, ctypes.POINTER(_P)]),
     "xmem_cuda_synchronize": (ctypes.c_int, [ctypes.c_uint32, _P]),
     "xmem_cuda_stream_done": (ctypes.c_int, [ctypes.c_uint32, _P]),
     "xmem_cuda_copy_2d": (

@@ -175,6 +175,11 @@ static int null_arguments(const xmem_buffer *buffer)
 	CHECK_EINVAL(xmem_buffer_copy_to_cuda(buffer, 0, t.reader, NULL), "xmem_buffer_copy_to_cuda");
 	CHECK_EINVAL(xmem_buffer_copy_to_device(NULL, 0, t.reader, &out), "xmem_buffer_copy_to_device");
 	CHECK_EINVAL(xmem_buffer_copy_to_device(buffer, 0, t.reader, NULL), "xmem_buffer_copy_to_device");
+	CHECK_EINVAL(xmem_buffer_private_copy(NULL, XMEM_STORAGE_SYSTEM, 0, t.reader, &out),
+		     "xmem_buffer_private_copy");
+	CHECK_EINVAL(xmem_buffer_private_copy(buffer, XMEM_STORAGE_CUDA, 0, t.reader, NULL),
+		     "xmem_buffer_private_copy");
+	CHECK_EINVAL(xmem_buffer_private_copy(buffer, 9, 0, t.reader, &out), "unknown storage");
 	CHECK(out == NULL);
 
 	/* A NULL pool consumes the buffer all the same: its slot comes back to the owner. */
@@ -202,7 +207,7 @@ static int copies(const xmem_buffer *received, const xmem_buffer *host, uint32_t
 {
 	xmem_buffer *dev = NULL;
 	/* A failed copy of a frame still held leaves the reference to its slot alone. */
-	CHECK_STATUS(xmem_buffer_copy_to_cuda(received, 7, t.reader, &dev), XMEM_EINVAL);
+	CHECK_STATUS(xmem_buffer_private_copy(received, XMEM_STORAGE_CUDA, 7, t.reader, &dev), XMEM_EINVAL);
 	CHECK(xmem_pool_ref_count(t.consumer, xmem_buffer_meta(received)->index) == 1);
 	CHECK(!xmem_buffer_is_incomplete(received));
 	CHECK(xmem_pool_pitch_alignment(t.consumer) >= 256);
@@ -213,7 +218,7 @@ static int copies(const xmem_buffer *received, const xmem_buffer *host, uint32_t
 	CHECK(layout.n_planes == 2 && layout.plane_stride[1] == 2048 && layout.size == 2048u * 1620);
 	CHECK_STATUS(xmem_set_video_layout(&layout, "MJPG", 64, 64, 256), XMEM_EINVAL);
 	CHECK_STATUS(xmem_set_video_layout(NULL, "NV12", 64, 64, 256), XMEM_EINVAL);
-	CHECK_STATUS(xmem_buffer_copy_to_cuda(host, 0, t.reader, &dev), XMEM_OK);
+	CHECK_STATUS(xmem_buffer_private_copy(host, XMEM_STORAGE_CUDA, 0, t.reader, &dev), XMEM_OK);
 	CHECK(xmem_buffer_storage(dev) == XMEM_STORAGE_CUDA);
 	CHECK(xmem_buffer_device(dev) == 0);
 	CHECK(xmem_buffer_device_ptr(dev) != 0);
@@ -222,7 +227,7 @@ static int copies(const xmem_buffer *received, const xmem_buffer *host, uint32_t
 	CHECK(!xmem_buffer_is_writable(dev));
 	CHECK(xmem_buffer_data(dev) == NULL);
 	xmem_buffer *back = NULL;
-	CHECK_STATUS(xmem_buffer_copy_to_cpu(dev, t.reader, &back), XMEM_OK);
+	CHECK_STATUS(xmem_buffer_private_copy(dev, XMEM_STORAGE_SYSTEM, 0, t.reader, &back), XMEM_OK);
 	CHECK(xmem_buffer_storage(back) == XMEM_STORAGE_SYSTEM);
 	CHECK(xmem_buffer_device_ptr(back) == 0);
 	CHECK(intact(xmem_buffer_data(back), xmem_buffer_capacity(back), tag));
@@ -231,13 +236,13 @@ static int copies(const xmem_buffer *received, const xmem_buffer *host, uint32_t
 
 	/* Device to device without a stream (complete on return), under the seed's name. */
 	dev = NULL;
-	CHECK_STATUS(xmem_buffer_copy_to_device(received, 0, NULL, &dev), XMEM_OK);
+	CHECK_STATUS(xmem_buffer_private_copy(received, XMEM_STORAGE_CUDA, 0, NULL, &dev), XMEM_OK);
 	CHECK(xmem_buffer_storage(dev) == XMEM_STORAGE_CUDA);
 	CHECK(xmem_buffer_device_ptr(dev) != 0);
 	CHECK(xmem_buffer_device_ptr(dev) != xmem_buffer_device_ptr(received));
 	CHECK(xmem_buffer_meta(dev)->seq == xmem_buffer_meta(received)->seq);
 	back = NULL;
-	CHECK_STATUS(xmem_buffer_copy_to_cpu(dev, NULL, &back), XMEM_OK);
+	CHECK_STATUS(xmem_buffer_private_copy(dev, XMEM_STORAGE_SYSTEM, 0, NULL, &back), XMEM_OK);
 	CHECK(intact(xmem_buffer_data(back), xmem_buffer_capacity(back), tag));
 	xmem_buffer_release(back);
 	xmem_buffer_release(dev);
@@ -267,11 +272,11 @@ static int system_pool(void)
 
 	/* Through the device and back. */
 	xmem_buffer *dev = NULL;
-	CHECK_STATUS(xmem_buffer_copy_to_cuda(b, 0, t.writer, &dev), XMEM_OK);
+	CHECK_STATUS(xmem_buffer_private_copy(b, XMEM_STORAGE_CUDA, 0, t.writer, &dev), XMEM_OK);
 	CHECK(xmem_buffer_storage(dev) == XMEM_STORAGE_CUDA);
 	CHECK(xmem_buffer_device_ptr(dev) != 0);
 	xmem_buffer *back = NULL;
-	CHECK_STATUS(xmem_buffer_copy_to_cpu(dev, t.writer, &back), XMEM_OK);
+	CHECK_STATUS(xmem_buffer_private_copy(dev, XMEM_STORAGE_SYSTEM, 0, t.writer, &back), XMEM_OK);
 	const unsigned char *p = xmem_buffer_data(back);
 	CHECK(p != NULL && xmem_buffer_capacity(back) == SLOT_SIZE);
 	for (uint32_t i = 0; i < SLOT_SIZE; i++)
@@ -327,7 +332,8 @@ static int spill_tier(void)
 				CHECK(intact(xmem_buffer_data(f), SLOT_SIZE, tag));
 			} else {
 				xmem_buffer *back = NULL;
-				CHECK_STATUS(xmem_buffer_copy_to_cpu(f, t.reader, &back), XMEM_OK);
+				CHECK_STATUS(xmem_buffer_private_copy(f, XMEM_STORAGE_SYSTEM, 0, t.reader, &back),
+					     XMEM_OK);
 				CHECK(intact(xmem_buffer_data(back), xmem_buffer_capacity(back), tag));
 				xmem_buffer_release(back);
 			}
@@ -456,7 +462,7 @@ static int run(void)
 		CHECK(xmem_pool_ref_count(t.consumer, rm->index) == 1);
 
 		xmem_buffer *host = NULL;
-		CHECK_STATUS(xmem_buffer_copy_to_cpu(r, t.reader, &host), XMEM_OK);
+		CHECK_STATUS(xmem_buffer_private_copy(r, XMEM_STORAGE_SYSTEM, 0, t.reader, &host), XMEM_OK);
 		CHECK(xmem_buffer_storage(host) == XMEM_STORAGE_SYSTEM);
 		CHECK(xmem_buffer_device(host) == 0);
 		CHECK(xmem_buffer_device_ptr(host) == 0);
@@ -483,7 +489,7 @@ static int run(void)
 	xmem_buffer *r = NULL;
 	CHECK_STATUS(xmem_pool_receive_on_stream(t.consumer, TIMEOUT, NULL, &r), XMEM_OK);
 	xmem_buffer *host = NULL;
-	CHECK_STATUS(xmem_buffer_copy_to_cpu(r, NULL, &host), XMEM_OK);
+	CHECK_STATUS(xmem_buffer_private_copy(r, XMEM_STORAGE_SYSTEM, 0, NULL, &host), XMEM_OK);
 	CHECK(intact(xmem_buffer_data(host), xmem_buffer_capacity(host), FRAMES + 1));
 	uint32_t index = xmem_buffer_meta(r)->index;
 	CHECK_STATUS(xmem_buffer_release_on_stream(r, NULL), XMEM_OK);
@@ -491,7 +497,7 @@ static int run(void)
 
 	/* A device that does not exist: an error that says so, and no buffer. */
 	xmem_buffer *dev = NULL;
-	CHECK_STATUS(xmem_buffer_copy_to_cuda(host, 7, t.reader, &dev), XMEM_EINVAL);
+	CHECK_STATUS(xmem_buffer_private_copy(host, XMEM_STORAGE_CUDA, 7, t.reader, &dev), XMEM_EINVAL);
 	CHECK(strstr(xmem_last_error(), "out of range") != NULL);
 	CHECK(dev == NULL);
 	xmem_buffer_release(host);

@@ -119,7 +119,7 @@ TEST(CudaPool, InProcessFramesArriveInOrderAndCopyToCpu)
 		auto r = (*consumer)->receive(5s);
 		ASSERT_TRUE(r.ok()) << xmem::test::why(r);
 		EXPECT_EQ(r->meta().seq, n);
-		auto host = r->copy_to_cpu();
+		auto host = r->private_copy_to_cpu();
 		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 		ASSERT_EQ(host->data().size(), 64u * 1024);
 		const uint32_t *words = reinterpret_cast<const uint32_t *>(host->data().data());
@@ -167,7 +167,7 @@ TEST(CudaPool, AFrameWhoseLayoutDoesNotFitIsRefusedBeforeAnyCopy)
 		}
 		ASSERT_TRUE(r.ok()) << "frame " << n << ": " << xmem::test::why(r);
 		EXPECT_EQ(r->meta().seq, n);
-		auto host = r->copy_to_cpu();
+		auto host = r->private_copy_to_cpu();
 		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 		const uint32_t *words = reinterpret_cast<const uint32_t *>(host->data().data());
 		EXPECT_EQ(words[0], n);
@@ -294,13 +294,13 @@ TEST(CudaPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)
 	uint32_t r_index = r->index();
 
 	// Device to device, on the consumer's stream, then back to the CPU.
-	auto dev = r->copy_to_device(0, stream);
+	auto dev = r->private_copy_to_cuda(0, stream);
 	ASSERT_TRUE(dev.ok()) << xmem::test::why(dev);
 	EXPECT_NE(dev->device_ptr(), r->device_ptr());
 	EXPECT_TRUE(dev->is_copy());
 	EXPECT_EQ(dev->storage(), xmem::Storage::cuda);
 	ASSERT_TRUE(r->release(stream).ok());
-	auto host = dev->copy_to_cpu(stream);
+	auto host = dev->private_copy_to_cpu(stream);
 	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 	EXPECT_EQ(host->storage(), xmem::Storage::system);
 	auto words = reinterpret_cast<const uint32_t *>(host->data().data());
@@ -309,21 +309,21 @@ TEST(CudaPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)
 		ASSERT_EQ(words[i], 0xabcd1234u) << i;
 
 	// Host to device and back: copy_to_cuda of a host copy.
-	auto again = host->copy_to_cuda(0, stream);
+	auto again = host->private_copy_to_cuda(0, stream);
 	ASSERT_TRUE(again.ok()) << xmem::test::why(again);
-	auto back = again->copy_to_cpu(stream);
+	auto back = again->private_copy_to_cpu(stream);
 	ASSERT_TRUE(back.ok());
 	EXPECT_EQ(std::memcmp(back->data().data(), host->data().data(), 8192), 0);
 
 	// A device out of range names the cause, and a failed copy of a frame still held
 	// leaves this process's reference to its slot alone.
-	auto bad = host->copy_to_cuda(7, stream);
+	auto bad = host->private_copy_to_cuda(7, stream);
 	ASSERT_FALSE(bad.ok());
 	EXPECT_NE(bad.error().message.find("out of range"), std::string::npos) << bad.error().message;
 	auto again_held = (*consumer)->get(r_index);
 	ASSERT_TRUE(again_held.ok()) << xmem::test::why(again_held);
 	EXPECT_EQ((*consumer)->ref_count(r_index), 1u);
-	EXPECT_FALSE(again_held->copy_to_cuda(7, stream).ok());
+	EXPECT_FALSE(again_held->private_copy_to_cuda(7, stream).ok());
 	EXPECT_EQ((*consumer)->ref_count(r_index), 1u) << "a failed copy released the source's reference";
 	again_held->reset();
 	EXPECT_EQ((*consumer)->ref_count(r_index), 0u);
@@ -342,7 +342,7 @@ TEST(CudaPool, CopiesBetweenHostAndDeviceAndCopyOnWrite)
 	EXPECT_TRUE(mine->writable());
 	EXPECT_TRUE(mine->is_copy());
 	EXPECT_NE(mine->device_ptr(), held->device_ptr());
-	auto check = mine->copy_to_cpu();
+	auto check = mine->private_copy_to_cpu();
 	ASSERT_TRUE(check.ok());
 	EXPECT_EQ(reinterpret_cast<const uint32_t *>(check->data().data())[100], 77u);
 	// The copies made on STREAM go before it: freeing one waits for the stream it
@@ -373,7 +373,7 @@ TEST(CudaCrash, FramesOutliveAKilledProducer)
 	producer.kill_wait();
 	EXPECT_EQ((*pool)->receive(2s).code(), Errc::end_of_stream);
 	for (auto &f : frames) {
-		auto host = f.copy_to_cpu();
+		auto host = f.private_copy_to_cpu();
 		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 		auto words = reinterpret_cast<const uint32_t *>(host->data().data());
 		// The peer's pattern (cuda_peer.cpp): the body's word, then the tail page's.
@@ -646,7 +646,7 @@ TEST(CudaCrash, ConsumersKilledWithGpuReadsPending)
 		for (int i = 0; i < 20; i++) {
 			auto f = (*pool)->receive(5s, stream);
 			ASSERT_TRUE(f.ok()) << "frame " << i << ": " << xmem::test::why(f) << "\n" << producer.output();
-			auto host = f->copy_to_cpu(stream);
+			auto host = f->private_copy_to_cpu(stream);
 			ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 			ASSERT_TRUE(f->release(stream).ok());
 			auto words = reinterpret_cast<const uint32_t *>(host->data().data());
@@ -715,7 +715,7 @@ TEST(CudaCrash, ProducerKilledAtRandomMoments)
 		}
 		EXPECT_TRUE(killed);
 		for (auto &f : kept) {
-			auto host = f.copy_to_cpu(stream);
+			auto host = f.private_copy_to_cpu(stream);
 			ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 			// A frame the producer died writing says so; every other is intact.
 			if (f.incomplete()) {
@@ -812,7 +812,7 @@ Polled poll_frames(xmem::BufferPool &consumer, size_t count, std::chrono::second
 		auto r = consumer.receive(0s);
 		if (r.ok()) {
 			got.seqs.push_back(r->meta().seq);
-			auto host = r->copy_to_cpu();
+			auto host = r->private_copy_to_cpu();
 			if (!host.ok()) {
 				got.error = xmem::test::why(host);
 				return got;
@@ -1047,16 +1047,16 @@ TEST(CudaPool, CopiesAndStreamLessCallsReachEveryContext)
 
 	auto r = (*consumer)->receive(5s);
 	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
-	auto seen = r->copy_to_cpu();
+	auto seen = r->private_copy_to_cpu();
 	ASSERT_TRUE(seen.ok()) << xmem::test::why(seen);
 	uint32_t first;
 	std::memcpy(&first, seen->data().data(), sizeof(first));
 	EXPECT_EQ(first, 0xc0ffee01u) << "the consumer read the slot before the producer's writes";
 
 	// A private device copy, made and read on the created context's stream.
-	auto copy = r->copy_to_cuda(0, theirs);
+	auto copy = r->private_copy_to_cuda(0, theirs);
 	ASSERT_TRUE(copy.ok()) << xmem::test::why(copy);
-	auto back = copy->copy_to_cpu(theirs);
+	auto back = copy->private_copy_to_cpu(theirs);
 	ASSERT_TRUE(back.ok()) << xmem::test::why(back);
 	ASSERT_TRUE(xmem::cuda_synchronize(0, theirs).ok()) << "the copy faulted on the other context's stream";
 	const auto *words = reinterpret_cast<const uint32_t *>(back->data().data());
@@ -1408,7 +1408,7 @@ TEST(CudaOrdering, ASlotsReadyWordNeverGoesBackToAnOlderFrame)
 	auto r = (*consumer)->receive(5s);
 	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
 	EXPECT_EQ(r->meta().seq, 2u);
-	auto seen = r->copy_to_cpu();
+	auto seen = r->private_copy_to_cpu();
 	ASSERT_TRUE(seen.ok()) << xmem::test::why(seen);
 	EXPECT_EQ(reinterpret_cast<const uint32_t *>(seen->data().data())[0], 0x22222222u);
 	ASSERT_EQ(d->cuStreamSynchronize(a), CUDA_SUCCESS);
@@ -1500,7 +1500,7 @@ TEST(CudaGuests, DeviceFramesFromAGuestAndAKilledGuestsSlots)
 	ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
 	auto check_words = [&](xmem::Result<xmem::BufferGuard> &r, uint32_t want) {
 		ASSERT_TRUE(r.ok()) << xmem::test::why(r);
-		auto host = r->copy_to_cpu();
+		auto host = r->private_copy_to_cpu();
 		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 		const uint32_t *words = reinterpret_cast<const uint32_t *>(host->data().data());
 		for (size_t i = 0; i < kSize / 4; i++)
@@ -1669,7 +1669,7 @@ void copy_between_gpus(uint32_t from, uint32_t to, bool with_stream)
 			gate.open();
 		});
 	auto started = std::chrono::steady_clock::now();
-	auto copy = r->copy_to_device(to, there);
+	auto copy = r->private_copy_to_cuda(to, there);
 	auto took = std::chrono::steady_clock::now() - started;
 	if (can) {
 		if (gated) {
@@ -1687,16 +1687,16 @@ void copy_between_gpus(uint32_t from, uint32_t to, bool with_stream)
 	EXPECT_EQ(copy->device(), to);
 	EXPECT_TRUE(copy->is_copy());
 	r->reset(); // the copy lives on its own
-	auto seen = copy->copy_to_cpu(there);
+	auto seen = copy->private_copy_to_cpu(there);
 	ASSERT_TRUE(seen.ok()) << xmem::test::why(seen);
 	expect_frame(*seen, want, "the copy on the other device");
 
 	// Back to the first device, from the private copy (mapped for its own device alone).
 	CUstream here = with_stream ? from_stream : nullptr;
-	auto back = copy->copy_to_cuda(from, here);
+	auto back = copy->private_copy_to_cuda(from, here);
 	ASSERT_TRUE(back.ok()) << xmem::test::why(back);
 	EXPECT_EQ(back->device(), from);
-	auto seen_back = back->copy_to_cpu(here);
+	auto seen_back = back->private_copy_to_cpu(here);
 	ASSERT_TRUE(seen_back.ok()) << xmem::test::why(seen_back);
 	expect_frame(*seen_back, want, "the copy brought back");
 
@@ -1821,4 +1821,65 @@ TEST(DISABLED_CudaCopiesOnTwoSimulatedGpus, Device1FrameToDevice0WithoutAStream)
 	RuntimeDir dir;
 	ASSERT_TRUE(on_cuda_simulator());
 	copy_between_gpus(1, 0, false);
+}
+
+// The seed's names on a device pool (issue 34): guards give device pointers only, write
+// access only through a writable guard; copies are buffers of the pool with their own
+// meta index, and a copy into memory no class holds is refused naming the class to add.
+// A pool from connect() grows that class instead. On the simulator: xmem's logic.
+TEST(CudaSeed, GuardsCopiesAndTheClassACopyNeeds)
+{
+	RuntimeDir dir;
+	auto owner = xmem::BufferPool::create("seed-cuda", cuda_config());
+	ASSERT_TRUE(owner.ok()) << xmem::test::why(owner);
+	auto consumer = xmem::BufferPool::open("seed-cuda");
+	ASSERT_TRUE(consumer.ok()) << xmem::test::why(consumer);
+	auto f = (*owner)->acquire_cuda(64 * 1024, 0);
+	ASSERT_TRUE(f.ok()) << xmem::test::why(f);
+	EXPECT_EQ(f->as_cpu_slice().code(), Errc::invalid_argument) << "device memory has no CPU slice";
+	EXPECT_EQ(f->as_cpu_slice_mut().code(), Errc::invalid_argument);
+	auto ptr = f->as_cuda_ptr_mut();
+	ASSERT_TRUE(ptr.ok()) << xmem::test::why(ptr);
+	std::vector<uint8_t> bytes(64 * 1024, 0x5a);
+	ASSERT_TRUE(xmem::cuda_copy_2d({ *ptr, bytes.size(), true },
+				       { reinterpret_cast<uint64_t>(bytes.data()), bytes.size(), false }, bytes.size(),
+				       1, 0)
+			    .ok());
+	// A copy within the device's class: a buffer of the pool, its own meta index.
+	auto copy = f->copy_to_cuda(0);
+	ASSERT_TRUE(copy.ok()) << xmem::test::why(copy);
+	EXPECT_FALSE(copy->is_copy());
+	EXPECT_NE(copy->meta_index(), f->meta_index());
+	// Into system memory no class holds: refused, naming the class.
+	auto none = f->copy_to_cpu();
+	EXPECT_EQ(none.code(), Errc::out_of_range);
+	EXPECT_NE(none.error().message.find("preallocate_cpu(65536, COUNT)"), std::string::npos)
+		<< none.error().message;
+	uint32_t mi = f->meta_index();
+	ASSERT_TRUE((*owner)->set_ref_count(mi, 1).ok());
+	auto got = (*consumer)->get(mi);
+	ASSERT_TRUE(got.ok()) << xmem::test::why(got);
+	EXPECT_EQ(got->as_cuda_ptr_mut().code(), Errc::read_only) << "a received frame is read-only";
+	auto read = got->as_cuda_ptr();
+	ASSERT_TRUE(read.ok());
+	std::vector<uint8_t> back(bytes.size());
+	ASSERT_TRUE(xmem::cuda_copy_2d({ reinterpret_cast<uint64_t>(back.data()), back.size(), false },
+				       { *read, back.size(), true }, back.size(), 1, 0)
+			    .ok());
+	EXPECT_EQ(back, bytes);
+	// The consumer's copy to the device is a slot the owner leases it.
+	auto theirs = got->copy_to_device(0);
+	ASSERT_TRUE(theirs.ok()) << xmem::test::why(theirs);
+	EXPECT_NE(theirs->meta_index(), mi);
+
+	// A pool from connect() makes the class a copy needs (growth within its caps).
+	auto grown = xmem::BufferPool::connect("seed-cuda-grown");
+	ASSERT_TRUE(grown.ok()) << xmem::test::why(grown);
+	auto g = (*grown)->acquire_cuda(64 * 1024, 0);
+	ASSERT_TRUE(g.ok()) << xmem::test::why(g);
+	EXPECT_EQ((*grown)->role(), xmem::Role::owner);
+	auto host = g->copy_to_cpu();
+	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
+	EXPECT_EQ(host->storage(), xmem::Storage::system);
+	EXPECT_GE((*grown)->growth_stats().grown, 1u);
 }

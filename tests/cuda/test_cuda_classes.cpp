@@ -159,7 +159,7 @@ TEST(CudaClasses, AClassAddedWhileAttachedIsDeviceMemoryLikeTheFirst)
 		EXPECT_EQ(r->meta().size, size);
 		EXPECT_EQ(r->capacity(), size > kSmall ? kLarge : kSmall);
 		EXPECT_TRUE(r->data().empty()) << "the CPU cannot touch device memory";
-		auto host = r->copy_to_cpu();
+		auto host = r->private_copy_to_cpu();
 		ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 		ASSERT_EQ(host->data().size(), size);
 		EXPECT_TRUE(frame_is(host->data(), r->meta().seq)) << "frame " << n;
@@ -248,7 +248,7 @@ TEST(CudaClasses, ASystemPoolTakesAClassOfDeviceMemory)
 		EXPECT_EQ(r->meta().size, size);
 		if (device) {
 			EXPECT_EQ(r->capacity(), kLarge) << "a device frame comes from the device class";
-			auto host = r->copy_to_cpu();
+			auto host = r->private_copy_to_cpu();
 			ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 			EXPECT_TRUE(frame_is(host->data(), r->meta().seq));
 		} else {
@@ -285,7 +285,7 @@ TEST(CudaClasses, ADevicePoolTakesAClassOfSystemMemory)
 		if (host) {
 			EXPECT_TRUE(frame_is(r->data().first(size), r->meta().seq));
 		} else {
-			auto copy = r->copy_to_cpu();
+			auto copy = r->private_copy_to_cpu();
 			ASSERT_TRUE(copy.ok()) << xmem::test::why(copy);
 			EXPECT_TRUE(frame_is(copy->data(), r->meta().seq));
 		}
@@ -526,7 +526,7 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, CopiesToTheOtherDeviceArePoolBuffer
 	EXPECT_EQ(r->device(), 1u);
 	EXPECT_EQ(r->meta().pts, 77u);
 	EXPECT_EQ(r->meta().seq, seq);
-	auto back = r->copy_to_cpu();
+	auto back = r->private_copy_to_cpu();
 	ASSERT_TRUE(back.ok()) << xmem::test::why(back);
 	EXPECT_TRUE(frame_is(back->data(), seq)) << "the device-1 copy's bytes";
 	r->reset();
@@ -546,11 +546,11 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, CopiesToTheOtherDeviceArePoolBuffer
 	ASSERT_TRUE(redeemed.ok()) << xmem::test::why(redeemed);
 	EXPECT_EQ(redeemed->device(), 0u);
 	EXPECT_EQ(access(*redeemed, 1), CU_MEM_ACCESS_FLAGS_PROT_NONE) << "the consumer's own mapping";
-	auto private_copy = redeemed->copy_to_device(1);
+	auto private_copy = redeemed->private_copy_to_cuda(1);
 	ASSERT_TRUE(private_copy.ok()) << xmem::test::why(private_copy);
 	EXPECT_EQ(private_copy->device(), 1u);
 	EXPECT_EQ(access(*redeemed, 1), reached) << "given by the consumer, in its own mapping";
-	auto host = private_copy->copy_to_cpu();
+	auto host = private_copy->private_copy_to_cpu();
 	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 	EXPECT_TRUE(frame_is(host->data(), seq)) << "device 1 -> pool slot on device 0 -> private copy on device 1";
 }
@@ -595,7 +595,7 @@ TEST(CudaClasses, CopiesAcrossMemoriesAreBuffersOfThePool)
 	EXPECT_EQ(r->meta().size, kSmall);
 	EXPECT_EQ(r->meta().pts, 1234u);
 	EXPECT_EQ(r->meta().seq, seq);
-	auto back = r->copy_to_cpu();
+	auto back = r->private_copy_to_cpu();
 	ASSERT_TRUE(back.ok()) << xmem::test::why(back);
 	EXPECT_TRUE(frame_is(back->data(), seq)) << "the device copy's bytes";
 	r->reset();

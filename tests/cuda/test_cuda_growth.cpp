@@ -101,7 +101,7 @@ void expect_frame(xmem::Result<xmem::BufferGuard> &r, uint64_t seq)
 {
 	ASSERT_TRUE(r.ok()) << xmem::test::why(r);
 	EXPECT_EQ(r->storage(), Storage::cuda);
-	auto host = r->copy_to_cpu();
+	auto host = r->private_copy_to_cpu();
 	ASSERT_TRUE(host.ok()) << xmem::test::why(host);
 	const auto *w = reinterpret_cast<const uint32_t *>(host->data().data());
 	uint64_t size = host->data().size(), body = (size - xmem::test::kFrameTail) / 4, wrong = 0;

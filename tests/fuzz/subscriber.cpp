@@ -81,7 +81,7 @@ void use_guard(xmem::BufferGuard &g, const layout::ControlConstants &k)
 		XMEM_FUZZ_CHECK(bytes.ok() && bytes->size() == g.capacity(), "");
 		std::memset(bytes->data(), 0x5a, bytes->size());
 	}
-	auto copy = g.copy_to_cpu();
+	auto copy = g.private_copy_to_cpu();
 	if (copy)
 		XMEM_FUZZ_CHECK(copy->data().size() <= data.size() || g.writable(), "copy larger than the frame");
 	auto clone = g.clone_ref();
@@ -166,7 +166,7 @@ void run_script(Input &in, xmem::BufferPool &pool, const Shared &shared, const l
 			else if (which % 3 == 1)
 				(void)pool.release(index);
 			else
-				(void)pool.set_ref_count(index, count);
+				(void)pool.set_local_refs(index, count);
 			(void)pool.ref_count(index);
 			break;
 		}

@@ -291,7 +291,7 @@ TEST_F(CudaElements, DeviceSlotsArePitched)
 			EXPECT_EQ(m.plane_stride[p] % align, 0u) << "plane " << p;
 			EXPECT_EQ(m.plane_offset[p] % align, 0u) << "plane " << p;
 		}
-		auto host = frame->copy_to_cpu();
+		auto host = frame->private_copy_to_cpu();
 		ASSERT_TRUE(host) << host.error().message;
 		std::vector<uint8_t> visible;
 		for (uint32_t p = 0; p < 2; p++)

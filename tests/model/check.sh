@@ -237,6 +237,10 @@ configs=(
 	# one redemption, and for two.
 	"tickets|--model=tickets.pml"
 	"tickets-2|--model=tickets.pml -DREDEMPTIONS=2"
+	# Meta indices (tickets.pml -DBY_INDEX): the same frames published by set_ref_count and
+	# held by get(meta_index), stale and never-issued indices among them.
+	"meta-index|--model=tickets.pml -DBY_INDEX"
+	"meta-index-2|--model=tickets.pml -DBY_INDEX -DREDEMPTIONS=2"
 	# Growth on demand of device memory (growth.pml): one dynamic slot committed,
 	# trimmed and committed again as new memory under 3 frames for 2 consumers that map
 	# it by its generation, take frames by queue or get(), read on the GPU; consumer 0
@@ -292,6 +296,9 @@ mutants=(
 	"ticket-no-owner-hold|--model=tickets.pml -DM_NO_OWNER_HOLD"
 	"ticket-no-zero|--model=tickets.pml -DM_NO_ZERO"
 	"ticket-no-release|--model=tickets.pml -DM_NO_RELEASE"
+	"meta-index-no-gen-check|--model=tickets.pml -DBY_INDEX -DM_NO_GEN_CHECK"
+	"meta-index-counted-late|--model=tickets.pml -DBY_INDEX -DM_COUNTED_LATE"
+	"meta-index-cas-first|--model=tickets.pml -DBY_INDEX -DM_CAS_FIRST"
 	# Growth on demand of device memory, seeded bugs (growth.pml names each).
 	"growth-no-remap|--model=growth.pml -DM_NO_REMAP"
 	"growth-trim-by-state|--model=growth.pml -DM_TRIM_BY_STATE"

@@ -3,6 +3,10 @@
  * ticketed frames, REDEEMERS consumer processes redeeming tickets of any of those frames
  * (stale ones included) and forged ones, one of which may be SIGKILLed at any step and
  * reaped. tests/model/check.sh runs it (runs "tickets", "tickets-2"; mutants below).
+ * With -DBY_INDEX the redeemers hold by meta index instead (PoolImpl::get_named): the
+ * frames are published by set_ref_count (a ticket's words, and the slot's counted word),
+ * and a get names a frame by the slot's generation (frame_gen), which claim() writes
+ * when it hands the slot out (runs "meta-index", "meta-index-2").
  *
  * Properties (safety, exhaustive):
  * - a redemption that succeeds holds the ticket's own frame, and the frame does not
@@ -39,7 +43,11 @@
  * M_NO_OWNER_HOLD publish_ticket() lets the owner's reference go, as publish() does
  * M_NO_ZERO       end_tickets() releases the owner's hold without zeroing ticket_left and
  *                 ticket_check
- * M_NO_RELEASE    end_tickets() forgets the owner's hold */
+ * M_NO_RELEASE    end_tickets() forgets the owner's hold
+ * With BY_INDEX:
+ * M_NO_GEN_CHECK  get_named() does not compare the slot's frame_gen once it holds it
+ * M_COUNTED_LATE  put_out() writes the counted word after PUBLISHED, so a get may see a
+ *                 counted frame as one published to queues and hold it without a hold */
 
 #define FREE 0
 #define WRITING 1
@@ -54,6 +62,8 @@ byte holders = 0; /* SlotRecord::holders: bit 0 the owner, bit 1 + r redeemer r 
 byte seq = 0; /* meta.seq of the frame in the slot */
 byte check = 0; /* ticket_check: 0 none, else frame seq + 100 (never 0) */
 byte left = 0; /* ticket_left */
+byte gen = 0; /* frame_gen: the frame's generation, here its number k */
+bool counted = false; /* counted: published for a number of holders */
 byte redeemed[FRAMES + 1]; /* ghost: successful redemptions of frame k's ticket */
 bool over[FRAMES + 1]; /* ghost: the owner ended frame k's ticket */
 bool dead[REDEEMERS];
@@ -80,11 +90,19 @@ proctype Owner()
 		/* The slot is the owner's (a get() probe's bit may come and go: it finds the
 		 * slot WRITING and backs off); no live ticket may be on it. */
 		assert(check == 0);
+		gen = k; /* claim(): frame_gen, and counted cleared, before the guard exists */
+		counted = false;
 		seq = k; /* acquire's meta reset, the payload, publish's meta */
 		/* put_out: the ticket words, then PUBLISHED. */
 		left = REDEMPTIONS;
 		check = k + 100;
+#ifndef M_COUNTED_LATE
+		counted = true;
 		state = PUBLISHED;
+#else
+		state = PUBLISHED;
+		counted = true;
+#endif
 #ifdef M_NO_OWNER_HOLD
 		holders = holders & ~OWNER;
 #endif
@@ -130,11 +148,20 @@ proctype Redeemer(byte r)
 			:: t = 0
 			fi;
 			c = (t == 0 -> 99 : t + 100);
+#ifndef BY_INDEX
 			/* A stale ticket is refused before the holder bits are touched. */
 			if
 			:: check != c -> goto refused
 			:: else
 			fi;
+#else
+			/* A meta index of frame t (t == 0: one no frame had): an earlier frame's is
+			 * refused before the holder bits are touched. */
+			if
+			:: gen != (t == 0 -> 99 : t) -> goto refused
+			:: else
+			fi;
+#endif
 #ifdef M_CAS_FIRST
 			if
 			:: atomic { left > 0 -> left--; took = true; redeemed[t]++ }
@@ -148,10 +175,29 @@ proctype Redeemer(byte r)
 			:: state != PUBLISHED -> holders = holders & ~BIT(r); goto refused
 			:: else
 			fi;
+#ifndef BY_INDEX
 #ifndef M_NO_SEQ_CHECK
 			/* Holding it: still the ticket's frame, and its ticket still live? */
 			if
 			:: seq != t || check != c -> holders = holders & ~BIT(r); goto refused
+			:: else
+			fi;
+#endif
+#else
+#ifndef M_NO_GEN_CHECK
+			/* Holding it: still the named frame? */
+			if
+			:: gen != t -> holders = holders & ~BIT(r); goto refused
+			:: else
+			fi;
+#endif
+			/* A frame published to queues is held as it is: none is, here, so a get
+			 * that takes this branch held a counted frame without one of its holds. */
+			if
+			:: !counted ->
+				redeemed[t]++;
+				assert(t != 0 && !over[t] && redeemed[t] <= REDEMPTIONS);
+				assert(false); /* every frame here is counted */
 			:: else
 			fi;
 #endif

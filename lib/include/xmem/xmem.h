@@ -22,6 +22,15 @@ extern "C" {
 /* Holder bit 0 is the owner; consumers use bits 1..127. */
 #define XMEM_MAX_CONSUMERS 127
 #define XMEM_MAX_SLOTS 1024
+/* A frame's meta index (the seed's meta_index; xmem_buffer_meta_index): its slot in the
+ * low XMEM_META_SLOT_BITS bits, the frame's generation (1 .. 2^22 - 2) above them, so an
+ * index names one frame of a slot, never a later one. XMEM_NO_META_INDEX: a buffer in no
+ * slot (a private copy, a spilled frame). */
+#define XMEM_META_SLOT_BITS 10
+#define XMEM_NO_META_INDEX UINT32_MAX
+/* How long the holds set_ref_count publishes wait for their holders by default:
+ * a holder whose process dies before its get() costs the slot this long at most. */
+#define XMEM_HOLD_LIFETIME_NS 10000000000ull
 /* "No value" for pts, dts and duration. */
 #define XMEM_NONE UINT64_MAX
 /* Timeout meaning "wait forever". */
@@ -218,6 +227,29 @@ typedef struct xmem_open_options {
 
 void xmem_open_options_init(xmem_open_options *options);
 
+/* xmem_pool_connect's options: the seed's new(name). */
+typedef struct xmem_connect_options {
+	int64_t timeout_ns; /* how long get() and receive() wait for another process to make
+			     * the pool (acquire and preallocate make it) */
+	uint64_t memory_cap_mib; /* the pool this handle makes grows on demand within these
+				  * caps (system memory, each CUDA device's); 0: no growth */
+	uint64_t device_memory_cap_mib;
+	uint32_t mode; /* who may attach to the pool this handle makes (permission bits) */
+	const char *client; /* this handle's name in the owner's consumer table (may be NULL) */
+	uint32_t reserved[4]; /* must be zero (xmem_connect_options_init does it) */
+} xmem_connect_options;
+/* Defaults: a 10 s timeout, caps of 1024 MiB of system memory and 4096 MiB of each
+ * CUDA device's, mode 0600. */
+void xmem_connect_options_init(xmem_connect_options *options);
+
+/* What a handle is to its pool (xmem_pool_role). */
+typedef enum xmem_role {
+	XMEM_ROLE_OWNER = 0,
+	XMEM_ROLE_CONSUMER = 1,
+	XMEM_ROLE_INSPECTOR = 2,
+	XMEM_ROLE_NONE = 3, /* from xmem_pool_connect, before its pool was made or found */
+} xmem_role;
+
 typedef struct xmem_pool_stats {
 	uint64_t published; /* frames published since the pool was created */
 	uint64_t dropped; /* frames dropped for all consumers together */
@@ -333,6 +365,16 @@ int xmem_pool_create(const char *name, const xmem_pool_config *config, xmem_pool
  * Errors: XMEM_ENAME, XMEM_ENOENT, XMEM_EACCES, XMEM_ENOTPOOL, XMEM_EVERSION, XMEM_EBADSEG,
  * XMEM_EFULL, XMEM_ETIMEDOUT. */
 int xmem_pool_open(const char *name, const xmem_open_options *options, xmem_pool **out);
+/* The seed's new(NAME): a handle attached to pool NAME as a consumer when its owner is
+ * there, else one whose first call that needs the pool settles it: preallocate and
+ * acquire make it (this process its owner, a pool that grows within OPTIONS' caps),
+ * get and receive wait OPTIONS' timeout for another process to make it. Two processes
+ * making it at once: one owns it, the other attaches. The pool closes with its owner.
+ * OPTIONS may be NULL (the defaults). Errors: XMEM_EINVAL, XMEM_ENAME, XMEM_EACCES,
+ * XMEM_EVERSION (a pool there that this process cannot attach to). */
+int xmem_pool_connect(const char *name, const xmem_connect_options *options, xmem_pool **out);
+/* xmem_role of POOL (XMEM_ROLE_NONE for NULL). */
+uint32_t xmem_pool_role(const xmem_pool *pool);
 /* Drops the caller's handle. Buffers still alive keep the mapping; an owner's pool
  * closes now (consumers see XMEM_ECLOSED after their queue) and never waits for them. */
 void xmem_pool_close(xmem_pool *pool);
@@ -459,7 +501,15 @@ int xmem_set_video_layout(xmem_frame_meta *meta, const char *format, uint32_t wi
  * an unknown one or a plane past its count. */
 int xmem_video_plane(const char *format, uint32_t plane, uint32_t *bytes, uint32_t *x_divisor, uint32_t *y_divisor);
 
-/* Seed API: reference a published slot by index (read-only / writable, copy-on-write). */
+/* Seed API: the frame META_INDEX names (xmem_buffer_meta_index, sent by its producer),
+ * read-only, with a reference of this process's own. A frame set_ref_count published
+ * for N holders: one of its N holds (XMEM_ENOTHELD once all are taken or its lifetime
+ * ended); any other published frame: while the slot still holds it. XMEM_ENOTHELD for a
+ * slot reused since (never the later frame) or not published; XMEM_ERANGE for an index
+ * of no slot. A plain slot index (below the pool's slot records) takes whatever frame the
+ * slot holds, unless it was published for a number of holders. A device frame is ready
+ * for any stream (the CPU waited for its writes). xmem_pool_get_mut: writable, in place
+ * for a sole holder, else a private copy (copy-on-write). */
 int xmem_pool_get(xmem_pool *pool, uint32_t index, xmem_buffer **out);
 /* As xmem_pool_get, only while slot INDEX still holds frame SEQ (its meta's seq, sent
  * with the index): XMEM_ENOTHELD once the slot's frame changed, never the newer frame. */
@@ -486,16 +536,37 @@ int xmem_ticket_format(const xmem_ticket *ticket, char *text, size_t size);
 int xmem_ticket_parse(const char *text, xmem_ticket *ticket);
 /* The pool's tickets: issued, redeemed, expired, live. */
 int xmem_pool_ticket_stats(const xmem_pool *pool, xmem_ticket_stats *stats);
-/* Non-RAII references of this process on a slot it holds. */
+/* Seed API: publishes the frame META_INDEX names, which this process acquired, wrote and
+ * has not published, for exactly COUNT holders in any processes: each xmem_pool_get of
+ * META_INDEX takes one of them, and the slot comes back once those holders let go. Holds
+ * nobody took within LIFETIME_NS (0: XMEM_HOLD_LIFETIME_NS) go back then (a holder whose
+ * process died before its get). The acquired buffer is then empty but keeps its meta
+ * index (xmem_buffer_meta_index); release or forget it. A counted publication is a frame
+ * ticket (xmem_pool_ticket_stats counts it). Errors: XMEM_EINVAL (COUNT < 1 or over the
+ * pool's consumer limit; META_INDEX of a frame this process did not acquire or published
+ * already), XMEM_ENOTHELD (no frame of that index is being written here), publish's. */
+int xmem_pool_set_ref_count(xmem_pool *pool, uint32_t meta_index, int32_t count, uint64_t lifetime_ns);
+/* Non-RAII references of this process on a slot it holds (INDEX: a meta index or a slot
+ * index). */
 int xmem_pool_add_ref(xmem_pool *pool, uint32_t index);
 int xmem_pool_release(xmem_pool *pool, uint32_t index);
-/* Sets this process's reference count on a slot it holds; 0 releases them all. */
-int xmem_pool_set_ref_count(xmem_pool *pool, uint32_t index, uint32_t count);
+/* Sets this process's own reference count on a slot it holds; 0 releases them all. */
+int xmem_pool_set_local_refs(xmem_pool *pool, uint32_t index, uint32_t count);
 /* This process's references on a slot (0 when not held). */
 uint32_t xmem_pool_ref_count(const xmem_pool *pool, uint32_t index);
 
 /* A buffer is one reference to a slot (or a private copy after copy-on-write). */
 const xmem_frame_meta *xmem_buffer_meta(const xmem_buffer *buffer);
+/* The frame's meta index (XMEM_META_SLOT_BITS): what xmem_pool_get takes in any
+ * process and xmem_pool_set_ref_count publishes. XMEM_NO_META_INDEX for a buffer in no
+ * slot, a forgotten one or NULL. Readable after xmem_pool_set_ref_count emptied BUFFER. */
+uint32_t xmem_buffer_meta_index(const xmem_buffer *buffer);
+/* Frees BUFFER without releasing its reference (the seed's forget): a frame
+ * xmem_pool_set_ref_count published (nothing is left to release), or a reference this
+ * process keeps until xmem_pool_release(meta index) or its exit. BUFFER is freed unless
+ * the call fails: XMEM_EINVAL for a frame acquired and not published (its slot would be
+ * lost): publish it, set_ref_count it or release it. */
+int xmem_buffer_forget(xmem_buffer *buffer);
 /* Writable metadata, NULL for a read-only buffer. */
 xmem_frame_meta *xmem_buffer_meta_mut(xmem_buffer *buffer);
 const void *xmem_buffer_data(const xmem_buffer *buffer);
@@ -576,21 +647,28 @@ uint64_t xmem_buffer_device_ptr(const xmem_buffer *buffer);
  * streams waiting for it were let go, but its bytes are whatever those writes left.
  * Check it after the wait (receive, or the stream's) has passed. */
 int xmem_buffer_is_incomplete(const xmem_buffer *buffer);
-/* A private, read-only host copy of BUFFER (device or system memory) in *out, made on
- * CUDA_STREAM and complete when this returns (the CPU waits for the stream). *out is
- * the caller's, released with xmem_buffer_release; it holds no slot, and its capacity
- * is meta->size. Cost: an allocation and a copy of meta->size bytes.
- * Errors: XMEM_EINVAL, XMEM_ENOMEM, XMEM_ESYSTEM. */
+/* Seed API: a copy of BUFFER (any frame this process holds) in a buffer of BUFFER's pool:
+ * a free slot of system memory (copy_to_cpu) or of CUDA device DEVICE, taken as
+ * xmem_pool_acquire_memory takes one (waiting up to 1 s; a pool made by
+ * xmem_pool_connect grows a class for it), with its bytes and metadata. *out is
+ * writable, as an acquired buffer: publish it, set_ref_count it or release it; it has
+ * its own meta index. Into device memory the copy is queued on CUDA_STREAM (complete on
+ * return without one); into system memory complete on return. xmem_buffer_copy_to_device
+ * is the seed's name for a copy between devices. Errors: XMEM_ERANGE (the pool has no
+ * class of that memory large enough: the message names the class to preallocate),
+ * XMEM_ETIMEDOUT, XMEM_EINVAL, XMEM_ENOENT (no CUDA driver or device), XMEM_ESYSTEM. */
 int xmem_buffer_copy_to_cpu(const xmem_buffer *buffer, void *cuda_stream, xmem_buffer **out);
-/* A private, read-only copy of BUFFER on CUDA device DEVICE in *out (from system or
- * device memory), queued on CUDA_STREAM: use it on that stream or after it; with a
- * NULL stream it is complete on return. *out is the caller's and holds no slot; its
- * device memory is freed with the last reference to it. Cost: a device allocation
- * and a copy of meta->size bytes. Errors: XMEM_EINVAL (also a device out of range),
- * XMEM_ENOENT (no CUDA driver or device), XMEM_ENOMEM, XMEM_ESYSTEM. */
 int xmem_buffer_copy_to_cuda(const xmem_buffer *buffer, uint32_t device, void *cuda_stream, xmem_buffer **out);
-/* The seed API's name for xmem_buffer_copy_to_cuda. */
 int xmem_buffer_copy_to_device(const xmem_buffer *buffer, uint32_t device, void *cuda_stream, xmem_buffer **out);
+/* A private, read-only copy of BUFFER outside the pool, in memory STORAGE (for CUDA,
+ * on device DEVICE): host memory complete on return (the CPU waits for CUDA_STREAM);
+ * device memory queued on CUDA_STREAM (use it on that stream or after it; complete on
+ * return with a NULL stream). *out is the caller's and holds no slot; its memory is freed
+ * with the last reference to it; its capacity is meta->size. Cost: an allocation and a
+ * copy of meta->size bytes. Errors: XMEM_EINVAL (also a device out of range or an
+ * unknown storage), XMEM_ENOENT (no CUDA driver or device), XMEM_ENOMEM, XMEM_ESYSTEM. */
+int xmem_buffer_private_copy(const xmem_buffer *buffer, uint32_t storage, uint32_t device, void *cuda_stream,
+			     xmem_buffer **out);
 
 /* Copies a WIDTH_BYTES x HEIGHT rectangle between host memory and CUDA device memory
  * (at least one side on the device) through the CUDA driver xmem loaded: DST and SRC

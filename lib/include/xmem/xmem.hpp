@@ -4,6 +4,7 @@
 
 #include <xmem/xmem.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -86,6 +87,13 @@ private:
 };
 
 using FrameMeta = xmem_frame_meta;
+// BufferGuard::meta_index() of a buffer in no slot (a private copy, a spilled frame).
+inline constexpr uint32_t kNoMetaIndex = XMEM_NO_META_INDEX;
+// How long set_ref_count()'s holds wait for their holders by default.
+inline constexpr std::chrono::nanoseconds kHoldLifetime{ XMEM_HOLD_LIFETIME_NS };
+// How long the seed's calls (acquire_cpu(), acquire_cuda(), the guards' copy_to_*())
+// wait for a free slot by default.
+inline constexpr std::chrono::nanoseconds kSeedWait = std::chrono::seconds(1);
 // Most bytes of side data a frame carries (BufferGuard::set_side_data).
 inline constexpr size_t kSideDataMax = XMEM_SIDE_DATA_MAX;
 using PoolStats = xmem_pool_stats;
@@ -127,7 +135,8 @@ struct PolicyName {
 // shows a pool's), then each policy's own name (policy_name's) by value. Static; no
 // syscall.
 std::span<const PolicyName> policy_names();
-enum class Role { owner, consumer, inspector };
+// none: a handle from BufferPool::connect() that has not made or found its pool yet.
+enum class Role { owner, consumer, inspector, none };
 // A CUDA stream (a CUstream), kept opaque so this header needs no cuda.h. nullptr
 // means no particular stream: the call then synchronizes on the CPU as it must.
 using CudaStream = void *;
@@ -227,6 +236,28 @@ struct OpenOptions {
 	SpillDelivery spill_delivery = SpillDelivery::device;
 };
 
+// The caps of the memory a pool made by BufferPool::connect() grows to by default (its
+// slots of every class together): system memory, and each CUDA device's.
+inline constexpr uint64_t kConnectMemoryCap = uint64_t{ 1 } << 30; // 1 GiB
+inline constexpr uint64_t kConnectDeviceMemoryCap = uint64_t{ 4 } << 30; // 4 GiB
+
+// BufferPool::connect(): the seed's new(name), which attaches to a pool or makes it.
+struct ConnectOptions {
+	// How long a call that needs another process's pool (get(), receive()) waits for it
+	// to appear; acquire_*() and preallocate_*() make the pool instead.
+	std::chrono::nanoseconds timeout = std::chrono::seconds(10);
+	// The pool this handle makes grows on demand (PoolConfig::memory_cap,
+	// device_memory_cap): acquire_cpu() and acquire_cuda() of a size no class holds make a
+	// slot while the slots' memory stays within these caps. 0: no growth (preallocated
+	// classes only).
+	uint64_t memory_cap = kConnectMemoryCap;
+	uint64_t device_memory_cap = kConnectDeviceMemoryCap;
+	// Who may attach to the pool this handle makes (PoolConfig::mode).
+	uint32_t mode = 0600;
+	// How this handle is named in the owner's consumer table when it attaches.
+	std::string client = "connect";
+};
+
 // A frame ticket (BufferPool::publish_ticket): one published frame of one pool, for a
 // number of redemptions until it expires. Plain data, to send over any channel: as
 // the C struct's bytes, or as text.
@@ -317,23 +348,62 @@ public:
 	// Drops the reference once the work queued on STREAM so far is done, without
 	// waiting on the CPU: the producer's GPU waits for it before rewriting the slot.
 	Result<void> release(CudaStream stream);
-	// A private host copy of a device frame (or of a system one), made on STREAM and
-	// complete when this returns. Read-only, like the frame.
-	Result<BufferGuard> copy_to_cpu(CudaStream stream = nullptr) const;
-	// A private copy on CUDA device DEVICE (from system or device memory), queued on
-	// STREAM: use it on that stream, or after it. Without a stream it is complete on
-	// return. From a system-memory frame (pageable memory) the call waits, as the CUDA
-	// driver does, for STREAM's earlier work before it returns; the device write stays
-	// queued. Read-only, like the frame; freed with the last guard on it, once STREAM's
-	// work is done (so STREAM must outlive the copy: a destroyed stream's handle dangles).
-	// From a slot on another GPU that is a peer of DEVICE (cuDeviceCanAccessPeer), DEVICE
-	// is given access to this process's mapping of the slot's class once and the copy is
-	// queued like one on the same GPU; from other memory of another GPU (no peer, a
-	// private copy) it goes through host memory: it waits for STREAM's earlier work and
-	// is complete on return.
-	Result<BufferGuard> copy_to_cuda(uint32_t device, CudaStream stream = nullptr) const;
-	// The seed API's name for the same copy.
-	Result<BufferGuard> copy_to_device(uint32_t device, CudaStream stream = nullptr) const;
+	// The seed's names (../shared/seeds/xmem-design.zh.md, sections 6 and 7).
+	// The frame's meta index: what get(meta_index) takes in any process attached to the
+	// pool and set_ref_count(meta_index, n) publishes. The slot (index()) in its low
+	// XMEM_META_SLOT_BITS bits, the frame's generation above them: it names this frame,
+	// never a later one of the slot. kNoMetaIndex for a buffer in no slot (a private
+	// copy, a spilled frame) and an empty guard, except one set_ref_count() emptied,
+	// which keeps it until forget().
+	uint32_t meta_index() const;
+	// The frame's bytes: the payload (a writable guard's: the slot) of system memory.
+	// Errc::invalid_argument for device memory (as_cuda_ptr()), Errc::read_only for
+	// as_cpu_slice_mut() of a read-only guard.
+	Result<std::span<const std::byte>> as_cpu_slice() const;
+	Result<std::span<std::byte>> as_cpu_slice_mut();
+	// The device address of a device frame's bytes (device_ptr()). Errc::invalid_argument
+	// for system memory (as_cpu_slice()), Errc::read_only for as_cuda_ptr_mut() of a
+	// read-only guard (a received frame; get_mut() or try_make_writable() gives a
+	// writable one).
+	Result<uint64_t> as_cuda_ptr() const;
+	Result<uint64_t> as_cuda_ptr_mut();
+	// Lets go of the guard without releasing its reference (the seed's forget): after
+	// set_ref_count() there is none left to release; a received frame's stays this
+	// process's until release(meta_index) or its exit. Errc::invalid_argument for a frame
+	// acquired and not published (its slot would be lost to the pool): publish it,
+	// set_ref_count() it or reset() it. The guard is empty afterwards.
+	Result<void> forget();
+	// A copy of the frame in a buffer of its pool: a free slot of system memory
+	// (copy_to_cpu) or of CUDA device DEVICE, taken as BufferPool::acquire(size, storage,
+	// device, TIMEOUT, STREAM) takes one (a pool from connect() grows a class for it),
+	// with the frame's bytes and metadata (BufferPool::copy()). Writable, like an acquired
+	// frame, with its own meta_index(): publish it, set_ref_count() it or drop it. Into
+	// device memory the copy is queued on STREAM (complete on return without one); into
+	// system memory it is complete on return. Errc::out_of_range when the pool has no
+	// class of that memory large enough (the message names the class to preallocate).
+	Result<BufferGuard> copy_to_cpu(CudaStream stream = nullptr,
+					std::chrono::nanoseconds timeout = kSeedWait) const;
+	Result<BufferGuard> copy_to_cuda(uint32_t device, CudaStream stream = nullptr,
+					 std::chrono::nanoseconds timeout = kSeedWait) const;
+	// The seed's name for a copy between devices (the same call).
+	Result<BufferGuard> copy_to_device(uint32_t device, CudaStream stream = nullptr,
+					   std::chrono::nanoseconds timeout = kSeedWait) const;
+
+	// A private host copy of a device frame (or of a system one), outside the pool, made
+	// on STREAM and complete when this returns. Read-only, like the frame; no meta index.
+	Result<BufferGuard> private_copy_to_cpu(CudaStream stream = nullptr) const;
+	// A private copy on CUDA device DEVICE (from system or device memory), outside the
+	// pool, queued on STREAM: use it on that stream, or after it. Without a stream it is
+	// complete on return. From a system-memory frame (pageable memory) the call waits, as
+	// the CUDA driver does, for STREAM's earlier work before it returns; the device write
+	// stays queued. Read-only, like the frame; freed with the last guard on it, once
+	// STREAM's work is done (so STREAM must outlive the copy: a destroyed stream's handle
+	// dangles). From a slot on another GPU that is a peer of DEVICE
+	// (cuDeviceCanAccessPeer), DEVICE is given access to this process's mapping of the
+	// slot's class once and the copy is queued like one on the same GPU; from other memory
+	// of another GPU (no peer, a private copy) it goes through host memory: it waits for
+	// STREAM's earlier work and is complete on return.
+	Result<BufferGuard> private_copy_to_cuda(uint32_t device, CudaStream stream = nullptr) const;
 
 private:
 	friend class BufferPool;
@@ -345,6 +415,13 @@ private:
 	std::shared_ptr<PoolImpl> pool_;
 	// The slot, kept apart from meta_: callers may overwrite all of meta_mut().
 	uint32_t index_ = 0;
+	// The frame's generation (layout::SlotRecord::frame_gen): 0 for no meta index.
+	uint32_t gen_ = 0;
+	// A frame this process acquired and has not published: PoolImpl::writers names the
+	// guard while it does (set_ref_count() finds it there).
+	bool acquired_ = false;
+	// Lets go of the slot without releasing the reference, which someone else took over.
+	void detach();
 	FrameMeta meta_{};
 	std::byte *data_ = nullptr; // host bytes; nullptr for device memory
 	uint64_t device_ = 0; // device bytes; 0 for system memory
@@ -372,6 +449,20 @@ public:
 	static Result<std::shared_ptr<BufferPool>> create(std::string_view name, const PoolConfig &config);
 	// Attaches to pool NAME as a consumer, waiting up to options.timeout for it.
 	static Result<std::shared_ptr<BufferPool>> open(std::string_view name, const OpenOptions &options = {});
+	// The seed's new(NAME): connects to pool NAME in any order with the other processes
+	// using it. Attached as a consumer now when its owner is there; otherwise the handle
+	// waits (role() is Role::none) and the first call that needs the pool settles it:
+	// preallocate_*() and acquire_*() make it, this process its owner, with the first
+	// class they ask for (a pool that grows on demand within options' caps); get(),
+	// get_mut() and receive() wait up to options.timeout for another process to make it.
+	// Two processes that make it at once: one owns it, the other attaches (its acquires
+	// are leased, as a guest's). A call that can do neither (publish() of nothing,
+	// consumer_stats()) is Errc::not_found until then; the pool's figures read zero. The
+	// pool closes with its owner, as any pool: handles attached to it get Errc::closed
+	// once their frames are taken (frames still held stay valid), and a later connect()
+	// makes a new pool of that name. Consumers attach with Policy::latest: a frame
+	// published to queues holds at most one slot of theirs.
+	static Result<std::shared_ptr<BufferPool>> connect(std::string_view name, const ConnectOptions &options = {});
 
 	~BufferPool();
 	BufferPool(const BufferPool &) = delete;
@@ -495,28 +586,61 @@ public:
 	// The pool's frame tickets: issued, redeemed, expired, live.
 	TicketStats ticket_stats() const;
 
-	// Seed API (a frame's layout is checked as receive() does). get(): a read-only
-	// reference to published slot INDEX. get_mut(): a
-	// writable one; in place when this process is its only holder, otherwise a
+	// The seed's names (../shared/seeds/xmem-design.zh.md, section 6; README, "Where xmem
+	// departs from its seeds").
+	// Owner: COUNT slots of SIZE bytes of system memory (preallocate_cuda: of CUDA device
+	// DEVICE), a size class preallocate() adds; their slot indices.
+	Result<std::vector<uint32_t>> preallocate_cpu(uint64_t size, uint32_t count);
+	Result<std::vector<uint32_t>> preallocate_cuda(uint64_t size, uint32_t count, uint32_t device);
+	// acquire(SIZE, system or cuda DEVICE, TIMEOUT, STREAM): a writable slot, in any
+	// attached process (a consumer's is leased from the owner).
+	Result<BufferGuard> acquire_cpu(uint64_t size, std::chrono::nanoseconds timeout = kSeedWait);
+	Result<BufferGuard> acquire_cuda(uint64_t size, uint32_t device, std::chrono::nanoseconds timeout = kSeedWait,
+					 CudaStream stream = nullptr);
+	// The frame META_INDEX (BufferGuard::meta_index(), sent by its producer) names,
+	// read-only, with a reference of this process's own; its layout checked as receive()
+	// checks it. A frame set_ref_count() published for N holders: one of its N holds
+	// (Errc::not_held once all are taken or its lifetime ended); any other published
+	// frame: while the slot still holds it. Errc::not_held for a slot reused since (never
+	// the later frame) or not published; Errc::out_of_range for an index of no slot. A
+	// device frame is ready for any stream (the CPU waited for its GPU writes).
+	// A plain slot index (index(), below slot_records()) takes whatever frame the slot
+	// holds now, unless it was published for a number of holders (refused: its meta
+	// index takes one of them).
+	// get_mut(): writable; in place when this process is its only holder, otherwise a
 	// private copy (copy-on-write).
-	Result<BufferGuard> get(uint32_t index);
-	Result<BufferGuard> get_mut(uint32_t index);
+	Result<BufferGuard> get(uint32_t meta_index);
+	Result<BufferGuard> get_mut(uint32_t meta_index);
 	// As get(INDEX), only while the slot still holds frame SEQ (its meta().seq, sent with
 	// the index): a slot whose frame changed since is Errc::not_held, never the newer
 	// frame.
 	Result<BufferGuard> get(uint32_t index, uint64_t seq);
+	// Publishes the frame META_INDEX names, which this process acquired, wrote and has not
+	// published, for exactly COUNT holders in any processes: each get(META_INDEX) takes one
+	// of them, and the slot comes back as soon as those holders let go. Holds nobody took
+	// within LIFETIME go back then: a holder whose process died before its get() costs
+	// the slot LIFETIME at most (one that dies after it, nothing: its hold goes with it).
+	// The acquired guard is left empty, its meta_index() readable until forget(). A
+	// counted publication is a frame ticket (ticket_stats() counts it; docs/design.md,
+	// "Meta indices"). Not while another thread uses that guard. Errc::invalid_argument:
+	// COUNT < 1 or over the pool's consumer limit, a frame this process did not acquire
+	// or published already; Errc::not_held: no frame of that index is being written here;
+	// and publish()'s errors.
+	Result<void> set_ref_count(uint32_t meta_index, int32_t count,
+				   std::chrono::nanoseconds lifetime = kHoldLifetime);
 	// Consumer: the frame TICKET names, read-only, with a reference of this process's
 	// own (crash-safe: released when this process dies). One of the ticket's
 	// redemptions. Errc::bad_ticket when the ticket is expired, used up, forged or of
 	// another pool; Errc::closed when the owner is gone. A frame of a device pool is
 	// ready for any stream (the CPU waited for its GPU writes).
 	Result<BufferGuard> get(const Ticket &ticket);
-	// References held without RAII, on a slot this process already holds.
+	// References held without RAII, on a slot this process already holds (INDEX: its meta
+	// index, or its slot index).
 	Result<void> add_ref(uint32_t index);
 	Result<void> release(uint32_t index);
-	// Sets this process's count of references on a slot it holds (0 releases all).
+	// Sets this process's own count of references on a slot it holds (0 releases all).
 	// Other processes' counts are theirs alone: that is what makes them crash-safe.
-	Result<void> set_ref_count(uint32_t index, uint32_t count);
+	Result<void> set_local_refs(uint32_t index, uint32_t count);
 	uint32_t ref_count(uint32_t index) const;
 
 	// Owner: closes the pool now (as destroying the handle does) although guards
@@ -535,7 +659,32 @@ public:
 	explicit BufferPool(std::shared_ptr<PoolImpl> impl);
 
 private:
-	std::shared_ptr<PoolImpl> impl_;
+	Result<std::vector<uint32_t>> preallocate_cuda_or_cpu(uint64_t size, uint32_t count, Storage storage,
+							      uint32_t device);
+
+	// A handle from connect() until the pool is settled (Role::none); none otherwise.
+	struct Connecting;
+	// The pool this handle is attached to, settling a connect() handle as WANTS says:
+	// attach if the pool exists (look), wait for it up to the timeout (wait), or make it
+	// with a first class of FIRST (make). nullptr when it stays unsettled.
+	enum class Settle { look, wait, make };
+	struct FirstClass {
+		uint64_t size;
+		uint32_t count;
+		Storage storage;
+		uint32_t device;
+	};
+	// MADE: set when this call made the pool.
+	Result<PoolImpl *> settle(Settle wants, const FirstClass *first = nullptr, bool *made = nullptr) const;
+	// settle(look), for calls that read the pool's figures: nullptr while unsettled.
+	PoolImpl *settled() const;
+	// settle(look), for calls that need the pool: Errc::not_found naming CALL otherwise.
+	Result<PoolImpl *> attached(const char *call) const;
+
+	// Set once (under connecting_'s lock, then attached_ release-stored) and never again.
+	mutable std::shared_ptr<PoolImpl> impl_;
+	mutable std::atomic<bool> attached_{ false };
+	std::unique_ptr<Connecting> connecting_;
 };
 
 // Fills META's video plane layout (n_planes, plane_offset, plane_stride) and size for
