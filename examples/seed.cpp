@@ -153,7 +153,7 @@ int produce(xmem::BufferPool &p, int to[2], uint32_t frames)
 	if (!slice)
 		return fail(who, "as_cpu_slice_mut", slice.error());
 	std::memset(slice->data(), 0x33, kSize);
-	auto cuda_buf = cpu_buf->copy_to_cuda(0);
+	auto cuda_buf = cpu_buf->copy_to_cuda(0, nullptr, 10s); // a device buffer once one is free
 	if (!cuda_buf)
 		return fail(who, "copy_to_cuda", cuda_buf.error());
 	auto back = read_device(cuda_buf->as_cuda_ptr().value(), 0);
@@ -164,11 +164,13 @@ int produce(xmem::BufferPool &p, int to[2], uint32_t frames)
 	std::printf("producer: CPU -> CUDA: buffer %u copied into buffer %u\n", cpu_buf->meta_index(),
 		    cuda_buf->meta_index());
 
-	// CUDA 0 -> CUDA 1, where there is a second device.
+	// CUDA 0 -> CUDA 1, where there is a second device (a buffer there preallocated).
 	if (auto second = xmem::cuda_check_device(1); !second) {
 		std::printf("producer: GPU 0 -> GPU 1 not run: %s\n", second.error().message.c_str());
+	} else if (auto slot = p.preallocate_cuda(kSize, 1, 1); !slot) {
+		return fail(who, "preallocate_cuda on device 1", slot.error());
 	} else {
-		auto buf_gpu0 = p.acquire_cuda(kSize, 0);
+		auto buf_gpu0 = p.acquire_cuda(kSize, 0, 10s);
 		if (!buf_gpu0)
 			return fail(who, "acquire_cuda", buf_gpu0.error());
 		if (auto written = decode_to(buf_gpu0->as_cuda_ptr_mut().value(), 0, 0x44); !written)
@@ -223,7 +225,12 @@ int main(int argc, char **argv)
 		::close(fds[0]);
 		to[k] = fds[1];
 	}
-	auto pool = xmem::BufferPool::connect(name);
+	// The 8 preallocated device buffers are all there is of device memory (no growth), so
+	// the producer waits for its consumers instead of running ahead of them: a frame's
+	// holds that nobody takes within their lifetime (10 s) go back unused.
+	xmem::ConnectOptions options;
+	options.device_memory_cap = 0;
+	auto pool = xmem::BufferPool::connect(name, options);
 	if (!pool)
 		return fail("producer", "connect", pool.error());
 	int status = produce(**pool, to, frames);

@@ -314,13 +314,20 @@ Result<std::vector<uint32_t>> BufferPool::preallocate_cuda_or_cpu(uint64_t size,
 
 Result<BufferGuard> BufferPool::acquire_cpu(uint64_t size, std::chrono::nanoseconds timeout)
 {
-	return acquire(size, Storage::system, 0, timeout);
+	// The seed's buffer is SIZE bytes: so is the frame, until its metadata says otherwise.
+	auto g = acquire(size, Storage::system, 0, timeout);
+	if (g)
+		g->meta_.size = size;
+	return g;
 }
 
 Result<BufferGuard> BufferPool::acquire_cuda(uint64_t size, uint32_t device, std::chrono::nanoseconds timeout,
 					     CudaStream stream)
 {
-	return acquire(size, Storage::cuda, device, timeout, stream);
+	auto g = acquire(size, Storage::cuda, device, timeout, stream);
+	if (g)
+		g->meta_.size = size;
+	return g;
 }
 
 Result<void> BufferPool::set_ref_count(uint32_t meta_index, int32_t count, std::chrono::nanoseconds lifetime)

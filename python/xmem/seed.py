@@ -85,12 +85,20 @@ class BufferPool(_Producing):
     def acquire_cpu(self, size, timeout=1.0):
         """A writable buffer of system memory of SIZE bytes or more (any attached process;
         made on demand within the memory cap), waiting up to TIMEOUT seconds for one."""
-        return self.acquire(timeout=timeout, size=size, storage="system")
+        return self._sized(self.acquire(timeout=timeout, size=size, storage="system"), size)
 
     def acquire_cuda(self, size, device_id=0, timeout=1.0, stream=None):
         """A writable buffer on CUDA device DEVICE_ID (as this process numbers it) of SIZE
         bytes or more; STREAM as for acquire()."""
-        return self.acquire(timeout=timeout, stream=stream, size=size, storage="cuda", device=device_id)
+        return self._sized(self.acquire(timeout=timeout, stream=stream, size=size, storage="cuda", device=device_id),
+                           size)
+
+    @staticmethod
+    def _sized(frame, size):
+        """FRAME, its payload SIZE bytes (the seed's buffer is that size) until publish()
+        or its metadata says otherwise."""
+        lib.xmem_buffer_meta_mut(frame._live_buffer()).contents.size = int(size)
+        return frame
 
     def receive(self, timeout=None, stream=None):
         """The next frame published to queues (see Consumer.receive): a handle of a

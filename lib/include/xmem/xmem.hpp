@@ -593,7 +593,8 @@ public:
 	Result<std::vector<uint32_t>> preallocate_cpu(uint64_t size, uint32_t count);
 	Result<std::vector<uint32_t>> preallocate_cuda(uint64_t size, uint32_t count, uint32_t device);
 	// acquire(SIZE, system or cuda DEVICE, TIMEOUT, STREAM): a writable slot, in any
-	// attached process (a consumer's is leased from the owner).
+	// attached process (a consumer's is leased from the owner), whose frame is SIZE bytes
+	// (meta().size) until its metadata says otherwise: the seed's buffer of that size.
 	Result<BufferGuard> acquire_cpu(uint64_t size, std::chrono::nanoseconds timeout = kSeedWait);
 	Result<BufferGuard> acquire_cuda(uint64_t size, uint32_t device, std::chrono::nanoseconds timeout = kSeedWait,
 					 CudaStream stream = nullptr);
