@@ -21,6 +21,21 @@ void gst_xmem_install_pool_name(GObjectClass *klass, guint prop_id);
 /* pool-name's value in VALUE: "" for none. */
 std::string gst_xmem_pool_name_from_value(const GValue *value);
 
+/* xmem:// URIs (GstURIHandler), the same for both elements: xmem://NAME (a plain pool
+ * name), xmem:///PATH (the socket at /PATH), xmem://@NAME (an abstract socket), each
+ * with an optional query of properties, ?KEY=VALUE&... (a property's name and its value
+ * as gst-launch-1.0 writes it). ELEMENT's pool-name and properties are set from URI,
+ * all or none: a malformed URI, a name xmem refuses, an unknown, read-only or badly
+ * written parameter is an error that says which (GST_URI_ERROR_BAD_URI), and so is a
+ * change once the element is past READY (GST_URI_ERROR_BAD_STATE). */
+gboolean gst_xmem_set_uri(GstElement *element, const gchar *uri, GError **error);
+/* ELEMENT's pool as an xmem:// URI (without the other properties); NULL without one. */
+gchar *gst_xmem_get_uri(GstElement *element);
+/* The GstURIHandler interface of an element of URI type TYPE (GST_URI_SRC, GST_URI_SINK):
+ * protocol "xmem", and the two calls above. For G_IMPLEMENT_INTERFACE. */
+void gst_xmem_src_uri_handler_init(gpointer iface, gpointer data);
+void gst_xmem_sink_uri_handler_init(gpointer iface, gpointer data);
+
 /* Installs stats, a read-only GstStructure of the element's counters that BLURB
  * names (a static string), as property PROP_ID of KLASS. */
 void gst_xmem_install_stats(GObjectClass *klass, guint prop_id, const gchar *blurb);

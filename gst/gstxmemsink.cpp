@@ -87,7 +87,8 @@ enum {
 
 #define gst_xmem_sink_parent_class parent_class
 G_DEFINE_TYPE_WITH_CODE(GstXmemSink, gst_xmem_sink, GST_TYPE_BASE_SINK,
-			GST_DEBUG_CATEGORY_INIT(gst_xmem_sink_debug, "xmemsink", 0, "xmem sink"))
+			GST_DEBUG_CATEGORY_INIT(gst_xmem_sink_debug, "xmemsink", 0, "xmem sink");
+			G_IMPLEMENT_INTERFACE(GST_TYPE_URI_HANDLER, gst_xmem_sink_uri_handler_init))
 GST_ELEMENT_REGISTER_DEFINE(xmemsink, "xmemsink", GST_RANK_NONE, GST_TYPE_XMEM_SINK)
 
 /* Raw video in CUDA or system memory; the pad also takes any other caps (see

@@ -70,6 +70,7 @@ enum {
 	PROP_BLOCK_TIMEOUT,
 	PROP_WAKE,
 	PROP_SPIN_BUDGET,
+	PROP_MAX_AGE,
 	PROP_STATS,
 };
 
@@ -125,7 +126,8 @@ static GType gst_xmem_src_fallback_get_type(void)
 
 #define gst_xmem_src_parent_class parent_class
 G_DEFINE_TYPE_WITH_CODE(GstXmemSrc, gst_xmem_src, GST_TYPE_PUSH_SRC,
-			GST_DEBUG_CATEGORY_INIT(gst_xmem_src_debug, "xmemsrc", 0, "xmem source"))
+			GST_DEBUG_CATEGORY_INIT(gst_xmem_src_debug, "xmemsrc", 0, "xmem source");
+			G_IMPLEMENT_INTERFACE(GST_TYPE_URI_HANDLER, gst_xmem_src_uri_handler_init))
 GST_ELEMENT_REGISTER_DEFINE(xmemsrc, "xmemsrc", GST_RANK_NONE, GST_TYPE_XMEM_SRC)
 
 /* Raw video in CUDA memory (from device pools) or system memory; the pad gives any
@@ -187,6 +189,7 @@ void note_served(SrcState *s)
 	s->spilled.store(served->spilled, std::memory_order_relaxed);
 	s->spin_ns.store(served->spin_ns, std::memory_order_relaxed);
 	s->spins_caught.store(served->spins_caught, std::memory_order_relaxed);
+	s->expired.store(served->expired, std::memory_order_relaxed);
 }
 
 /* Attaches, waiting up to `timeout` for the pool to appear (0: forever). Errors
@@ -210,6 +213,7 @@ static GstFlowReturn attach(GstXmemSrc *self)
 		options.block_timeout = std::chrono::nanoseconds(s->block_timeout);
 		options.wake = xmem::Wake(s->wake_mode);
 		options.spin_budget = std::chrono::microseconds(s->spin_budget);
+		options.max_age = std::chrono::nanoseconds(s->max_age);
 	}
 	/* "program:element", so xmem-inspect tells gst-launch consumers apart. */
 	const gchar *prg = g_get_prgname();
@@ -516,6 +520,9 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	case PROP_SPIN_BUDGET:
 		s->spin_budget = g_value_get_uint(value);
 		break;
+	case PROP_MAX_AGE:
+		s->max_age = g_value_get_uint64(value);
+		break;
 	default:
 		G_OBJECT_WARN_INVALID_PROPERTY_ID(object, prop_id, pspec);
 		break;
@@ -536,7 +543,8 @@ static GstStructure *make_stats(SrcState *s)
 			  s->lost.load(std::memory_order_relaxed), "spilled", G_TYPE_UINT64,
 			  s->spilled.load(std::memory_order_relaxed), "spin-ns", G_TYPE_UINT64,
 			  s->spin_ns.load(std::memory_order_relaxed), "spins-caught", G_TYPE_UINT64,
-			  s->spins_caught.load(std::memory_order_relaxed), nullptr);
+			  s->spins_caught.load(std::memory_order_relaxed), "expired", G_TYPE_UINT64,
+			  s->expired.load(std::memory_order_relaxed), nullptr);
 	gst_xmem_metas_add_stats(stats, s->metas, false);
 	return stats;
 }
@@ -575,6 +583,9 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 		break;
 	case PROP_SPIN_BUDGET:
 		g_value_set_uint(value, s->spin_budget);
+		break;
+	case PROP_MAX_AGE:
+		g_value_set_uint64(value, s->max_age);
 		break;
 	case PROP_STATS:
 		/* Read racily from the streaming thread's counters: a snapshot. */
@@ -672,11 +683,19 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 					g_param_spec_uint("spin-budget", "Spin budget",
 							  "wake=spin-before: most microseconds spun per frame", 1,
 							  1000000, 200, flags));
+	g_object_class_install_property(
+		gobject, PROP_MAX_AGE,
+		g_param_spec_uint64("max-age", "Maximum age",
+				    "Frames older than this (ns, by their producer's timestamp) when they would "
+				    "be pushed are given back unread and counted (stats expired), with every "
+				    "policy: a lagging consumer never works on stale frames (0: no limit)",
+				    0, G_MAXUINT32 * G_GUINT64_CONSTANT(1000), 0, flags));
 	gst_xmem_install_stats(gobject, PROP_STATS,
 			       "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
 			       "pushed as the shared slot itself), copied, memory, frames-refused; and how the "
 			       "producer serves it: policy, queue-size, lost (frames its policy dropped), "
-			       "spilled (its frames moved to the spill tier). Details: zero-copy (frames "
+			       "spilled (its frames moved to the spill tier), expired (frames older than "
+			       "max-age, given back unread). Details: zero-copy (frames "
 			       "pushed as the shared slot itself), copied (frames of a device pool copied "
 			       "into CUDA or system memory), memory (what goes downstream: cuda, system)");
 

@@ -105,6 +105,7 @@ struct SrcState {
 	guint64 block_timeout = 0;
 	xmem_wake wake_mode = XMEM_WAKE_SLEEP;
 	guint spin_budget = 200; /* µs */
+	guint64 max_age = 0; /* ns; 0: no limit */
 	/* How the owner serves this consumer, as of the last attach or frame (written by
 	 * the streaming thread, read by the stats property). */
 	std::atomic<guint> served_policy{ G_MAXUINT };
@@ -113,6 +114,7 @@ struct SrcState {
 	std::atomic<guint64> spilled{ 0 };
 	std::atomic<guint64> spin_ns{ 0 };
 	std::atomic<guint64> spins_caught{ 0 };
+	std::atomic<guint64> expired{ 0 };
 	GstCaps *caps = nullptr;
 
 	/* Streaming thread only. */

@@ -158,6 +158,7 @@ void xmem_open_options_init(xmem_open_options *o)
 					0,
 					200,
 					XMEM_SPILL_DELIVERY_DEVICE,
+					0,
 					{} };
 }
 
@@ -215,6 +216,7 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 			options.wake = xmem::Wake(o->wake);
 			options.spin_budget = std::chrono::microseconds(o->spin_budget_us ? o->spin_budget_us : 200);
 			options.spill_delivery = xmem::SpillDelivery(o->spill_delivery);
+			options.max_age = std::chrono::microseconds(o->max_age_us);
 			if (!all_zero(o->reserved))
 				return fail(XMEM_EINVAL, (std::string("pool '") + name +
 							  "': xmem_open_options has reserved fields set "

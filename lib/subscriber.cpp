@@ -249,6 +249,7 @@ Result<void> Subscriber::start_consumer(uint32_t index, UniqueFd ev, const OpenO
 			return errno_error(pool_.where() + ": epoll_ctl");
 	}
 	spill_delivery = options.spill_delivery;
+	max_age_ns = options.max_age.count() > 0 ? uint64_t(options.max_age.count()) : 0;
 	if (options.wake == Wake::spin_before) {
 		spin = std::make_unique<SpinWake>(uint64_t(options.spin_budget.count()) * 1000);
 		spin_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
@@ -509,6 +510,12 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 				std::lock_guard lock(pool_.refs_lock);
 				pool_.local_refs[index]++; // the queue's holder bit becomes this reference
 			}
+			if (too_old(index)) {
+				// Given back unread (no GPU work of this process touched it), and counted.
+				(void)pool_.release(index, nullptr, false);
+				expired.fetch_add(1, std::memory_order_relaxed);
+				continue;
+			}
 			if (pool_.is_spill(index) ? pool_.first_sync() != nullptr
 						  : pool_.ordering_of(index) != nullptr) {
 				// Device slots: parked until the producer's GPU writes are done
@@ -575,6 +582,17 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 	}
 }
 
+bool Subscriber::too_old(uint32_t index) const
+{
+	if (max_age_ns == 0)
+		return false;
+	// The producer's timestamp (CLOCK_MONOTONIC, the owner's at publish when it set none),
+	// read once: another process wrote it. One from the future is no age.
+	uint64_t stamp = *static_cast<const volatile uint64_t *>(&pool_.record(index).meta.timestamp);
+	uint64_t now = monotonic_ns();
+	return stamp != 0 && now > stamp && now - stamp > max_age_ns;
+}
+
 ConsumerStats Subscriber::stats() const
 {
 	ConsumerStats s{};
@@ -593,6 +611,7 @@ ConsumerStats Subscriber::stats() const
 	s.spin_ns = spin_ns.load(std::memory_order_relaxed);
 	s.spins = spins.load(std::memory_order_relaxed);
 	s.spins_caught = spins_caught.load(std::memory_order_relaxed);
+	s.expired = expired.load(std::memory_order_relaxed);
 	return s;
 }
 

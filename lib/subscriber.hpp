@@ -119,7 +119,11 @@ private:
 	static constexpr uint32_t kNoneParked = UINT32_MAX;
 	uint32_t parked = kNoneParked;
 	uint64_t parked_seq = 0; // its frame's seq; a spilled frame's spill_seq
+	// Whether the frame of reference INDEX is older than max_age_ns.
+	bool too_old(uint32_t index) const;
 	SpillDelivery spill_delivery = SpillDelivery::device;
+	// OpenOptions::max_age in ns (0: none): older frames are given back unread.
+	uint64_t max_age_ns = 0;
 	int64_t retry_ns = 0;
 	UniqueFd retry_timer;
 	// wake=spin-before (none: sleep). Under receive_lock. The timer, in the epoll set,
@@ -131,6 +135,7 @@ private:
 	std::atomic<uint64_t> spin_ns{ 0 };
 	std::atomic<uint64_t> spins{ 0 };
 	std::atomic<uint64_t> spins_caught{ 0 };
+	std::atomic<uint64_t> expired{ 0 };
 };
 
 } // namespace xmem

@@ -790,3 +790,55 @@ TEST(Policies, APublishNeverLoopsOnAScribbledRing)
 	ASSERT_TRUE(f.ok()) << f.error().message;
 	EXPECT_EQ(f->meta().seq, 4u);
 }
+
+// max_age, with each policy: a frame older than the consumer's limit when receive() would
+// hand it out (by the producer's timestamp) is given back unread and counted, never
+// delivered; younger frames come as before, in order; and the slot of an expired frame
+// is free again. A consumer without a limit beside it gets every frame.
+TEST(MaxAge, StaleFramesAreGivenBackUnreadAndCounted)
+{
+	RuntimeDir dir;
+	for (Policy policy : { Policy::fifo, Policy::drop_oldest, Policy::latest }) {
+		SCOPED_TRACE(xmem::policy_name(policy));
+		std::string name = std::string("max-age-") + xmem::policy_name(policy);
+		auto owner = make_pool(name, 8);
+		ASSERT_TRUE(owner);
+		OpenOptions options;
+		options.policy = policy;
+		options.queue_size = policy == Policy::latest ? 0 : 8;
+		options.max_age = 500ms; // generous: a loaded machine may take a while to receive
+		auto fresh = BufferPool::open(name, options);
+		ASSERT_TRUE(fresh.ok()) << fresh.error().message;
+		auto all = attach(name, Policy::fifo, 8);
+		ASSERT_TRUE(all);
+		uint64_t now = monotonic_now();
+		// Stamped 2 s ago (a capture time the producer set), 10 ms ago, and now.
+		ASSERT_OK(publish_stamped(*owner, now - 2'000'000'000));
+		ASSERT_OK(publish_stamped(*owner, now - 10'000'000));
+		ASSERT_OK(publish_stamped(*owner, monotonic_now()));
+		std::vector<uint64_t> got;
+		for (;;) {
+			auto f = (*fresh)->receive(0ns);
+			if (!f)
+				break;
+			got.push_back(f->meta().seq);
+		}
+		auto stats = (*fresh)->consumer_stats();
+		ASSERT_TRUE(stats.ok());
+		if (policy == Policy::latest) {
+			EXPECT_EQ(got, (std::vector<uint64_t>{ 3 })) << "a mailbox of one holds the newest";
+		} else {
+			EXPECT_EQ(got, (std::vector<uint64_t>{ 2, 3 }));
+			EXPECT_EQ(stats->expired, 1u);
+		}
+		EXPECT_EQ(drain(*all), range(1, 3)) << "no limit: every frame";
+		// Frames left to age in the queue expire there too.
+		ASSERT_OK(publish_stamped(*owner, monotonic_now()));
+		std::this_thread::sleep_for(700ms);
+		EXPECT_EQ((*fresh)->receive(0ns).code(), Errc::timed_out);
+		EXPECT_EQ((*fresh)->consumer_stats()->expired, policy == Policy::latest ? 1u : 2u);
+		drain(*all);
+		// Every slot is free: nothing expired is held.
+		EXPECT_TRUE(eventually([&] { return owner->stats().slots_free == 8; })) << owner->stats().slots_free;
+	}
+}

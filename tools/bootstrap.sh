@@ -19,10 +19,11 @@ XMEM_PIPELINES_PACKAGES=("${XMEM_DEMO_PACKAGES[@]}" libgstreamer-plugins-bad1.0-
 # gir1.2-gstreamer-1.0 the pixel-reading GStreamer consumers of tests/hostile. spin
 # checks the protocol model (tests/model); clang and libclang-rt-14-dev build the
 # fuzzers (tests/fuzz); clang-format and clang-tidy check the tree; python3-matplotlib
-# draws bench/soak.sh's plot.
+# draws bench/soak.sh's plot; gstreamer1.0-plugins-base-apps has gst-play-1.0, which
+# tests/gst/test_uri.cpp plays a pool with.
 XMEM_PACKAGES=("${XMEM_PIPELINES_PACKAGES[@]}" libgtest-dev
 	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
-	spin clang libclang-rt-14-dev clang-format clang-tidy python3-matplotlib)
+	spin clang libclang-rt-14-dev clang-format clang-tidy python3-matplotlib gstreamer1.0-plugins-base-apps)
 
 xmem_install_packages() {
 	local missing=()

@@ -5,6 +5,7 @@ Python consumer SIGKILLed while it holds arrays."""
 import ctypes
 import gc
 import os
+import re
 import select
 import shutil
 import signal
@@ -855,3 +856,50 @@ def test_spin_before_wake_receives_every_frame_and_counts_its_spins():
             xmem.open(pool, wake="busy")
         with pytest.raises(ValueError):
             xmem.open(pool, wake="spin-before", spin_budget=2.0)
+
+
+def test_max_age_gives_stale_frames_back_unread():
+    """open(max_age=...): a frame older than the limit (by its timestamp) when receive()
+    would hand it out is given back unread and counted; younger ones come in order."""
+    pool = name()
+    with xmem.create(pool, 256, slots=4) as p, xmem.open(pool, timeout=5, policy="fifo", max_age=0.5) as c:
+        for age in (2.0, 0.0):
+            f = p.acquire(timeout=5)
+            f.buffer[:4] = b"abcd"
+            lib_meta = xmem.lib.xmem_buffer_meta_mut(f._live_buffer()).contents
+            lib_meta.timestamp = time.monotonic_ns() - int(age * 1e9)
+            p.publish(f, size=4)
+        got = c.receive(timeout=5)
+        assert got.meta.seq == 2, "the frame stamped 2 s ago expired"
+        got.release()
+        assert c.consumer_stats()["expired"] == 1
+        assert p.stats()["slots_free"] == 4
+    with pytest.raises(ValueError, match="max_age"):
+        xmem.open(pool, timeout=0, max_age=-1)
+
+
+def test_opencv_reads_a_pool_by_its_uri():
+    """cv2.VideoCapture("xmem://NAME", cv2.CAP_GSTREAMER), as an OpenCV user writes it,
+    reads frames a gst-launch-1.0 producer publishes (python3-opencv; skipped without)."""
+    cv2 = pytest.importorskip("cv2")
+    if not re.search(r"GStreamer:\s+YES", cv2.getBuildInformation()):
+        pytest.skip("this OpenCV has no GStreamer backend")
+    launch = gst_launch()
+    pool = name()
+    producer = subprocess.Popen([launch, "-q", "videotestsrc", "is-live=true", "num-buffers=150", "!",
+                                 "video/x-raw,format=BGR,width=64,height=48,framerate=30/1", "!", "xmemsink",
+                                 "pool-name=" + pool])
+    try:
+        capture = cv2.VideoCapture("xmem://%s?policy=fifo" % pool, cv2.CAP_GSTREAMER)
+        assert capture.isOpened()
+        frames = 0
+        for _ in range(10):
+            ok, image = capture.read()
+            assert ok
+            assert image.shape == (48, 64, 3)
+            frames += 1
+        assert frames == 10
+        capture.release()
+    finally:
+        producer.kill()
+        producer.wait()

@@ -1031,7 +1031,7 @@ class Consumer(_Producing):
     produce too: acquire(), publish() and publish_ticket() as a guest of the owner."""
 
     def __init__(self, name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,
-                 client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device"):
+                 client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device", max_age=None):
         options = _capi.OpenOptions()
         lib.xmem_open_options_init(ctypes.byref(options))
         options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
@@ -1057,6 +1057,10 @@ class Consumer(_Producing):
         if spill_delivery not in ("device", "host"):
             raise ValueError("spill_delivery must be 'device' or 'host'")
         options.spill_delivery = 1 if spill_delivery == "host" else 0
+        if max_age is not None:
+            if not 1e-6 <= max_age <= (2**32 - 1) / 1e6:
+                raise ValueError("max_age must be 1 µs to 4294 s (seconds), or None for no limit")
+            options.max_age_us = int(round(max_age * 1e6))
         handle = ctypes.c_void_p()
         self.name = name
         _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
@@ -1288,7 +1292,7 @@ class WritableFrame(BufferGuard):
 
 
 def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,  # noqa: A001
-         client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device"):
+         client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device", max_age=None):
     """Attaches to pool NAME, waiting up to TIMEOUT seconds for it (None: forever).
     POLICY is how this consumer is served ("fifo", "latest", "drop-oldest", "drop-new",
     "fifo-spill"; None: the pool's); FALLBACK what fifo and fifo-spill do once the wait
@@ -1296,10 +1300,13 @@ def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", 
     its queue depth (0: the policy's default). WAKE "spin-before" polls the queue near
     each expected frame instead of sleeping, at most SPIN_BUDGET seconds a frame.
     SPILL_DELIVERY, for fifo-spill on a CUDA pool: "device" (spilled frames come back
-    as device frames, this consumer's copies) or "host" (the tier's host memory)."""
+    as device frames, this consumer's copies) or "host" (the tier's host memory).
+    MAX_AGE (seconds; None: no limit): a frame older than that (by its monotonic timestamp)
+    when receive() would hand it out is given back unread and counted
+    (consumer_stats()["expired"]), whatever the policy."""
     return Consumer(name, timeout=timeout, queue_size=queue_size, policy=policy, fallback=fallback,
                     block_timeout=block_timeout, client=client, wake=wake, spin_budget=spin_budget,
-                    spill_delivery=spill_delivery)
+                    spill_delivery=spill_delivery, max_age=max_age)
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,

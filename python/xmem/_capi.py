@@ -109,7 +109,8 @@ class OpenOptions(ctypes.Structure):
         ("block_timeout_ns", ctypes.c_uint64),
         ("spin_budget_us", ctypes.c_uint32),
         ("spill_delivery", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 3),
+        ("max_age_us", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 2),
     ]
 
 
@@ -152,7 +153,7 @@ class ConsumerStats(ctypes.Structure):
         ("spin_ns", ctypes.c_uint64),
         ("spins", ctypes.c_uint64),
         ("spins_caught", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 1),
+        ("expired", ctypes.c_uint64),
     ]
 
 

@@ -222,7 +222,9 @@ typedef struct xmem_open_options {
 	uint64_t block_timeout_ns; /* fifo: how long the publisher waits; 0: the pool's */
 	uint32_t spin_budget_us; /* XMEM_WAKE_SPIN_BEFORE: most µs spun per frame; 0: 200 */
 	uint32_t spill_delivery; /* xmem_spill_delivery: fifo-spill on a CUDA pool */
-	uint32_t reserved[3]; /* must be zero (xmem_open_options_init does it) */
+	uint32_t max_age_us; /* a frame older than this (its timestamp) when receive would hand
+			      * it out is given back unread and counted (expired); 0: no limit */
+	uint32_t reserved[2]; /* must be zero (xmem_open_options_init does it) */
 } xmem_open_options;
 
 void xmem_open_options_init(xmem_open_options *options);
@@ -273,7 +275,7 @@ typedef struct xmem_consumer_stats {
 	uint64_t spin_ns; /* XMEM_WAKE_SPIN_BEFORE: time this handle spent polling the queue */
 	uint64_t spins; /* spins started near an expected frame */
 	uint64_t spins_caught; /* spins that found the frame (the others slept after) */
-	uint64_t reserved[1];
+	uint64_t expired; /* frames given back unread for their age (xmem_open_options.max_age_us) */
 } xmem_consumer_stats;
 
 /* The pool's spill tier (xmem_pool_config.spill_bytes): xmem_pool_spill_stats. */

@@ -234,6 +234,12 @@ struct OpenOptions {
 	// frame (a private copy on the stream receive() was given; frame.spilled()), or,
 	// with host, as the tier's read-only host memory.
 	SpillDelivery spill_delivery = SpillDelivery::device;
+	// A frame older than MAX_AGE when receive() would hand it out (now minus its
+	// meta().timestamp, CLOCK_MONOTONIC: the producer's, or the owner's at publish) is
+	// given back unread and counted (ConsumerStats::expired), with every policy: a lagging
+	// consumer never works on stale frames. 0: no limit. C and Python take microseconds'
+	// worth (at most 2^32 - 1 µs, 71 minutes).
+	std::chrono::nanoseconds max_age{ 0 };
 };
 
 // The caps of the memory a pool made by BufferPool::connect() grows to by default (its
