@@ -23,7 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr uint64_t kSize = 1920 * 1080 * 3;
+constexpr uint64_t kSize = uint64_t{ 1920 } * 1080 * 3;
 
 // What the producer sends a consumer for each frame: its meta index and the byte it
 // wrote everywhere (so the consumer can check it).
@@ -217,9 +217,9 @@ int main(int argc, char **argv)
 			::close(fds[1]);
 			if (k == 1)
 				::close(to[0]);
-			std::fflush(stdout);
+			(void)std::fflush(stdout);
 			int status = consume(name, k, fds[0], frames);
-			std::fflush(stdout);
+			(void)std::fflush(stdout);
 			::_exit(status);
 		}
 		::close(fds[0]);

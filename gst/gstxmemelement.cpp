@@ -111,10 +111,12 @@ gboolean gst_xmem_set_uri(GstElement *element, const gchar *uri, GError **error)
 		if (!spec || std::string(key.get()) == "pool-name") {
 			unset_all();
 			std::string factory = GST_OBJECT_NAME(gst_element_get_factory(element));
-			return uri_error(error, GST_URI_ERROR_BAD_URI, uri,
-					 "unknown parameter '" + std::string(key.get()) + "' (" + factory + " has " +
-						 (spec ? "its pool in the URI itself" : "no property of that name") +
-						 ": gst-inspect-1.0 " + factory + " lists them)");
+			std::string why = "unknown parameter '";
+			why += key.get();
+			why += "' (" + factory + " has ";
+			why += spec ? "its pool in the URI itself" : "no property of that name";
+			why += ": gst-inspect-1.0 " + factory + " lists them)";
+			return uri_error(error, GST_URI_ERROR_BAD_URI, uri, why);
 		}
 		if (!(spec->flags & G_PARAM_WRITABLE) || (spec->flags & G_PARAM_CONSTRUCT_ONLY)) {
 			unset_all();
