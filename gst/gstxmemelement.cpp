@@ -60,7 +60,8 @@ gboolean gst_xmem_set_uri(GstElement *element, const gchar *uri, GError **error)
 {
 	if (!uri)
 		return uri_error(error, GST_URI_ERROR_BAD_URI, "(null)", "no URI");
-	if (GST_STATE(element) > GST_STATE_READY)
+	// Also on its way up: a sink's PAUSED is asynchronous, and start() ran already.
+	if (GST_STATE(element) > GST_STATE_READY || GST_STATE_TARGET(element) > GST_STATE_READY)
 		return uri_error(error, GST_URI_ERROR_BAD_STATE, uri,
 				 "the element is running: its pool and properties change in NULL or READY only");
 	std::string text = uri;

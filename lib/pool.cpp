@@ -659,11 +659,10 @@ Result<void> BufferGuard::forget()
 				  pool_->where() + ": forget of frame " + std::to_string(meta_index()) +
 					  ", acquired and not published: its slot would be lost to the pool "
 					  "(publish() or set_ref_count() it, or drop it)");
-	// The reference stays this process's (release(meta_index) or its exit gives it back),
-	// a private copy's memory stays too: that is what forget means.
+	// The slot reference stays this process's (release(meta_index) or its exit gives it
+	// back): that is what forget means. A private copy holds no slot: its memory goes.
 	pool_.reset();
-	gen_ = 0;
-	(void)release(nullptr); // no reference left to release: the rest of the guard
+	(void)release(nullptr); // the rest of the guard, with no reference to release
 	return {};
 }
 

@@ -15,10 +15,6 @@ namespace {
 
 constexpr std::string_view kTicketPrefix = "xmem-ticket:";
 
-// A frame redeemed by ticket is ready for any stream: the CPU waits for the producer's
-// GPU writes, as get() does (bounded; they were queued before publish).
-constexpr int64_t kRedeemReadyTimeoutNs = 5'000'000'000;
-
 // The unsigned number at the front of TEXT, in BASE, up to SEPARATOR (or the end when
 // it is '\0'); TEXT moves past both. False for anything else.
 template<typename T>
@@ -37,16 +33,20 @@ bool take_number(std::string_view &text, T *out, int base, char separator)
 	return true;
 }
 
-// One of a counted frame's holds, by CAS: the owner's end of the publication sets
-// ticket_left to 0 first. Returns the holds there were; 0: none was left.
-uint32_t take_one(SlotRecord &slot)
+// One of a counted frame's holds (a ticket's redemptions, set_ref_count's holds), by CAS:
+// the owner's end of the publication sets ticket_left to 0 first. Counted; the last one
+// wakes the owner, whose hold can go. False when none was left.
+bool take_hold(PoolImpl &pool, SlotRecord &slot)
 {
 	uint32_t left = slot.ticket_left.load(std::memory_order_seq_cst);
 	do {
 		if (left == 0)
-			return 0;
+			return false;
 	} while (!slot.ticket_left.compare_exchange_weak(left, left - 1, std::memory_order_seq_cst));
-	return left;
+	pool.seg.header->tickets_redeemed.fetch_add(1, std::memory_order_relaxed);
+	if (left == 1)
+		pool.notify_owner();
+	return true;
 }
 
 } // namespace
@@ -106,23 +106,12 @@ Result<BufferGuard> PoolImpl::redeem(const Ticket &t)
 		undo();
 		return refused(kNotLive);
 	}
-	uint32_t left = take_one(slot);
-	if (left == 0) {
+	if (!take_hold(*this, slot)) {
 		undo();
 		return refused("has no redemption left (used up or expired)");
 	}
-	seg.header->tickets_redeemed.fetch_add(1, std::memory_order_relaxed);
-	if (left == 1)
-		notify_owner(); // the last one: the owner's hold can go
-	if (DeviceSync *sync = ordering_of(t.slot)) {
-		auto ready = sync->wait_ready(t.slot, seq, nullptr, deadline_after(kRedeemReadyTimeoutNs));
-		if (!ready) {
-			undo();
-			return make_error(ready.code(),
-					  where() + ": ticket " + t.to_string() + ": " + ready.error().message);
-		}
-	}
-	return checked_guard(t.slot, false);
+	// Ready for any stream, as get()'s frames are (the CPU waits for the producer's writes).
+	return finish_get(t.slot, false);
 }
 
 Result<BufferGuard> PoolImpl::get_named(uint32_t meta_index, bool writable)
@@ -159,16 +148,9 @@ Result<BufferGuard> PoolImpl::get_named(uint32_t meta_index, bool writable)
 		return refused(kGone);
 	}
 	// Written before PUBLISHED, with the generation: this frame's.
-	if (slot.counted.load(std::memory_order_seq_cst) != 0) {
-		uint32_t left = take_one(slot);
-		if (left == 0) {
-			undo();
-			return refused("all the holds set_ref_count published it for were taken, or their lifetime "
-				       "ended");
-		}
-		seg.header->tickets_redeemed.fetch_add(1, std::memory_order_relaxed);
-		if (left == 1)
-			notify_owner(); // the last one: the owner's hold can go
+	if (slot.counted.load(std::memory_order_seq_cst) != 0 && !take_hold(*this, slot)) {
+		undo();
+		return refused("all the holds set_ref_count published it for were taken, or their lifetime ended");
 	}
 	return finish_get(m->slot, writable);
 }

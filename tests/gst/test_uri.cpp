@@ -129,6 +129,18 @@ TEST_F(Uri, WhatIsMalformedOrUnknownIsRefusedWithTheReason)
 	gst_object_unref(e);
 	auto [none, why] = from_uri(GST_URI_SRC, "xmemx://cam0");
 	EXPECT_EQ(none, nullptr);
+	// Past READY the pool is in use: a URI is refused, and nothing changes.
+	GstElement *sink = gst_element_factory_make("xmemsink", nullptr);
+	ASSERT_TRUE(gst_uri_handler_set_uri(GST_URI_HANDLER(sink), "xmem://uri-running", nullptr));
+	ASSERT_NE(gst_element_set_state(sink, GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+	GError *error = nullptr;
+	EXPECT_FALSE(gst_uri_handler_set_uri(GST_URI_HANDLER(sink), "xmem://other", &error));
+	ASSERT_NE(error, nullptr);
+	EXPECT_TRUE(g_error_matches(error, GST_URI_ERROR, GST_URI_ERROR_BAD_STATE)) << error->message;
+	g_error_free(error);
+	EXPECT_EQ(string_property(sink, "pool-name"), "uri-running");
+	gst_element_set_state(sink, GST_STATE_NULL);
+	gst_object_unref(sink);
 }
 
 // uridecodebin finds xmemsrc by the URI and reads the pool an xmemsink publishes.
