@@ -71,6 +71,8 @@ enum {
 	PROP_WAKE,
 	PROP_SPIN_BUDGET,
 	PROP_MAX_AGE,
+	PROP_MAX_HELD,
+	PROP_HISTORY,
 	PROP_STATS,
 };
 
@@ -190,6 +192,8 @@ void note_served(SrcState *s)
 	s->spin_ns.store(served->spin_ns, std::memory_order_relaxed);
 	s->spins_caught.store(served->spins_caught, std::memory_order_relaxed);
 	s->expired.store(served->expired, std::memory_order_relaxed);
+	s->held.store(served->held, std::memory_order_relaxed);
+	s->served_max_held.store(served->max_held, std::memory_order_relaxed);
 }
 
 /* Attaches, waiting up to `timeout` for the pool to appear (0: forever). Errors
@@ -214,6 +218,8 @@ static GstFlowReturn attach(GstXmemSrc *self)
 		options.wake = xmem::Wake(s->wake_mode);
 		options.spin_budget = std::chrono::microseconds(s->spin_budget);
 		options.max_age = std::chrono::nanoseconds(s->max_age);
+		options.max_held = s->max_held;
+		options.history = s->history;
 	}
 	/* "program:element", so xmem-inspect tells gst-launch consumers apart. */
 	const gchar *prg = g_get_prgname();
@@ -520,6 +526,12 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	case PROP_SPIN_BUDGET:
 		s->spin_budget = g_value_get_uint(value);
 		break;
+	case PROP_MAX_HELD:
+		s->max_held = g_value_get_uint(value);
+		break;
+	case PROP_HISTORY:
+		s->history = g_value_get_uint(value);
+		break;
 	case PROP_MAX_AGE:
 		s->max_age = g_value_get_uint64(value);
 		break;
@@ -544,7 +556,10 @@ static GstStructure *make_stats(SrcState *s)
 			  s->spilled.load(std::memory_order_relaxed), "spin-ns", G_TYPE_UINT64,
 			  s->spin_ns.load(std::memory_order_relaxed), "spins-caught", G_TYPE_UINT64,
 			  s->spins_caught.load(std::memory_order_relaxed), "expired", G_TYPE_UINT64,
-			  s->expired.load(std::memory_order_relaxed), nullptr);
+			  s->expired.load(std::memory_order_relaxed), "held", G_TYPE_UINT,
+			  s->held.load(std::memory_order_relaxed), "max-held", G_TYPE_UINT,
+			  s->served_max_held.load(std::memory_order_relaxed), "copied-held", G_TYPE_UINT64,
+			  s->copied_held.load(std::memory_order_relaxed), nullptr);
 	gst_xmem_metas_add_stats(stats, s->metas, false);
 	return stats;
 }
@@ -583,6 +598,12 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 		break;
 	case PROP_SPIN_BUDGET:
 		g_value_set_uint(value, s->spin_budget);
+		break;
+	case PROP_MAX_HELD:
+		g_value_set_uint(value, s->max_held);
+		break;
+	case PROP_HISTORY:
+		g_value_set_uint(value, s->history);
 		break;
 	case PROP_MAX_AGE:
 		g_value_set_uint64(value, s->max_age);
@@ -690,12 +711,30 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 				    "be pushed are given back unread and counted (stats expired), with every "
 				    "policy: a lagging consumer never works on stale frames (0: no limit)",
 				    0, G_MAXUINT32 * G_GUINT64_CONSTANT(1000), 0, flags));
+	g_object_class_install_property(
+		gobject, PROP_MAX_HELD,
+		g_param_spec_uint("max-held", "Maximum held",
+				  "The most slots this consumer holds at once, queued or pushed downstream and "
+				  "not yet let go (0: half the pool's slots). Near it, frames are copied out "
+				  "of their slot into ordinary memory (system, or CUDA for a device pool) and "
+				  "the slot goes back at once (stats copied-held): a pipeline that keeps frames "
+				  "still gets each one, and costs the other consumers none of their slots",
+				  0, G_MAXUINT, 0, flags));
+	g_object_class_install_property(
+		gobject, PROP_HISTORY,
+		g_param_spec_uint("history", "History",
+				  "On attaching, first push up to this many of the newest frames published "
+				  "before, while they are still in the pool (oldest first), then the live "
+				  "stream; at most the queue size (0: the live stream only)",
+				  0, G_MAXUINT, 0, flags));
 	gst_xmem_install_stats(gobject, PROP_STATS,
 			       "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
 			       "pushed as the shared slot itself), copied, memory, frames-refused; and how the "
 			       "producer serves it: policy, queue-size, lost (frames its policy dropped), "
 			       "spilled (its frames moved to the spill tier), expired (frames older than "
-			       "max-age, given back unread). Details: zero-copy (frames "
+			       "max-age, given back unread), held and max-held (the slots it holds now, "
+			       "taken and not let go, and its cap), copied-held (frames copied out of their "
+			       "slot near the cap). Details: zero-copy (frames "
 			       "pushed as the shared slot itself), copied (frames of a device pool copied "
 			       "into CUDA or system memory), memory (what goes downstream: cuda, system)");
 

@@ -229,6 +229,44 @@ static GstBuffer *copy_to_system_memory(GstXmemSrc *self, xmem::BufferGuard &&fr
 	return std::exchange(buf, nullptr);
 }
 
+/* Whether this consumer holds so many slots that FRAME should leave its own at once: the
+ * owner queues nothing to a consumer at its cap (max-held), so one slot of the cap stays
+ * free for the next frame while this one is copied (where the cap has room for that). */
+static bool near_cap(GstXmemSrc *self)
+{
+	SrcState *s = self->state;
+	auto served = s->pool->consumer_stats();
+	if (!served || served->max_held == 0)
+		return false;
+	guint spare = served->max_held >= 3 ? 1 : 0;
+	if (served->held + spare < served->max_held)
+		return false;
+	if (!s->said_cap) {
+		s->said_cap = true;
+		GST_WARNING_OBJECT(self,
+				   "pool '%s': this consumer holds %u slots, its cap (max-held) is %u: frames are "
+				   "copied out of their slots while it holds that many (stats copied-held)",
+				   s->pool->name().c_str(), served->held, served->max_held);
+	}
+	return true;
+}
+
+/* A frame of system memory, copied whole into a buffer of its own: its planes stay where
+ * its metadata says. The slot goes back when FRAME does (at the caller's return). */
+static GstBuffer *copy_system_frame(const xmem::BufferGuard &frame, gsize size, xmem::Error *error)
+{
+	std::span<const std::byte> data = frame.data();
+	if (data.size() < size) {
+		*error = { xmem::Errc::bad_frame, "frame of " + std::to_string(size) + " bytes in a " +
+							  std::to_string(data.size()) + "-byte slot" };
+		return nullptr;
+	}
+	GstBuffer *buf = gst_buffer_new_memdup(data.data(), size);
+	if (!buf)
+		*error = { xmem::Errc::no_memory, "cannot allocate a frame of " + std::to_string(size) + " bytes" };
+	return buf;
+}
+
 GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
 {
 	SrcState *s = self->state;
@@ -238,7 +276,15 @@ GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *
 	/* Negotiated to CUDA memory, a frame of system memory (a pool of mixed memories
 	 * may hold both) is uploaded: CUDA caps never carry system memory. */
 	bool own_layout = device_frame || s->out_cuda;
-	if (device_frame && s->out_cuda && GstXmemCuda::can_wrap()) {
+	bool wraps = (device_frame && s->out_cuda && GstXmemCuda::can_wrap()) || !own_layout;
+	if (wraps && near_cap(self)) {
+		buf = device_frame ? copy_to_cuda_memory(self, std::move(frame), error)
+				   : copy_system_frame(frame, gsize(m.size), error);
+		if (!buf)
+			return nullptr;
+		s->copied++;
+		s->copied_held.fetch_add(1, std::memory_order_relaxed);
+	} else if (device_frame && s->out_cuda && GstXmemCuda::can_wrap()) {
 		if (!(buf = wrap_cuda_memory(self, std::move(frame), error)))
 			return nullptr;
 		s->zero_copy++;

@@ -106,6 +106,8 @@ struct SrcState {
 	xmem_wake wake_mode = XMEM_WAKE_SLEEP;
 	guint spin_budget = 200; /* µs */
 	guint64 max_age = 0; /* ns; 0: no limit */
+	guint max_held = 0; /* 0: the owner's default */
+	guint history = 0;
 	/* How the owner serves this consumer, as of the last attach or frame (written by
 	 * the streaming thread, read by the stats property). */
 	std::atomic<guint> served_policy{ G_MAXUINT };
@@ -115,6 +117,10 @@ struct SrcState {
 	std::atomic<guint64> spin_ns{ 0 };
 	std::atomic<guint64> spins_caught{ 0 };
 	std::atomic<guint64> expired{ 0 };
+	std::atomic<guint> held{ 0 };
+	std::atomic<guint> served_max_held{ 0 };
+	/* Frames copied out of their slot because it held near its cap (max-held). */
+	std::atomic<guint64> copied_held{ 0 };
 	GstCaps *caps = nullptr;
 
 	/* Streaming thread only. */
@@ -132,6 +138,7 @@ struct SrcState {
 	GstXmemCuda cuda;
 	guint64 zero_copy = 0;
 	guint64 copied = 0;
+	bool said_cap = false; /* the copies near the cap were logged */
 	bool discont = true;
 	guint64 last_seq = 0;
 	guint64 received = 0;

@@ -159,6 +159,8 @@ void xmem_open_options_init(xmem_open_options *o)
 					200,
 					XMEM_SPILL_DELIVERY_DEVICE,
 					0,
+					0,
+					0,
 					{} };
 }
 
@@ -217,6 +219,8 @@ int xmem_pool_open(const char *name, const xmem_open_options *o, xmem_pool **out
 			options.spin_budget = std::chrono::microseconds(o->spin_budget_us ? o->spin_budget_us : 200);
 			options.spill_delivery = xmem::SpillDelivery(o->spill_delivery);
 			options.max_age = std::chrono::microseconds(o->max_age_us);
+			options.max_held = o->max_held;
+			options.history = o->history;
 			if (!all_zero(o->reserved))
 				return fail(XMEM_EINVAL, (std::string("pool '") + name +
 							  "': xmem_open_options has reserved fields set "

@@ -327,6 +327,12 @@ struct alignas(64) ConsumerRecord {
 	std::atomic<uint64_t> dropped; // [owner]
 	std::atomic<uint64_t> queued_total; // [owner]
 	std::atomic<uint64_t> spilled; // its frames moved into the spill tier [owner]
+	// [owner, at attach, before the record is active; in this line's spare room, so the
+	// ABI is unchanged: zero from owners older than the fields] The most slots it may
+	// hold, queued or taken (OpenOptions::max_held, as the owner applies it), and the
+	// frames of history it asked for.
+	uint32_t max_held;
+	uint32_t history;
 	// Followed by ring_capacity std::atomic<uint64_t> entries: (seq32 << 32) | slot.
 };
 
@@ -518,5 +524,8 @@ static_assert(offsetof(ConsumerRecord, policy) == 104);
 static_assert(offsetof(ConsumerRecord, block_timeout_ns) == 112);
 static_assert(offsetof(ConsumerRecord, spilled) == 152);
 static_assert(offsetof(ConsumerRecord, producing) == 120);
+static_assert(offsetof(ConsumerRecord, max_held) == 160);
+static_assert(offsetof(ConsumerRecord, history) == 164);
+static_assert(sizeof(ConsumerRecord) == 192);
 
 } // namespace xmem::layout

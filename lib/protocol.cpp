@@ -30,6 +30,8 @@ Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client, co
 	h.policy = serve.policy ? 1 + uint32_t(*serve.policy) : 0;
 	h.fallback = uint32_t(serve.fallback);
 	h.block_timeout_ns = serve.block_timeout_ns;
+	h.max_held = serve.max_held;
+	h.history = serve.history;
 	copy_string(h.client, sizeof(h.client), client);
 	h.pid = uint32_t(::getpid());
 	h.pid_ns = pid_namespace_here();
@@ -49,7 +51,8 @@ Result<Hello> parse_hello(std::span<const std::byte> bytes)
 						      " is not supported (owner speaks " + std::to_string(kVersion) +
 						      ")");
 	if (mh.type != MessageType::hello ||
-	    (bytes.size() != sizeof(Hello) && bytes.size() != kHelloPidSize && bytes.size() != kHelloV1Size) ||
+	    (bytes.size() != sizeof(Hello) && bytes.size() != kHelloServeSize && bytes.size() != kHelloPidSize &&
+	     bytes.size() != kHelloV1Size) ||
 	    mh.size != bytes.size())
 		return refusal(XMEM_ENOTPOOL, "malformed hello");
 	Hello hello{};
@@ -75,6 +78,8 @@ Result<Serve> serve_of(const Hello &hello)
 			       "fallback " + std::to_string(hello.fallback) + " is neither drop-oldest nor drop-new");
 	serve.fallback = hello.fallback == uint32_t(Policy::drop_new) ? Policy::drop_new : Policy::drop_oldest;
 	serve.block_timeout_ns = hello.block_timeout_ns;
+	serve.max_held = hello.max_held;
+	serve.history = hello.history;
 	return serve;
 }
 

@@ -5,7 +5,7 @@
 //   --------                                   ------------------
 //   connect($dir/NAME)  ---------------------> accept, SO_PEERCRED check
 //   Hello{role, queue_size, pid, pid ns,
-//         policy}
+//         policy, max_held, history}
 //     + [eventfd, pidfd] --------------------> validate, take a ConsumerRecord
 //            <--------------------------------- Welcome{index, sizes, format}
 //                                               + [control memfd, data memfd]
@@ -110,6 +110,11 @@ struct Hello {
 	uint32_t policy;
 	uint32_t fallback;
 	uint64_t block_timeout_ns;
+	// The most slots it holds at once (0: the owner's default), and the frames published
+	// before it attached it asks for first (OpenOptions::max_held, history). Zero in a
+	// shorter Hello.
+	uint32_t max_held;
+	uint32_t history;
 	// fds: a consumer sends its eventfd, then, where it could make one, a pidfd of
 	// itself (which tells the owner when it has exited, in any PID namespace); an
 	// inspector sends none.
@@ -181,13 +186,14 @@ inline constexpr uint32_t kNoConsumer = 0xffffffffu;
 inline constexpr size_t kMaxFds = 253;
 inline constexpr size_t kMaxMessage = std::max(sizeof(Welcome), sizeof(Request));
 static_assert(sizeof(MessageHeader) == 16);
-static_assert(sizeof(Hello) == 88);
+static_assert(sizeof(Hello) == 96);
 // The role-named fields share their bytes: the wire format is what it was before them.
 static_assert(offsetof(Hello, class_index) == 60 && offsetof(Hello, slot_index) == 60 &&
 	      offsetof(Hello, consumer_index) == 60);
 static_assert(offsetof(Welcome, format_seq) == 40 && offsetof(Welcome, memory_gen) == 40);
 inline constexpr size_t kHelloV1Size = 56; // a Hello without pid and pid_ns
 inline constexpr size_t kHelloPidSize = 72; // a Hello without the policy
+inline constexpr size_t kHelloServeSize = 88; // a Hello without max_held and history
 static_assert(sizeof(Reject) == 276);
 static_assert(sizeof(Request) == 4536);
 static_assert(sizeof(Answer) == 296);
@@ -206,6 +212,8 @@ struct Serve {
 	std::optional<Policy> policy; // none: the pool's
 	Policy fallback = Policy::drop_oldest;
 	uint64_t block_timeout_ns = 0; // 0: the pool's
+	uint32_t max_held = 0; // 0: the owner's default
+	uint32_t history = 0;
 };
 Hello make_hello(PeerRole role, uint32_t queue_size, std::string_view client, const Serve &serve = {});
 // A parsed Hello's request; Errc::invalid_argument for values no policy has.

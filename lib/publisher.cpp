@@ -323,8 +323,7 @@ Result<void> Publisher::publish(BufferGuard &&frame, void *stream, const Origin 
 	for (uint32_t i = 0; i < ntargets; i++) {
 		uint32_t bit = 1 + targets[i];
 		if (taken[bit / 64] & holder_mask(bit)) {
-			seg.consumer(targets[i])->dropped.fetch_add(1, std::memory_order_relaxed);
-			seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+			queues.count_dropped(targets[i]);
 			continue;
 		}
 		queues.push(targets[i], index);

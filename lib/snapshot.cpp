@@ -221,6 +221,8 @@ ConsumerSnapshot read_consumer(const layout::ConsumerRecord &rec, uint32_t index
 	c.fallback = rec.fallback;
 	c.block_timeout_ns = rec.block_timeout_ns;
 	c.spilled = rec.spilled.load(std::memory_order_relaxed);
+	c.max_held = rec.max_held;
+	c.history = rec.history;
 	return c;
 }
 
@@ -343,6 +345,10 @@ Result<PoolSnapshot> snapshot(const BufferPool &pool)
 		v.slots.back().size_class = in->index;
 		if (v.slots.back().free)
 			v.slots_free++;
+		for (const HolderSnapshot &holder : v.slots.back().holders)
+			for (ConsumerSnapshot &c : v.consumers)
+				if (holder.bit == 1 + c.index)
+					c.held++;
 	}
 	return v;
 }

@@ -114,7 +114,8 @@ Result<void> Subscriber::handshake(UniqueFd conn, const OpenOptions &options, ui
 	protocol::Hello hello = protocol::make_hello(
 		inspect ? protocol::PeerRole::inspector : protocol::PeerRole::consumer, options.queue_size,
 		options.client,
-		protocol::Serve{ options.policy, options.fallback, uint64_t(options.block_timeout.count()) });
+		protocol::Serve{ options.policy, options.fallback, uint64_t(options.block_timeout.count()),
+				 options.max_held, options.history });
 	// With the eventfd, a pidfd of this process where the kernel makes one: the owner
 	// learns from it when this process has exited, also from another PID namespace.
 	UniqueFd pidfd = inspect ? UniqueFd() : pidfd_of_self();
@@ -577,8 +578,19 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 			pool_.each_sync([](DeviceSync &sync) { sync.release_dead_owner(); });
 			continue;
 		}
-		if (none || (r == 0 && monotonic_ns() >= deadline))
+		if (none || (r == 0 && monotonic_ns() >= deadline)) {
+			// At its cap the owner queues it nothing: say so, rather than only "none".
+			uint32_t cap = self->max_held;
+			uint32_t held = held_slots();
+			if (cap != 0 && held >= cap)
+				return make_error(Errc::timed_out,
+						  pool_.where() + ": no frame within the timeout: this consumer holds " +
+							  std::to_string(held) + " frames, its cap (max_held " +
+							  std::to_string(cap) +
+							  "), and is given no more until it lets one go (a copy, "
+							  "copy_to_cpu(), keeps a frame without its slot)");
 			return make_error(Errc::timed_out, pool_.where() + ": no frame within the timeout");
+		}
 	}
 }
 
@@ -612,7 +624,17 @@ ConsumerStats Subscriber::stats() const
 	s.spins = spins.load(std::memory_order_relaxed);
 	s.spins_caught = spins_caught.load(std::memory_order_relaxed);
 	s.expired = expired.load(std::memory_order_relaxed);
+	s.held = held_slots();
+	s.max_held = self->max_held;
 	return s;
+}
+
+uint32_t Subscriber::held_slots() const
+{
+	std::lock_guard lock(pool_.refs_lock);
+	uint32_t n = std::min<uint32_t>(uint32_t(pool_.local_refs.size()), seg.slot_count);
+	return uint32_t(std::count_if(pool_.local_refs.begin(), pool_.local_refs.begin() + n,
+				      [](uint32_t refs) { return refs != 0; }));
 }
 
 void Subscriber::detach_queue()

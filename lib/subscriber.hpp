@@ -30,6 +30,8 @@ public:
 	bool owner_gone() const override { return owner_gone_.load(); }
 	// How the owner serves this consumer, from its record (the owner wrote it at attach).
 	ConsumerStats stats() const;
+	// The slots this handle holds now (frames taken and not let go, of any guard).
+	uint32_t held_slots() const;
 	// The owner's memory made since attach, imported (holder.hpp, OwnerLink).
 	Result<void> import_classes() override;
 	Result<void> map_slot(uint32_t index) override;

@@ -427,6 +427,12 @@ void print_json(const xmem::PoolSnapshot &v)
 		if (c.policy == XMEM_POLICY_FIFO)
 			j.key("block_timeout_ns").number(c.block_timeout_ns);
 		j.key("spilled").number(c.spilled);
+		j.key("held").number(c.held);
+		if (c.max_held)
+			j.key("max_held").number(c.max_held);
+		else
+			j.key("max_held").null();
+		j.key("history").number(c.history);
 		j.key("gpu_ordering").string(xmem::gpu_ordering_name(c.sync_mode));
 		j.end_object();
 	}
@@ -538,8 +544,8 @@ void print_text(const xmem::PoolSnapshot &v)
 
 	std::printf("\nconsumers: %u attached\n", v.consumers_attached);
 	if (!v.consumers.empty()) {
-		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %10s  %10s  %5s  %s\n", "index", "pid", "client",
-			    "state", "alive", "queued", "received", "dropped", "queue", "policy");
+		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %7s  %10s  %10s  %5s  %s\n", "index", "pid",
+			    "client", "state", "alive", "queued", "held", "received", "dropped", "queue", "policy");
 		for (const xmem::ConsumerSnapshot &c : v.consumers) {
 			std::string queued = c.queued ? std::to_string(*c.queued) : "?";
 			std::string pid = c.pid_here ? std::to_string(*c.pid_here) : "other-ns";
@@ -550,10 +556,14 @@ void print_text(const xmem::PoolSnapshot &v)
 			if (c.policy == XMEM_POLICY_FIFO_SPILL)
 				policy += " (" + std::to_string(c.spilled) + " spilled; when full " +
 					  consumer_policy_name(c.fallback) + ")";
-			std::printf("  %5u  %8s  %-20s  %-6s  %-5s  %6s  %10llu  %10llu  %5u  %s\n", c.index,
+			// Slots held (queued ones too) against its cap; "-": no cap.
+			std::string held =
+				std::to_string(c.held) + "/" + (c.max_held ? std::to_string(c.max_held) : std::string("-"));
+			std::printf("  %5u  %8s  %-20s  %-6s  %-5s  %6s  %7s  %10llu  %10llu  %5u  %s\n", c.index,
 				    pid.c_str(), quoted(c.client, false).c_str(), xmem::state_name(c.state),
-				    consumer_alive(c) ? "yes" : "no", queued.c_str(), (unsigned long long)c.received,
-				    (unsigned long long)c.dropped, c.queue_size, policy.c_str());
+				    consumer_alive(c) ? "yes" : "no", queued.c_str(), held.c_str(),
+				    (unsigned long long)c.received, (unsigned long long)c.dropped, c.queue_size,
+				    policy.c_str());
 			if (!c.pid_here)
 				std::printf("         %s, not visible from this process's\n",
 					    pid_text(c.pid_here, c.own_pid).c_str());

@@ -365,6 +365,15 @@ Result<uint32_t> PeerServer::admit(const protocol::Hello &hello, const PeerCrede
 	if (how.policy == Policy::latest)
 		queue = 1;
 	how.queue_size = std::clamp<uint32_t>(queue, 1, most);
+	// By default half the pool's slots, so that the producer's next frame and the other
+	// consumers keep the other half whatever this one keeps; but never less than the
+	// queue it asked for and one frame in hand (a fifo-spill consumer's queued frames do
+	// not count).
+	uint32_t slots = pool_.slots_end();
+	uint32_t in_queue = how.policy == Policy::fifo_spill ? 0 : how.queue_size;
+	how.max_held = hello.max_held ? hello.max_held : std::max({ 1u, slots / 2, in_queue + 1 });
+	if (hello.max_held == 0 && how.max_held >= slots)
+		how.max_held = UINT32_MAX; // a default of the whole pool is none
 
 	std::lock_guard lock(parts.publish_lock);
 	if (parts.shut.load(std::memory_order_acquire))
@@ -386,6 +395,8 @@ Result<uint32_t> PeerServer::admit(const protocol::Hello &hello, const PeerCrede
 	rec->policy = uint32_t(how.policy);
 	rec->fallback = uint32_t(how.fallback);
 	rec->block_timeout_ns = how.block_timeout_ns;
+	rec->max_held = how.max_held == UINT32_MAX ? 0 : how.max_held;
+	rec->history = hello.history;
 	rec->spilled.store(0, std::memory_order_relaxed);
 	rec->detached.store(0, std::memory_order_relaxed);
 	rec->attach_ns = monotonic_ns();
@@ -405,6 +416,9 @@ Result<uint32_t> PeerServer::admit(const protocol::Hello &hello, const PeerCrede
 	rec->armed.store(1, std::memory_order_relaxed);
 	rec->state.store(kConsumerActive, std::memory_order_seq_cst);
 	parts.queues.attach(index, how, std::move(event), std::move(conn));
+	// A late joiner's history: within its queue and its cap, so that none of it is
+	// dropped for room as the live stream comes.
+	parts.queues.give_history(index, std::min({ hello.history, how.queue_size, how.max_held }));
 	return index;
 }
 

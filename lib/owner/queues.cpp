@@ -46,6 +46,7 @@ void ConsumerQueues::start()
 	generation_.assign(seg.max_consumers, 0);
 	conn_.resize(seg.max_consumers);
 	event_.resize(seg.max_consumers);
+	delivered_.resize(seg.max_consumers);
 }
 
 bool ConsumerQueues::attached(uint32_t c) const
@@ -57,6 +58,7 @@ void ConsumerQueues::attach(uint32_t c, const Served &how, UniqueFd event, Uniqu
 {
 	served_[c] = how;
 	generation_[c]++;
+	delivered_[c].clear();
 	active_.push_back(c);
 	event_[c] = std::move(event);
 	conn_[c] = std::move(conn);
@@ -66,6 +68,7 @@ void ConsumerQueues::detach(uint32_t c)
 {
 	active_.erase(std::remove(active_.begin(), active_.end(), c), active_.end());
 	generation_[c]++; // a spill copying meanwhile moves none of its entries
+	delivered_[c].clear();
 }
 
 UniqueFd ConsumerQueues::take_connection(uint32_t c)
@@ -140,10 +143,76 @@ bool ConsumerQueues::drop_oldest(uint32_t c)
 	if (*what == kEosEntry || *what == kSkipEntry)
 		return true; // no frame: nothing to count
 	let_go(c, *what);
-	seg.consumer(c)->dropped.fetch_add(1, std::memory_order_relaxed);
-	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+	count_dropped(c);
 	pool_.notify_owner(); // another owner thread may be waiting in acquire()
 	return true;
+}
+
+void ConsumerQueues::count_dropped(uint32_t c)
+{
+	seg.consumer(c)->dropped.fetch_add(1, std::memory_order_relaxed);
+	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint32_t ConsumerQueues::held(uint32_t c)
+{
+	uint32_t bit = 1 + c;
+	uint64_t mask = holder_mask(bit);
+	std::vector<uint32_t> &slots = delivered_[c];
+	std::erase_if(slots, [&](uint32_t i) {
+		return (seg.slots[i].holders[bit / 64].load(std::memory_order_seq_cst) & mask) == 0;
+	});
+	uint32_t n = uint32_t(slots.size());
+	if (served_[c].policy == Policy::fifo_spill)
+		ring(c).scan([&](uint64_t, uint64_t, uint32_t what) {
+			if (what < seg.slot_count && n > 0)
+				n--;
+			return false;
+		});
+	return n;
+}
+
+uint32_t ConsumerQueues::give_history(uint32_t c, uint32_t n)
+{
+	if (n == 0)
+		return 0;
+	// The published frames of the queues (a ticket's or a counted frame's are for their
+	// own holders), newest first. A hint: each is checked again once held.
+	std::vector<std::pair<uint64_t, uint32_t>> found;
+	uint32_t end = pool_.slots_end();
+	for (uint32_t i = 0; i < end; i++) {
+		SlotRecord &slot = seg.slots[i];
+		if (slot.state.load(std::memory_order_acquire) != kSlotPublished ||
+		    slot.counted.load(std::memory_order_relaxed) != 0)
+			continue;
+		uint64_t seq = *static_cast<const volatile uint64_t *>(&slot.meta.seq);
+		if (seq != 0)
+			found.emplace_back(seq, i);
+	}
+	std::sort(found.begin(), found.end(), std::greater<>());
+	found.resize(std::min<size_t>(found.size(), n));
+	std::reverse(found.begin(), found.end());
+	uint32_t bit = 1 + c;
+	uint64_t mask = holder_mask(bit);
+	uint32_t given = 0;
+	for (auto [seq, i] : found) {
+		SlotRecord &slot = seg.slots[i];
+		// As a get() probe: the bit, then the state. An acquire reclaiming the slot CASes
+		// the state, then reads the bits: it sees ours, or we see its state and back off.
+		// The sequence number says the frame is the one found, not the slot's next.
+		if (slot.holders[bit / 64].fetch_or(mask, std::memory_order_seq_cst) & mask)
+			continue; // not ours to take: a fresh record has no bit anywhere
+		if (slot.state.load(std::memory_order_seq_cst) != kSlotPublished ||
+		    slot.counted.load(std::memory_order_relaxed) != 0 ||
+		    *static_cast<const volatile uint64_t *>(&slot.meta.seq) != seq) {
+			slot.holders[bit / 64].fetch_and(~mask, std::memory_order_seq_cst);
+			pool_.notify_owner();
+			continue;
+		}
+		push(c, i);
+		given++;
+	}
+	return given;
 }
 
 bool ConsumerQueues::drop_globally_oldest(uint32_t classes)
@@ -190,6 +259,8 @@ bool ConsumerQueues::in_classes(uint32_t index, uint32_t classes) const
 void ConsumerQueues::push(uint32_t c, uint32_t what)
 {
 	ConsumerRecord *rec = seg.consumer(c);
+	if (what < seg.slot_count && std::find(delivered_[c].begin(), delivered_[c].end(), what) == delivered_[c].end())
+		delivered_[c].push_back(what);
 	uint64_t t = rec->tail.load(std::memory_order_relaxed);
 	ring_of(rec)[t % seg.ring_capacity].store(ring_entry(t, what), std::memory_order_relaxed);
 	rec->tail.store(t + 1, std::memory_order_seq_cst);
@@ -204,10 +275,12 @@ void ConsumerQueues::push(uint32_t c, uint32_t what)
 }
 
 // Publish's policy step, publish_lock held. Each consumer's own policy decides what its
-// full queue does: drop its oldest frame (drop-oldest, latest), skip this one for it
-// (drop-new), or wait for it (fifo), then fall back to what it chose; fifo-spill never
-// waits here (its queue is as deep as the pool's ring). The waits of one publish share
-// its start, so consumers stuck together cost one block timeout, not one each.
+// full queue, or its cap on slots held, does: drop its oldest frame (drop-oldest, latest),
+// skip this one for it (drop-new), or wait for it (fifo), then fall back to what it
+// chose; fifo-spill never waits here (its queue is as deep as the pool's ring). At its
+// cap only a queued frame in a slot makes room: with none, the frame is lost to it. The
+// waits of one publish share its start, so consumers stuck together cost one block
+// timeout, not one each.
 uint32_t ConsumerQueues::choose_targets(uint32_t *targets, uint64_t *masks, uint32_t except)
 {
 	uint32_t ntargets = 0;
@@ -218,16 +291,26 @@ uint32_t ConsumerQueues::choose_targets(uint32_t *targets, uint64_t *masks, uint
 		ConsumerRecord *rec = seg.consumer(c);
 		const Served &how = served_[c];
 		bool take = rec->detached.load(std::memory_order_seq_cst) == 0;
+		// Room in its queue, and under its cap (counted only when the queue has room).
+		auto room = [&] {
+			return rec->tail.load(std::memory_order_relaxed) - rec->head.load(std::memory_order_seq_cst) <
+				       how.queue_size &&
+			       (how.max_held == UINT32_MAX || held(c) < how.max_held);
+		};
 		while (take) {
 			uint64_t h = rec->head.load(std::memory_order_acquire);
 			uint64_t t = rec->tail.load(std::memory_order_relaxed);
-			if (t - h < how.queue_size)
-				break;
 			if (t - h > seg.ring_capacity) {
 				// Its head is garbage: hang up on it, the I/O thread reaps it.
 				hang_up(c);
 				take = false;
 				break;
+			}
+			bool capped = false;
+			if (t - h < how.queue_size) {
+				if (how.max_held == UINT32_MAX || held(c) < how.max_held)
+					break;
+				capped = true;
 			}
 			Policy act = how.policy;
 			if (act == Policy::fifo) {
@@ -244,10 +327,7 @@ uint32_t ConsumerQueues::choose_targets(uint32_t *targets, uint64_t *masks, uint
 						return shut.load(std::memory_order_acquire) ||
 						       rec->state.load(std::memory_order_seq_cst) != kConsumerActive ||
 						       rec->detached.load(std::memory_order_seq_cst) != 0 ||
-						       rec->producing.load(std::memory_order_seq_cst) != 0 ||
-						       rec->tail.load(std::memory_order_relaxed) -
-								       rec->head.load(std::memory_order_seq_cst) <
-							       how.queue_size;
+						       rec->producing.load(std::memory_order_seq_cst) != 0 || room();
 					},
 					deadline);
 				if (shut.load(std::memory_order_acquire) ||
@@ -258,17 +338,24 @@ uint32_t ConsumerQueues::choose_targets(uint32_t *targets, uint64_t *masks, uint
 				}
 				// Room came, or it was waited for until its process went into a guest's
 				// call: then its fallback applies now rather than at the block timeout.
-				bool room = rec->tail.load(std::memory_order_relaxed) -
-						    rec->head.load(std::memory_order_seq_cst) <
-					    how.queue_size;
-				if (moved && (room || rec->producing.load(std::memory_order_seq_cst) == 0))
+				if (moved && (room() || rec->producing.load(std::memory_order_seq_cst) == 0))
 					continue;
 			}
 			if (act == Policy::fifo || act == Policy::fifo_spill)
 				act = how.fallback;
 			if (act == Policy::drop_new) {
-				rec->dropped.fetch_add(1, std::memory_order_relaxed);
-				seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+				count_dropped(c);
+				take = false;
+				break;
+			}
+			if (capped) {
+				// Drop-oldest, latest, or a fallback to drop-oldest, at its cap: its
+				// oldest queued frame in a slot goes (a fifo-spill consumer's queued ones
+				// are not counted: dropping one frees nothing of its cap). None: it
+				// holds every slot of its cap, and loses this frame.
+				if (how.policy != Policy::fifo_spill && drop_oldest_slot_frame(c))
+					continue;
+				count_dropped(c);
 				take = false;
 				break;
 			}
@@ -296,8 +383,7 @@ bool ConsumerQueues::drop_in_place(uint32_t c, uint64_t position, uint32_t what)
 										std::memory_order_seq_cst))
 		return false; // the consumer took it meanwhile
 	let_go(c, what);
-	rec->dropped.fetch_add(1, std::memory_order_relaxed);
-	seg.header->dropped.fetch_add(1, std::memory_order_relaxed);
+	count_dropped(c);
 	return true;
 }
 
@@ -305,6 +391,13 @@ bool ConsumerQueues::drop_oldest_frame(uint32_t c)
 {
 	return ring(c).scan([&](uint64_t k, uint64_t, uint32_t what) {
 		return pool_.entry_index(what) && drop_in_place(c, k, what);
+	});
+}
+
+bool ConsumerQueues::drop_oldest_slot_frame(uint32_t c)
+{
+	return ring(c).scan([&](uint64_t k, uint64_t, uint32_t what) {
+		return what < seg.slot_count && drop_in_place(c, k, what);
 	});
 }
 

@@ -15,6 +15,9 @@ struct Served {
 	Policy fallback = Policy::drop_oldest; // fifo, fifo-spill
 	uint32_t queue_size = 0;
 	uint64_t block_timeout_ns = 0; // fifo
+	// The most slots it may hold, queued or taken (a fifo-spill consumer's queued frames
+	// do not count); UINT32_MAX: no cap.
+	uint32_t max_held = UINT32_MAX;
 };
 
 // One consumer's ring as the owner reads it. Its head and tail are in shared memory, so
@@ -81,8 +84,17 @@ public:
 	Ring ring(uint32_t c) const { return Ring(seg.consumer(c), seg.ring_capacity); }
 
 	// Publish's policy step: the consumers that get the new frame, with their holder bits
-	// in MASKS. Each consumer's own policy decides what its full queue does; never EXCEPT.
+	// in MASKS. Each consumer's own policy decides what its full queue, or its cap on
+	// slots held, does; never EXCEPT.
 	uint32_t choose_targets(uint32_t *targets, uint64_t *masks, uint32_t except);
+	// The slots consumer C holds of those queued for it: still queued, or taken and not
+	// let go (a fifo-spill consumer's still queued excepted: the spill tier takes them).
+	// Forgets those it let go of.
+	uint32_t held(uint32_t c);
+	// Consumer C, just attached, is given the newest N frames still published in the
+	// pool's slots (queue frames, not a ticket's), oldest first: those no holder let the
+	// owner reuse yet, taken by the protocol of a get() probe. How many it was given.
+	uint32_t give_history(uint32_t c, uint32_t n);
 	// Queues WHAT (a slot, a spill buffer or a marker) for consumer C and wakes it.
 	void push(uint32_t c, uint32_t what);
 	// Consumer C's head entry is dropped (counted when a frame). False when it has none.
@@ -97,6 +109,8 @@ public:
 	// Consumer C's oldest queued frame (never a marker: an end of stream stays) is
 	// dropped in place; false when it has none queued (tests/model Finding 9).
 	bool drop_oldest_frame(uint32_t c);
+	// A frame consumer C lost, counted (its record's and the pool's).
+	void count_dropped(uint32_t c);
 	// Clears consumer C's holder bit for the frame WHAT names (slot or spill buffer).
 	void let_go(uint32_t c, uint32_t what);
 	// An end of stream for every consumer, after its queued frames.
@@ -116,6 +130,9 @@ private:
 	std::optional<uint32_t> take_head(uint32_t c);
 	// Hangs up on consumer C, whose record is garbage: the I/O thread reaps it.
 	void hang_up(uint32_t c);
+	// Consumer C's oldest queued frame in a slot is dropped in place (its cap: a spilled
+	// frame frees no slot); false when it has none queued.
+	bool drop_oldest_slot_frame(uint32_t c);
 
 	PoolImpl &pool_;
 	ControlSegment &seg;
@@ -125,6 +142,9 @@ private:
 	std::vector<uint64_t> generation_;
 	std::vector<UniqueFd> conn_;
 	std::vector<UniqueFd> event_;
+	// The slots queued for each consumer that it may still hold (held() forgets those
+	// whose holder bit is clear): each slot once, so never more than the pool has.
+	std::vector<std::vector<uint32_t>> delivered_;
 };
 
 } // namespace xmem::owner

@@ -1031,7 +1031,8 @@ class Consumer(_Producing):
     produce too: acquire(), publish() and publish_ticket() as a guest of the owner."""
 
     def __init__(self, name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,
-                 client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device", max_age=None):
+                 client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device", max_age=None,
+                 max_held=0, history=0):
         options = _capi.OpenOptions()
         lib.xmem_open_options_init(ctypes.byref(options))
         options.timeout_ns = 0 if timeout == 0 else _timeout_ns(timeout)
@@ -1061,6 +1062,11 @@ class Consumer(_Producing):
             if not 1e-6 <= max_age <= (2**32 - 1) / 1e6:
                 raise ValueError("max_age must be 1 µs to 4294 s (seconds), or None for no limit")
             options.max_age_us = int(round(max_age * 1e6))
+        for what, value in (("max_held", max_held), ("history", history)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**32:
+                raise ValueError("%s must be a whole number of frames, 0 to 2**32 - 1" % what)
+        options.max_held = max_held
+        options.history = history
         handle = ctypes.c_void_p()
         self.name = name
         _check(lib.xmem_pool_open(_name(name), ctypes.byref(options), ctypes.byref(handle)), "open " + name)
@@ -1292,7 +1298,8 @@ class WritableFrame(BufferGuard):
 
 
 def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", block_timeout=None,  # noqa: A001
-         client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device", max_age=None):
+         client="python", wake="sleep", spin_budget=200e-6, spill_delivery="device", max_age=None,
+         max_held=0, history=0):
     """Attaches to pool NAME, waiting up to TIMEOUT seconds for it (None: forever).
     POLICY is how this consumer is served ("fifo", "latest", "drop-oldest", "drop-new",
     "fifo-spill"; None: the pool's); FALLBACK what fifo and fifo-spill do once the wait
@@ -1303,10 +1310,16 @@ def open(name, timeout=None, queue_size=0, policy=None, fallback="drop-oldest", 
     as device frames, this consumer's copies) or "host" (the tier's host memory).
     MAX_AGE (seconds; None: no limit): a frame older than that (by its monotonic timestamp)
     when receive() would hand it out is given back unread and counted
-    (consumer_stats()["expired"]), whatever the policy."""
+    (consumer_stats()["expired"]), whatever the policy.
+    MAX_HELD: the most slots it holds at once, queued or kept (frames it has not let
+    go); at its cap it is given no more frames until it lets one go (consumer_stats()
+    "held", "max_held"). 0: half the pool's slots. A frame copied (copy_to_cpu()) and
+    released keeps its pixels without its slot.
+    HISTORY: it is first given up to that many of the newest frames published before it
+    attached that are still in the pool, oldest first, then the live stream."""
     return Consumer(name, timeout=timeout, queue_size=queue_size, policy=policy, fallback=fallback,
                     block_timeout=block_timeout, client=client, wake=wake, spin_budget=spin_budget,
-                    spill_delivery=spill_delivery, max_age=max_age)
+                    spill_delivery=spill_delivery, max_age=max_age, max_held=max_held, history=history)
 
 
 def create(name, slot_size, slots=8, format="", policy="drop-oldest", storage="system", device=0, mode=0o600,

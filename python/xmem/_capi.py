@@ -110,7 +110,9 @@ class OpenOptions(ctypes.Structure):
         ("spin_budget_us", ctypes.c_uint32),
         ("spill_delivery", ctypes.c_uint32),
         ("max_age_us", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 2),
+        ("max_held", ctypes.c_uint32),
+        ("history", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 4),
     ]
 
 
@@ -154,6 +156,9 @@ class ConsumerStats(ctypes.Structure):
         ("spins", ctypes.c_uint64),
         ("spins_caught", ctypes.c_uint64),
         ("expired", ctypes.c_uint64),
+        ("held", ctypes.c_uint32),
+        ("max_held", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 4),
     ]
 
 

@@ -122,6 +122,12 @@ struct ConsumerSnapshot {
 	uint32_t fallback; // of fifo and fifo-spill
 	uint64_t block_timeout_ns; // of fifo
 	uint64_t spilled; // its frames moved into the spill tier
+	// The slots whose holder bit it has: frames queued for it, and those it took and has
+	// not let go of; its cap on them (OpenOptions::max_held as the owner applies it, 0:
+	// none, or an owner older than the cap), and the history it asked for.
+	uint32_t held;
+	uint32_t max_held;
+	uint32_t history;
 };
 
 // "none", "stream-memops" or "cpu" (the CPU-synchronizing fallback) for a sync mode.

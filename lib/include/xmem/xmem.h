@@ -224,7 +224,11 @@ typedef struct xmem_open_options {
 	uint32_t spill_delivery; /* xmem_spill_delivery: fifo-spill on a CUDA pool */
 	uint32_t max_age_us; /* a frame older than this (its timestamp) when receive would hand
 			      * it out is given back unread and counted (expired); 0: no limit */
-	uint32_t reserved[2]; /* must be zero (xmem_open_options_init does it) */
+	uint32_t max_held; /* the most slots it holds at once, queued or taken (OpenOptions::
+			    * max_held); 0: half the pool's slots */
+	uint32_t history; /* frames published before it attached, still in the pool, that it
+			   * is given first (oldest first); 0: the live stream only */
+	uint32_t reserved[4]; /* must be zero (xmem_open_options_init does it) */
 } xmem_open_options;
 
 void xmem_open_options_init(xmem_open_options *options);
@@ -276,6 +280,9 @@ typedef struct xmem_consumer_stats {
 	uint64_t spins; /* spins started near an expected frame */
 	uint64_t spins_caught; /* spins that found the frame (the others slept after) */
 	uint64_t expired; /* frames given back unread for their age (xmem_open_options.max_age_us) */
+	uint32_t held; /* slots this handle holds now: frames taken and not let go */
+	uint32_t max_held; /* its cap, as the owner applies it (queued frames count too); 0: none */
+	uint64_t reserved[4]; /* zero; room for later fields */
 } xmem_consumer_stats;
 
 /* The pool's spill tier (xmem_pool_config.spill_bytes): xmem_pool_spill_stats. */

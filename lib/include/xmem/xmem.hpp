@@ -240,6 +240,21 @@ struct OpenOptions {
 	// consumer never works on stale frames. 0: no limit. C and Python take microseconds'
 	// worth (at most 2^32 - 1 µs, 71 minutes).
 	std::chrono::nanoseconds max_age{ 0 };
+	// The most slots this consumer holds at once, queued for it or taken and not let go
+	// (a fifo-spill consumer's queued frames do not count: the spill tier takes them out
+	// of their slots). At its cap the owner delivers it no more frames; its policy decides
+	// what it misses (drop-oldest and latest: the oldest queued frame makes room; fifo:
+	// the publisher waits, then its fallback), counted in `dropped`. 0: half the pool's
+	// slots when it attaches (4 of xmemsink's 8), so one consumer that keeps frames never
+	// takes the slots the producer and the others need, but at least its queue size and
+	// one (5 for drop-oldest's default queue of 4). Values over the pool's slots mean no
+	// cap. ConsumerStats::max_held says the cap the owner applies.
+	uint32_t max_held = 0;
+	// A late joiner's start: the newest HISTORY frames published before it attached that
+	// are still in the pool (no holder let them be reused yet), oldest first, then the
+	// live stream. At most its queue size (1 for latest) and its cap. The producer keeps
+	// no slot longer for it: history is what is still there. 0: the live stream only.
+	uint32_t history = 0;
 };
 
 // The caps of the memory a pool made by BufferPool::connect() grows to by default (its
