@@ -779,6 +779,62 @@ static int size_classes(void)
 	return failures ? 1 : 0;
 }
 
+/* A consumer's cap on slots held and a late joiner's history, through the C API: the
+ * options, the stats, and what the owner delivers. */
+static int held_and_history(void)
+{
+	int before = failures;
+	xmem_pool_config config;
+	xmem_pool_config_init(&config);
+	config.slot_size = 256;
+	config.slot_count = 8;
+	xmem_pool *owner = NULL, *keeper = NULL, *late = NULL;
+	REQUIRE(xmem_pool_create("c-held", &config, &owner) == XMEM_OK);
+	xmem_open_options options;
+	xmem_open_options_init(&options);
+	CHECK(options.max_held == 0 && options.history == 0);
+	options.max_held = 2;
+	REQUIRE(xmem_pool_open("c-held", &options, &keeper) == XMEM_OK);
+	xmem_buffer *kept[8] = { NULL };
+	uint32_t n = 0;
+	for (uint64_t tag = 1; tag <= 6; tag++) {
+		publish(owner, tag, 256);
+		xmem_buffer *b = NULL;
+		while (n < 8 && xmem_pool_receive(keeper, 0, &b) == XMEM_OK)
+			kept[n++] = b;
+	}
+	CHECK(n == 2);
+	xmem_consumer_stats cs;
+	CHECK_STATUS(xmem_pool_consumer_stats(keeper, &cs), XMEM_OK);
+	CHECK(cs.held == 2 && cs.max_held == 2 && cs.dropped == 4);
+	xmem_buffer *none = NULL;
+	CHECK_STATUS(xmem_pool_receive(keeper, 10000000, &none), XMEM_ETIMEDOUT);
+	CHECK(strstr(xmem_last_error(), "max_held 2") != NULL);
+
+	/* Frames 3..6 are still in the pool (no holder): a late joiner asks for two. */
+	xmem_open_options_init(&options);
+	options.history = 2;
+	options.has_policy = 1;
+	options.policy = XMEM_POLICY_FIFO;
+	REQUIRE(xmem_pool_open("c-held", &options, &late) == XMEM_OK);
+	for (uint64_t tag = 5; tag <= 6; tag++) {
+		xmem_buffer *b = NULL;
+		CHECK_STATUS(xmem_pool_receive(late, 0, &b), XMEM_OK);
+		if (b) {
+			CHECK(xmem_buffer_meta(b)->seq == tag);
+			CHECK(intact(xmem_buffer_data(b), 256, tag));
+			xmem_buffer_release(b);
+		}
+	}
+	CHECK_STATUS(xmem_pool_receive(late, 0, &none), XMEM_ETIMEDOUT);
+	for (uint32_t i = 0; i < n; i++)
+		xmem_buffer_release(kept[i]);
+	xmem_pool_close(late);
+	xmem_pool_close(keeper);
+	xmem_pool_close(owner);
+	return failures == before ? 0 : 1;
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/xmem-c-api-XXXXXX";
@@ -798,6 +854,8 @@ int main(void)
 	if (seed_flow() != 0)
 		rc = 1;
 	if (size_classes() != 0)
+		rc = 1;
+	if (held_and_history() != 0)
 		rc = 1;
 	char pool_dir[512];
 	snprintf(pool_dir, sizeof(pool_dir), "%s/xmem", dir);

@@ -878,6 +878,57 @@ def test_max_age_gives_stale_frames_back_unread():
         xmem.open(pool, timeout=0, max_age=-1)
 
 
+def test_max_held_caps_what_a_consumer_that_keeps_every_frame_holds():
+    """open(max_held=2) and a consumer that keeps every frame object: it holds at most 2
+    slots; the producer, acquiring with a short timeout, never runs short; its receive
+    says why nothing more comes, and a frame let go lets the next one in."""
+    pool = name()
+    with xmem.create(pool, 256, slots=8) as p, xmem.open(pool, timeout=5, max_held=2) as c:
+        kept = []
+        for i in range(30):
+            f = p.acquire(timeout=0.2)  # never short of a slot
+            f.buffer[:8] = i.to_bytes(8, "little")
+            p.publish(f, size=8)
+            while True:
+                try:
+                    kept.append(c.receive(timeout=0))
+                except xmem.Timeout:
+                    break
+            assert c.consumer_stats()["held"] <= 2
+        assert len(kept) == 2
+        assert [int.from_bytes(bytes(k.data[:8]), "little") for k in kept] == [0, 1]
+        stats = c.consumer_stats()
+        assert (stats["held"], stats["max_held"], stats["dropped"]) == (2, 2, 28)
+        with pytest.raises(xmem.Timeout, match="max_held 2"):
+            c.receive(timeout=0.05)
+        kept.pop(0).release()
+        f = p.acquire(timeout=0.2)
+        p.publish(f, size=8)
+        assert c.receive(timeout=5).meta.seq == 31
+    for bad in (-1, 2**32, 1.5, True):
+        with pytest.raises(ValueError, match="max_held"):
+            xmem.open(pool, timeout=0, max_held=bad)
+
+
+def test_history_gives_a_late_joiner_the_newest_frames_still_in_the_pool():
+    """open(history=N): the newest N frames published before it attached, still in the
+    pool, oldest first, then the live stream."""
+    pool = name()
+    with xmem.create(pool, 256, slots=8) as p:
+        for i in range(5):
+            f = p.acquire(timeout=5)
+            f.buffer[:1] = bytes([i])
+            p.publish(f, size=1)
+        with xmem.open(pool, timeout=5, policy="fifo", history=3) as c, xmem.open(pool, timeout=5) as live:
+            assert [c.receive(timeout=0).meta.seq for _ in range(3)] == [3, 4, 5]
+            with pytest.raises(xmem.Timeout):
+                live.receive(timeout=0)
+            f = p.acquire(timeout=5)
+            p.publish(f, size=1)
+            assert c.receive(timeout=5).meta.seq == 6
+            assert live.receive(timeout=5).meta.seq == 6
+
+
 def test_opencv_reads_a_pool_by_its_uri():
     """cv2.VideoCapture("xmem://NAME", cv2.CAP_GSTREAMER), as an OpenCV user writes it,
     reads frames a gst-launch-1.0 producer publishes (python3-opencv; skipped without)."""

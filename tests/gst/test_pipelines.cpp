@@ -81,3 +81,47 @@ TEST_F(InProcess, CapsChangesPastTheRoomForClassesRecreateThePool)
 		sizes.emplace_back(16 * k, 16);
 	xmem::gsttest::run_caps_changes("outgrow", sizes, 2, 1, 2);
 }
+
+// A consumer whose pipeline keeps frames (an unbounded queue before a slow element, a
+// common pipeline) beside a healthy one, at 8 slots: the keeper holds no more than its
+// cap, so the healthy consumer and the producer keep their rate, and the keeper still
+// receives every frame it is sent, as copies past its cap. Rates as ratios of what the
+// producer published meanwhile, so a busy machine slows all alike.
+TEST_F(InProcess, AConsumerThatKeepsFramesCostsTheOthersNoSlot)
+{
+	Pipeline producer("videotestsrc is-live=true ! video/x-raw,format=I420,width=160,height=120,framerate=30/1 ! "
+			  "xmemsink name=sink pool-name=hoard buffers=8");
+	Pipeline keeper("xmemsrc name=src pool-name=hoard ! queue max-size-buffers=0 max-size-time=0 "
+			"max-size-bytes=0 ! identity sleep-time=200000 ! fakesink");
+	Pipeline healthy("xmemsrc name=src pool-name=hoard ! fakesink");
+	ASSERT_TRUE(producer && keeper && healthy);
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	ASSERT_NE(keeper.play(), GST_STATE_CHANGE_FAILURE);
+	ASSERT_NE(healthy.play(), GST_STATE_CHANGE_FAILURE);
+	GstElement *sink = producer.by_name("sink");
+	GstElement *kept = keeper.by_name("src");
+	GstElement *fine = healthy.by_name("src");
+	// From the moment both receive: the keeper's cap fills within a few frames.
+	ASSERT_TRUE(xmem::test::eventually([&] {
+		return stat_u64(kept, "received") > 0 && stat_u64(fine, "received") > 0;
+	}));
+	std::this_thread::sleep_for(500ms);
+	guint64 published0 = stat_u64(sink, "published");
+	guint64 healthy0 = stat_u64(fine, "received");
+	guint64 kept0 = stat_u64(kept, "received");
+	guint64 lost0 = stat_u64(kept, "lost");
+	std::this_thread::sleep_for(3s);
+	guint64 published = stat_u64(sink, "published") - published0;
+	guint64 got_healthy = stat_u64(fine, "received") - healthy0;
+	guint64 got_kept = stat_u64(kept, "received") - kept0;
+	EXPECT_GE(published, 60u) << "the producer fell below 20 fps: its upstream waited for slots";
+	EXPECT_GE(got_healthy * 10, published * 9) << got_healthy << " of " << published;
+	EXPECT_GE(got_kept * 10, published * 9) << got_kept << " of " << published;
+	EXPECT_LE(stat_u64(kept, "lost") - lost0, published / 20) << "frames the keeper missed at its cap";
+	EXPECT_GT(stat_u64(kept, "copied-held"), 0u);
+	EXPECT_LE(stat_u64(kept, "held"), stat_u64(kept, "max-held"));
+	EXPECT_EQ(stat_u64(kept, "max-held"), 5u) << "the default for drop-oldest's queue of 4";
+	printf("published %llu; healthy received %llu, keeper %llu (%llu copied near its cap)\n",
+	       (unsigned long long)published, (unsigned long long)got_healthy, (unsigned long long)got_kept,
+	       (unsigned long long)stat_u64(kept, "copied-held"));
+}

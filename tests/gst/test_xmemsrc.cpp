@@ -68,13 +68,14 @@ void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0)
 
 // A playing harness around an xmemsrc attached to POOL_NAME. BLOCKING: the source's
 // thread waits in each push until the test pulls that buffer.
-GstHarness *src_harness(const std::string &pool_name, bool blocking = false)
+// MAX_HELD: its max-held (0: the default).
+GstHarness *src_harness(const std::string &pool_name, bool blocking = false, guint max_held = 0)
 {
 	GstElement *src = gst_element_factory_make("xmemsrc", nullptr);
 	EXPECT_NE(src, nullptr);
 	if (!src)
 		return nullptr;
-	g_object_set(src, "pool-name", pool_name.c_str(), "is-live", FALSE, nullptr);
+	g_object_set(src, "pool-name", pool_name.c_str(), "is-live", FALSE, "max-held", max_held, nullptr);
 	GstHarness *h = gst_harness_new_with_element(src, nullptr, "src");
 	gst_object_unref(src);
 	if (blocking)
@@ -314,6 +315,44 @@ TEST_F(XmemSrc, ReadOnlyWhenSharedAndWritesCopy)
 	gst_buffer_unref(buffer);
 	held->reset();
 	EXPECT_TRUE(eventually([&] { return producer->stats().slots_free == 4; }));
+	gst_harness_teardown(h);
+}
+
+// Downstream keeps every buffer: near its cap xmemsrc copies each frame out of its slot
+// and gives the slot back at once, so every frame still arrives, intact and in order,
+// while the slots it holds stay within the cap (one spare for the next frame).
+TEST_F(XmemSrc, NearItsCapFramesAreCopiedOutAndTheirSlotsGoBackAtOnce)
+{
+	auto producer = make_producer("keeps", 8);
+	ASSERT_TRUE(producer);
+	GstHarness *h = src_harness("keeps", false, 3);
+	ASSERT_TRUE(eventually([&] { return producer->stats().consumers == 1; }));
+	Layout l;
+	std::vector<GstBuffer *> kept;
+	for (uint64_t seq = 1; seq <= 10; seq++) {
+		publish(*producer, seq);
+		GstBuffer *buffer = pull(h);
+		ASSERT_NE(buffer, nullptr) << "frame " << seq;
+		EXPECT_EQ(GST_BUFFER_PTS(buffer), seq * GST_SECOND);
+		GstMapInfo map;
+		ASSERT_TRUE(gst_buffer_map(buffer, &map, GST_MAP_READ));
+		uint64_t wrong = 0;
+		for (uint64_t i = 0; i < l.size && i < map.size; i++)
+			wrong += map.data[i] != payload(seq, i);
+		EXPECT_EQ(wrong, 0u) << "frame " << seq;
+		gst_buffer_unmap(buffer, &map);
+		kept.push_back(buffer);
+	}
+	GstElement *src = h->element;
+	EXPECT_EQ(stat_u64(src, "zero-copy"), 1u) << "the first frame stays in its slot";
+	EXPECT_EQ(stat_u64(src, "copied-held"), 9u);
+	EXPECT_EQ(stat_u64(src, "max-held"), 3u);
+	EXPECT_EQ(stat_u64(src, "lost"), 0u);
+	EXPECT_TRUE(eventually([&] { return producer->stats().slots_free == 7; }))
+		<< producer->stats().slots_free << " free: the copies' slots did not come back";
+	for (GstBuffer *b : kept)
+		gst_buffer_unref(b);
+	EXPECT_TRUE(eventually([&] { return producer->stats().slots_free == 8; }));
 	gst_harness_teardown(h);
 }
 
