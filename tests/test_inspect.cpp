@@ -440,6 +440,15 @@ TEST(Inspect, JsonShowsSlotsConsumersHoldersAndCounters)
 	EXPECT_EQ(b["queued"].num(), 2u);
 	EXPECT_EQ(b["queue_size"].num(), 2u);
 	EXPECT_TRUE(b["alive"].flag);
+	// Slots held, queued ones too, against each one's cap: FIRST's default (its queue of
+	// 4 and one) is the whole pool, so none; SECOND's is its queue of 2 and one.
+	EXPECT_EQ(a["held"].num(), 3u);
+	EXPECT_EQ(a["max_held"].type, Json::Type::null);
+	EXPECT_EQ(b["held"].num(), 2u);
+	EXPECT_EQ(b["max_held"].num(), 3u);
+	std::string text = run_inspect({ "insp" }).out;
+	EXPECT_NE(text.find(" 2/3 "), std::string::npos) << text;
+	EXPECT_NE(text.find(" 3/- "), std::string::npos) << text;
 	// SECOND's queue holds frames 2 and 3, in order.
 	ASSERT_EQ(b["queue"].size(), 2u);
 	EXPECT_EQ(b["queue"][0]["seq"].num(), 2u);

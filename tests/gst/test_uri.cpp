@@ -84,6 +84,13 @@ TEST_F(Uri, EachFormNamesItsPoolAndTheQuerySetsProperties)
 	EXPECT_EQ(queue, 3u);
 	EXPECT_EQ(enum_nick(src, "fallback"), "drop-new");
 	gst_object_unref(src);
+	auto [capped, capped_why] = from_uri(GST_URI_SRC, "xmem://cam0?max-held=3&history=2");
+	ASSERT_NE(capped, nullptr) << capped_why;
+	guint max_held = 0, history = 0;
+	g_object_get(capped, "max-held", &max_held, "history", &history, nullptr);
+	EXPECT_EQ(max_held, 3u);
+	EXPECT_EQ(history, 2u);
+	gst_object_unref(capped);
 	auto [sink, sink_why] = from_uri(GST_URI_SINK, "xmem://cam0?buffers=12&spill-size=1048576");
 	ASSERT_NE(sink, nullptr) << sink_why;
 	guint slots = 0;

@@ -356,6 +356,29 @@ TEST_F(XmemSrc, NearItsCapFramesAreCopiedOutAndTheirSlotsGoBackAtOnce)
 	gst_harness_teardown(h);
 }
 
+// A pool that publishes rarely: with history=1 a source that attaches after the last
+// frame pushes it at once (caps first), not at the next publish.
+TEST_F(XmemSrc, WithHistoryALateSourcePushesTheLastFrameAtOnce)
+{
+	auto producer = make_producer("rarely", 4);
+	ASSERT_TRUE(producer);
+	publish(*producer, 1);
+	GstElement *src = gst_element_factory_make("xmemsrc", nullptr);
+	ASSERT_NE(src, nullptr);
+	g_object_set(src, "pool-name", "rarely", "is-live", FALSE, "history", 1u, nullptr);
+	GstHarness *h = gst_harness_new_with_element(src, nullptr, "src");
+	gst_object_unref(src);
+	auto start = std::chrono::steady_clock::now();
+	gst_harness_play(h);
+	GstBuffer *buffer = pull(h, 2s);
+	ASSERT_NE(buffer, nullptr) << "the frame published before it attached never came";
+	EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms);
+	EXPECT_EQ(GST_BUFFER_OFFSET(buffer), 1u);
+	EXPECT_EQ(GST_BUFFER_PTS(buffer), GST_SECOND);
+	gst_buffer_unref(buffer);
+	gst_harness_teardown(h);
+}
+
 TEST_F(XmemSrc, EosFromProducer)
 {
 	auto producer = make_producer("eos");
