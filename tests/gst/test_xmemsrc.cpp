@@ -42,8 +42,9 @@ uint8_t payload(uint64_t seq, uint64_t i)
 	return uint8_t(seq * 13 + i * 7 + (i >> 9));
 }
 
-// Publishes frame SEQ (from 1) with the padded layout and known metadata.
-void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0)
+// Publishes frame SEQ (from 1) with the padded layout and known metadata; TIMESTAMP its
+// capture time (CLOCK_MONOTONIC ns; 0: the owner's clock at publish).
+void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0, uint64_t timestamp = 0)
 {
 	Layout l;
 	auto frame = pool.acquire(5s);
@@ -57,6 +58,7 @@ void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0)
 	m->dts = seq * GST_SECOND - GST_MSECOND;
 	m->duration = GST_SECOND / 30;
 	m->flags = flags;
+	m->timestamp = timestamp;
 	m->n_planes = 3;
 	for (int p = 0; p < 3; p++) {
 		m->plane_stride[p] = l.stride[p];
@@ -353,6 +355,31 @@ TEST_F(XmemSrc, NearItsCapFramesAreCopiedOutAndTheirSlotsGoBackAtOnce)
 	for (GstBuffer *b : kept)
 		gst_buffer_unref(b);
 	EXPECT_TRUE(eventually([&] { return producer->stats().slots_free == 8; }));
+	gst_harness_teardown(h);
+}
+
+// max-age: a frame older than that when it would be pushed is given back unread and
+// counted (stats expired); the next, fresh one is pushed.
+TEST_F(XmemSrc, FramesOlderThanMaxAgeAreGivenBackUnread)
+{
+	auto producer = make_producer("aged", 4);
+	ASSERT_TRUE(producer);
+	GstElement *src = gst_element_factory_make("xmemsrc", nullptr);
+	ASSERT_NE(src, nullptr);
+	g_object_set(src, "pool-name", "aged", "is-live", FALSE, "max-age", guint64(500 * GST_MSECOND), nullptr);
+	GstHarness *h = gst_harness_new_with_element(src, nullptr, "src");
+	gst_object_unref(src);
+	gst_harness_play(h);
+	ASSERT_TRUE(eventually([&] { return producer->stats().consumers == 1; }));
+	uint64_t now = uint64_t(g_get_monotonic_time()) * 1000;
+	publish(*producer, 1, 0, now - 2 * GST_SECOND);
+	publish(*producer, 2);
+	GstBuffer *buffer = pull(h);
+	ASSERT_NE(buffer, nullptr);
+	EXPECT_EQ(GST_BUFFER_OFFSET(buffer), 2u) << "the frame stamped 2 s ago was pushed";
+	EXPECT_EQ(stat_u64(h->element, "expired"), 1u);
+	gst_buffer_unref(buffer);
+	EXPECT_TRUE(eventually([&] { return producer->stats().slots_free == 4; }));
 	gst_harness_teardown(h);
 }
 
