@@ -176,43 +176,41 @@ uint32_t ConsumerQueues::give_history(uint32_t c, uint32_t n)
 {
 	if (n == 0)
 		return 0;
-	// The published frames of the queues (a ticket's or a counted frame's are for their
-	// own holders), newest first. A hint: each is checked again once held.
-	std::vector<std::pair<uint64_t, uint32_t>> found;
+	uint32_t bit = 1 + c;
+	uint64_t mask = holder_mask(bit);
+	auto let_go_of = [&](SlotRecord &slot) {
+		slot.holders[bit / 64].fetch_and(~mask, std::memory_order_seq_cst);
+		pool_.notify_owner(); // an acquire may have passed it over meanwhile
+	};
+	// Every published frame of the queues (a ticket's or a counted frame's are for their
+	// own holders), held as a get() probe holds one: the bit, then the state. An acquire
+	// reclaiming the slot CASes the state, then reads the bits: it sees ours and backs
+	// off, or we see its state and let go. Held and PUBLISHED, its metadata stays put.
+	std::vector<std::pair<uint64_t, uint32_t>> held;
 	uint32_t end = pool_.slots_end();
 	for (uint32_t i = 0; i < end; i++) {
 		SlotRecord &slot = seg.slots[i];
 		if (slot.state.load(std::memory_order_acquire) != kSlotPublished ||
 		    slot.counted.load(std::memory_order_relaxed) != 0)
 			continue;
-		uint64_t seq = *static_cast<const volatile uint64_t *>(&slot.meta.seq);
-		if (seq != 0)
-			found.emplace_back(seq, i);
-	}
-	std::sort(found.begin(), found.end(), std::greater<>());
-	found.resize(std::min<size_t>(found.size(), n));
-	std::reverse(found.begin(), found.end());
-	uint32_t bit = 1 + c;
-	uint64_t mask = holder_mask(bit);
-	uint32_t given = 0;
-	for (auto [seq, i] : found) {
-		SlotRecord &slot = seg.slots[i];
-		// As a get() probe: the bit, then the state. An acquire reclaiming the slot CASes
-		// the state, then reads the bits: it sees ours, or we see its state and back off.
-		// The sequence number says the frame is the one found, not the slot's next.
 		if (slot.holders[bit / 64].fetch_or(mask, std::memory_order_seq_cst) & mask)
 			continue; // not ours to take: a fresh record has no bit anywhere
 		if (slot.state.load(std::memory_order_seq_cst) != kSlotPublished ||
-		    slot.counted.load(std::memory_order_relaxed) != 0 ||
-		    *static_cast<const volatile uint64_t *>(&slot.meta.seq) != seq) {
-			slot.holders[bit / 64].fetch_and(~mask, std::memory_order_seq_cst);
-			pool_.notify_owner();
+		    slot.counted.load(std::memory_order_relaxed) != 0 || slot.meta.seq == 0) {
+			let_go_of(slot);
 			continue;
 		}
-		push(c, i);
-		given++;
+		held.emplace_back(slot.meta.seq, i);
 	}
-	return given;
+	// The newest N, oldest first; the others go back.
+	std::sort(held.begin(), held.end(), std::greater<>());
+	for (size_t k = n; k < held.size(); k++)
+		let_go_of(seg.slots[held[k].second]);
+	held.resize(std::min<size_t>(held.size(), n));
+	std::reverse(held.begin(), held.end());
+	for (auto [seq, i] : held)
+		push(c, i);
+	return uint32_t(held.size());
 }
 
 bool ConsumerQueues::drop_globally_oldest(uint32_t classes)

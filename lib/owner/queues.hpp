@@ -92,8 +92,8 @@ public:
 	// Forgets those it let go of.
 	uint32_t held(uint32_t c);
 	// Consumer C, just attached, is given the newest N frames still published in the
-	// pool's slots (queue frames, not a ticket's), oldest first: those no holder let the
-	// owner reuse yet, taken by the protocol of a get() probe. How many it was given.
+	// pool's slots (queue frames, not a ticket's), oldest first: those no acquire
+	// reclaimed yet, held by the protocol of a get() probe. How many it was given.
 	uint32_t give_history(uint32_t c, uint32_t n);
 	// Queues WHAT (a slot, a spill buffer or a marker) for consumer C and wakes it.
 	void push(uint32_t c, uint32_t what);
