@@ -19,24 +19,15 @@ fi
 . tools/bootstrap.sh
 
 pristine=${XMEM_FRESH_ROOT:-/var/cache/xmem/debian12-minbase}
-mirror=${XMEM_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 xmem_install_packages debootstrap git
-if [ ! -x "$pristine/usr/bin/apt-get" ]; then
-	echo "fresh-demo.sh: making a Debian 12 minbase root in $pristine" >&2
-	rm -rf "$pristine.new"
-	mkdir -p "$(dirname "$pristine")"
-	debootstrap --variant=minbase bookworm "$pristine.new" "$mirror" >/dev/null
-	rm -rf "$pristine"
-	mv "$pristine.new" "$pristine"
-fi
+xmem_debootstrap bookworm "$pristine"
 
 root=$(mktemp -d /var/tmp/xmem-fresh-demo.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 cp -a "$pristine/." "$root/"
 mkdir "$root/xmem"
 git archive HEAD | tar -x -C "$root/xmem"
-cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 # What runs inside: the demo, timed, and the packages it added.
 cat >"$root/fresh-demo-inner.sh" <<'INNER'
@@ -56,19 +47,5 @@ awk -v s="$start" -v e="$end" -v n="$added" 'BEGIN {
 INNER
 chmod +x "$root/fresh-demo-inner.sh"
 
-# As root in the root (no sudo there), with /proc, /dev and a private /tmp, in a mount
-# namespace of its own: nothing stays mounted when it ends.
-# shellcheck disable=SC2016 # the inner script expands its own variables
-unshare --mount --propagation private -- /bin/sh -euc '
-	root=$1
-	mount --bind "$root" "$root"
-	mount -t proc proc "$root/proc"
-	mount --rbind /dev "$root/dev"
-	mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
-	cd "$root"
-	pivot_root . mnt
-	cd /
-	/usr/bin/umount -l /mnt
-	exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		HOME=/root LANG=C.UTF-8 ${DEMO_FRAMES:+DEMO_FRAMES=$DEMO_FRAMES} /fresh-demo-inner.sh
-' sh "$root"
+# As root in the root (no sudo there), in a mount namespace of its own.
+xmem_in_root "$root" -- /usr/bin/env ${DEMO_FRAMES:+DEMO_FRAMES=$DEMO_FRAMES} /fresh-demo-inner.sh

@@ -21,7 +21,6 @@ fi
 
 root=${XMEM_DEBIAN13_ROOT:-/var/cache/xmem/debian13}
 build=${BUILD:-build-debian13}
-mirror=${XMEM_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 tree=$PWD
 cuda_prefix=/usr/local/cuda
 
@@ -49,45 +48,12 @@ fi
 
 xmem_install_packages debootstrap
 
-# In a mount namespace of its own, so that nothing stays mounted when it ends: the
-# root with /proc, /dev, a private /tmp, the tree at /xmem and the CUDA headers. The
-# root becomes the namespace's / (pivot_root), not a chroot: the kernel refuses new
-# user namespaces in a chroot, and a mount namespace whose / is not a mount point
-# (tests/containers makes both).
-# shellcheck disable=SC2016 # the inner script expands its own arguments
+# The root with the tree at /xmem and the CUDA headers, read-only (tools/bootstrap.sh).
 in_root() {
-	unshare --mount --propagation private -- /bin/sh -euc '
-		root=$1 tree=$2 cuda=$3
-		shift 3
-		mount --bind "$root" "$root"
-		mount -t proc proc "$root/proc"
-		mount --rbind /dev "$root/dev"
-		mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
-		mkdir -p "$root/xmem"
-		mount --bind "$tree" "$root/xmem"
-		if [ -d "$cuda" ]; then
-			mkdir -p "$root$cuda"
-			mount --bind -o ro "$cuda" "$root$cuda"
-		fi
-		cp /etc/resolv.conf "$root/etc/resolv.conf"
-		cd "$root"
-		pivot_root . mnt
-		cd /
-		/usr/bin/umount -l /mnt
-		exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-			HOME=/root LANG=C.UTF-8 CI="${CI:-}" XMEM_TEST_JOBS="${XMEM_TEST_JOBS:-2}" \
-			DEBIAN_FRONTEND=noninteractive "$@"
-	' sh "$root" "$tree" "$cuda_prefix" "$@"
+	xmem_in_root "$root" "$tree=/xmem" "$cuda_prefix=$cuda_prefix:ro" -- "$@"
 }
 
-if [ ! -x "$root/usr/bin/apt-get" ]; then
-	echo "run-debian13.sh: making a Debian 13 root in $root" >&2
-	rm -rf "$root.new"
-	mkdir -p "$(dirname "$root")"
-	debootstrap --variant=minbase trixie "$root.new" "$mirror"
-	rm -rf "$root"
-	mv "$root.new" "$root"
-fi
+xmem_debootstrap trixie "$root"
 
 missing=()
 # shellcheck disable=SC2016 # dpkg-query's format, not the shell's
@@ -109,6 +75,7 @@ if [ -f "$build/build.ninja" ] && ! grep -q "/xmem/" "$build/build.ninja"; then
 	rm -rf "$build"
 fi
 in_root /bin/sh -ec "cd /xmem && { [ -f '$build/build.ninja' ] || meson setup '$build' ${args[*]}; } && meson compile -C '$build'"
-# The model (spin) ran on Debian 12; nothing about it differs here.
+# The model (spin) ran on Debian 12; nothing about it differs here. Nor the packages'
+# suite, which builds and installs Debian 13's packages from Debian 12 (tests/packages.sh).
 in_root /bin/sh -ec "cd /xmem && meson test -C '$build' --print-errorlogs --num-processes \${XMEM_TEST_JOBS} \
-	--no-suite model ${TEST_ARGS:-}"
+	--no-suite model --no-suite packages ${TEST_ARGS:-}"

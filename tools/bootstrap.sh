@@ -21,9 +21,13 @@ XMEM_PIPELINES_PACKAGES=("${XMEM_DEMO_PACKAGES[@]}" libgstreamer-plugins-bad1.0-
 # fuzzers (tests/fuzz); clang-format and clang-tidy check the tree; python3-matplotlib
 # draws bench/soak.sh's plot; gstreamer1.0-plugins-base-apps has gst-play-1.0, which
 # tests/gst/test_uri.cpp plays a pool with.
+# The packages' test (tests/packages.sh) builds the Debian packages (debhelper, dh-python),
+# checks them (lintian) and installs them into fresh roots (debootstrap); the wheel's
+# (tests/wheel.sh) builds it with meson-python in a virtual environment (python3-venv).
 XMEM_PACKAGES=("${XMEM_PIPELINES_PACKAGES[@]}" libgtest-dev
 	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
-	spin clang libclang-rt-14-dev clang-format clang-tidy python3-matplotlib gstreamer1.0-plugins-base-apps)
+	spin clang libclang-rt-14-dev clang-format clang-tidy python3-matplotlib gstreamer1.0-plugins-base-apps
+	build-essential debhelper dh-python lintian debootstrap python3-venv python3-mesonpy)
 
 xmem_install_packages() {
 	local missing=()
@@ -56,4 +60,62 @@ xmem_configure() {
 xmem_gst_env() {
 	local dir=${1:-build}
 	export GST_PLUGIN_PATH="$PWD/$dir/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}"
+}
+
+# xmem_in_root ROOT [SOURCE=TARGET[:ro]]... -- COMMAND...: runs COMMAND as root with ROOT
+# as its / (pivot_root, not a chroot: the kernel refuses new user namespaces in a chroot),
+# with /proc, /dev, a private /tmp, the host's resolv.conf, and each SOURCE bound at
+# TARGET (read-only with :ro; skipped when SOURCE is missing), in a mount namespace of its
+# own, so that nothing stays mounted when it ends. A clean environment: PATH, HOME, LANG,
+# DEBIAN_FRONTEND, and CI and XMEM_TEST_JOBS passed on. Needs root.
+xmem_in_root() {
+	local root=$1
+	shift
+	local binds=()
+	while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+		binds+=("$1")
+		shift
+	done
+	[ $# -gt 0 ] && shift
+	# shellcheck disable=SC2016 # the inner script expands its own arguments
+	unshare --mount --propagation private -- /bin/sh -euc '
+		root=$1 nbinds=$2
+		shift 2
+		mount --bind "$root" "$root"
+		mount -t proc proc "$root/proc"
+		mount --rbind /dev "$root/dev"
+		mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+		while [ "$nbinds" -gt 0 ]; do
+			source=${1%%=*} target=${1#*=} ro=
+			case $target in *:ro) target=${target%:ro} ro=1 ;; esac
+			if [ -e "$source" ]; then
+				mkdir -p "$root$target"
+				mount --bind "$source" "$root$target"
+				[ -z "$ro" ] || mount -o remount,bind,ro "$root$target"
+			fi
+			shift
+			nbinds=$((nbinds - 1))
+		done
+		cp /etc/resolv.conf "$root/etc/resolv.conf"
+		cd "$root"
+		pivot_root . mnt
+		cd /
+		/usr/bin/umount -l /mnt
+		exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			HOME=/root LANG=C.UTF-8 CI="${CI:-}" XMEM_TEST_JOBS="${XMEM_TEST_JOBS:-2}" \
+			DEBIAN_FRONTEND=noninteractive "$@"
+	' sh "$root" "${#binds[@]}" "${binds[@]}" "$@"
+}
+
+# xmem_debootstrap RELEASE DIR: a minbase root of RELEASE (bookworm, trixie) at DIR, made
+# once with debootstrap and kept (XMEM_DEBIAN_MIRROR: the archive).
+xmem_debootstrap() {
+	local release=$1 dir=$2
+	[ -x "$dir/usr/bin/apt-get" ] && return 0
+	echo "xmem: making a $release minbase root in $dir" >&2
+	rm -rf "$dir.new"
+	mkdir -p "$(dirname "$dir")"
+	debootstrap --variant=minbase "$release" "$dir.new" "${XMEM_DEBIAN_MIRROR:-http://deb.debian.org/debian}" >/dev/null
+	rm -rf "$dir"
+	mv "$dir.new" "$dir"
 }

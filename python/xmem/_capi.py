@@ -1,8 +1,9 @@
 """_capi.py - libxmem's C API (xmem.h) through ctypes: one build for every CPython.
 
-The library is found, in order: at XMEM_LIBRARY (a path), by the dynamic loader
-(an install, or LD_LIBRARY_PATH), then in a build tree beside this package
-(build/lib/libxmem.so.0 under the repository root).
+The library is found, in order: at XMEM_LIBRARY (a path), beside this module (a
+wheel carries its own libxmem.so), by the dynamic loader (an install, or
+LD_LIBRARY_PATH), then in a build tree beside this package (build/lib/libxmem.so.0
+under the repository root).
 """
 
 import ctypes
@@ -220,6 +221,9 @@ def _candidates():
     if path:
         yield path
         return
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libxmem.so")
+    if os.path.exists(beside):
+        yield beside
     yield "libxmem.so.0"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     yield os.path.join(root, "build", "lib", "libxmem.so.0")

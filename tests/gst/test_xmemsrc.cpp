@@ -2,6 +2,8 @@
 // before the first frame, metadata, slot lifetime, copy-on-write; and its errors.
 #include "gst_common.hpp"
 
+#include <functional>
+
 #include <gst/check/gstharness.h>
 
 using namespace std::chrono_literals;
@@ -70,14 +72,17 @@ void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0, uint64_t 
 
 // A playing harness around an xmemsrc attached to POOL_NAME. BLOCKING: the source's
 // thread waits in each push until the test pulls that buffer.
-// MAX_HELD: its max-held (0: the default).
-GstHarness *src_harness(const std::string &pool_name, bool blocking = false, guint max_held = 0)
+// CONFIGURE, when given, sets the source's other properties first.
+GstHarness *src_harness(const std::string &pool_name, bool blocking = false,
+			const std::function<void(GstElement *)> &configure = {})
 {
 	GstElement *src = gst_element_factory_make("xmemsrc", nullptr);
 	EXPECT_NE(src, nullptr);
 	if (!src)
 		return nullptr;
-	g_object_set(src, "pool-name", pool_name.c_str(), "is-live", FALSE, "max-held", max_held, nullptr);
+	g_object_set(src, "pool-name", pool_name.c_str(), "is-live", FALSE, nullptr);
+	if (configure)
+		configure(src);
 	GstHarness *h = gst_harness_new_with_element(src, nullptr, "src");
 	gst_object_unref(src);
 	if (blocking)
@@ -327,7 +332,7 @@ TEST_F(XmemSrc, NearItsCapFramesAreCopiedOutAndTheirSlotsGoBackAtOnce)
 {
 	auto producer = make_producer("keeps", 8);
 	ASSERT_TRUE(producer);
-	GstHarness *h = src_harness("keeps", false, 3);
+	GstHarness *h = src_harness("keeps", false, [](GstElement *src) { g_object_set(src, "max-held", 3u, nullptr); });
 	ASSERT_TRUE(eventually([&] { return producer->stats().consumers == 1; }));
 	Layout l;
 	std::vector<GstBuffer *> kept;
@@ -364,12 +369,9 @@ TEST_F(XmemSrc, FramesOlderThanMaxAgeAreGivenBackUnread)
 {
 	auto producer = make_producer("aged", 4);
 	ASSERT_TRUE(producer);
-	GstElement *src = gst_element_factory_make("xmemsrc", nullptr);
-	ASSERT_NE(src, nullptr);
-	g_object_set(src, "pool-name", "aged", "is-live", FALSE, "max-age", guint64(500 * GST_MSECOND), nullptr);
-	GstHarness *h = gst_harness_new_with_element(src, nullptr, "src");
-	gst_object_unref(src);
-	gst_harness_play(h);
+	GstHarness *h = src_harness("aged", false, [](GstElement *src) {
+		g_object_set(src, "max-age", guint64(500 * GST_MSECOND), nullptr);
+	});
 	ASSERT_TRUE(eventually([&] { return producer->stats().consumers == 1; }));
 	uint64_t now = uint64_t(g_get_monotonic_time()) * 1000;
 	publish(*producer, 1, 0, now - 2 * GST_SECOND);
@@ -390,13 +392,8 @@ TEST_F(XmemSrc, WithHistoryALateSourcePushesTheLastFrameAtOnce)
 	auto producer = make_producer("rarely", 4);
 	ASSERT_TRUE(producer);
 	publish(*producer, 1);
-	GstElement *src = gst_element_factory_make("xmemsrc", nullptr);
-	ASSERT_NE(src, nullptr);
-	g_object_set(src, "pool-name", "rarely", "is-live", FALSE, "history", 1u, nullptr);
-	GstHarness *h = gst_harness_new_with_element(src, nullptr, "src");
-	gst_object_unref(src);
 	auto start = std::chrono::steady_clock::now();
-	gst_harness_play(h);
+	GstHarness *h = src_harness("rarely", false, [](GstElement *src) { g_object_set(src, "history", 1u, nullptr); });
 	GstBuffer *buffer = pull(h, 2s);
 	ASSERT_NE(buffer, nullptr) << "the frame published before it attached never came";
 	EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms);
