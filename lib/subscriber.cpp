@@ -584,7 +584,8 @@ Result<BufferGuard> Subscriber::receive(int64_t timeout_ns, void *stream)
 			uint32_t held = held_slots();
 			if (cap != 0 && held >= cap)
 				return make_error(Errc::timed_out,
-						  pool_.where() + ": no frame within the timeout: this consumer holds " +
+						  pool_.where() +
+							  ": no frame within the timeout: this consumer holds " +
 							  std::to_string(held) + " frames, its cap (max_held " +
 							  std::to_string(cap) +
 							  "), and is given no more until it lets one go (a copy, "

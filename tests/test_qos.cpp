@@ -132,9 +132,9 @@ TEST(MaxHeld, TheDefaultIsHalfThePoolOrTheQueueAndOne)
 		uint32_t max_held;
 		uint32_t cap;
 	};
-	for (Case c : { Case{ Policy::latest, 0, 0, 4 }, Case{ Policy::drop_oldest, 0, 0, 5 },
-			Case{ Policy::drop_new, 2, 0, 4 }, Case{ Policy::fifo, 8, 0, 0 }, Case{ Policy::fifo, 2, 3, 3 },
-			Case{ Policy::drop_oldest, 0, 8, 8 } }) {
+	for (Case c :
+	     { Case{ Policy::latest, 0, 0, 4 }, Case{ Policy::drop_oldest, 0, 0, 5 }, Case{ Policy::drop_new, 2, 0, 4 },
+	       Case{ Policy::fifo, 8, 0, 0 }, Case{ Policy::fifo, 2, 3, 3 }, Case{ Policy::drop_oldest, 0, 8, 8 } }) {
 		SCOPED_TRACE(std::string(xmem::policy_name(c.policy)) + " queue " + std::to_string(c.queue));
 		auto pool = consumer("default-cap", c.policy, c.max_held, c.queue);
 		ASSERT_TRUE(pool);
@@ -166,8 +166,8 @@ TEST(MaxHeld, AtTheCapEachPolicyMissesItsOwnWay)
 		ASSERT_OK(first); // kept: 1 held, 2 more fit under the cap
 		for (int i = 0; i < 4; i++)
 			ASSERT_OK(publish(*owner));
-		std::vector<uint64_t> want = policy == Policy::drop_oldest ? std::vector<uint64_t>{ 4, 5 }
-									    : std::vector<uint64_t>{ 2, 3 };
+		std::vector<uint64_t> want =
+			policy == Policy::drop_oldest ? std::vector<uint64_t>{ 4, 5 } : std::vector<uint64_t>{ 2, 3 };
 		EXPECT_EQ(drain(*c), want);
 		EXPECT_EQ(c->consumer_stats()->dropped, 2u);
 	}

@@ -544,8 +544,8 @@ void print_text(const xmem::PoolSnapshot &v)
 
 	std::printf("\nconsumers: %u attached\n", v.consumers_attached);
 	if (!v.consumers.empty()) {
-		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %7s  %10s  %10s  %5s  %s\n", "index", "pid",
-			    "client", "state", "alive", "queued", "held", "received", "dropped", "queue", "policy");
+		std::printf("  %5s  %8s  %-20s  %-6s  %-5s  %6s  %7s  %10s  %10s  %5s  %s\n", "index", "pid", "client",
+			    "state", "alive", "queued", "held", "received", "dropped", "queue", "policy");
 		for (const xmem::ConsumerSnapshot &c : v.consumers) {
 			std::string queued = c.queued ? std::to_string(*c.queued) : "?";
 			std::string pid = c.pid_here ? std::to_string(*c.pid_here) : "other-ns";
@@ -557,8 +557,8 @@ void print_text(const xmem::PoolSnapshot &v)
 				policy += " (" + std::to_string(c.spilled) + " spilled; when full " +
 					  consumer_policy_name(c.fallback) + ")";
 			// Slots held (queued ones too) against its cap; "-": no cap.
-			std::string held =
-				std::to_string(c.held) + "/" + (c.max_held ? std::to_string(c.max_held) : std::string("-"));
+			std::string held = std::to_string(c.held) + "/" +
+					   (c.max_held ? std::to_string(c.max_held) : std::string("-"));
 			std::printf("  %5u  %8s  %-20s  %-6s  %-5s  %6s  %7s  %10llu  %10llu  %5u  %s\n", c.index,
 				    pid.c_str(), quoted(c.client, false).c_str(), xmem::state_name(c.state),
 				    consumer_alive(c) ? "yes" : "no", queued.c_str(), held.c_str(),

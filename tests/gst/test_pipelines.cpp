@@ -102,9 +102,8 @@ TEST_F(InProcess, AConsumerThatKeepsFramesCostsTheOthersNoSlot)
 	GstElement *kept = keeper.by_name("src");
 	GstElement *fine = healthy.by_name("src");
 	// From the moment both receive: the keeper's cap fills within a few frames.
-	ASSERT_TRUE(xmem::test::eventually([&] {
-		return stat_u64(kept, "received") > 0 && stat_u64(fine, "received") > 0;
-	}));
+	ASSERT_TRUE(xmem::test::eventually(
+		[&] { return stat_u64(kept, "received") > 0 && stat_u64(fine, "received") > 0; }));
 	std::this_thread::sleep_for(500ms);
 	guint64 published0 = stat_u64(sink, "published");
 	guint64 healthy0 = stat_u64(fine, "received");

@@ -332,7 +332,8 @@ TEST_F(XmemSrc, NearItsCapFramesAreCopiedOutAndTheirSlotsGoBackAtOnce)
 {
 	auto producer = make_producer("keeps", 8);
 	ASSERT_TRUE(producer);
-	GstHarness *h = src_harness("keeps", false, [](GstElement *src) { g_object_set(src, "max-held", 3u, nullptr); });
+	GstHarness *h =
+		src_harness("keeps", false, [](GstElement *src) { g_object_set(src, "max-held", 3u, nullptr); });
 	ASSERT_TRUE(eventually([&] { return producer->stats().consumers == 1; }));
 	Layout l;
 	std::vector<GstBuffer *> kept;
@@ -393,7 +394,8 @@ TEST_F(XmemSrc, WithHistoryALateSourcePushesTheLastFrameAtOnce)
 	ASSERT_TRUE(producer);
 	publish(*producer, 1);
 	auto start = std::chrono::steady_clock::now();
-	GstHarness *h = src_harness("rarely", false, [](GstElement *src) { g_object_set(src, "history", 1u, nullptr); });
+	GstHarness *h =
+		src_harness("rarely", false, [](GstElement *src) { g_object_set(src, "history", 1u, nullptr); });
 	GstBuffer *buffer = pull(h, 2s);
 	ASSERT_NE(buffer, nullptr) << "the frame published before it attached never came";
 	EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms);
