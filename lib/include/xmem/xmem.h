@@ -225,7 +225,7 @@ typedef struct xmem_open_options {
 	uint32_t max_age_us; /* a frame older than this (its timestamp) when receive would hand
 			      * it out is given back unread and counted (expired); 0: no limit */
 	uint32_t max_held; /* the most slots it holds at once, queued or taken (OpenOptions::
-			    * max_held); 0: half the pool's slots */
+			    * max_held); 0: half the pool's slots, at least its queue and one */
 	uint32_t history; /* frames published before it attached, still in the pool, that it
 			   * is given first (oldest first); 0: the live stream only */
 	uint32_t reserved[4]; /* must be zero (xmem_open_options_init does it) */
