@@ -504,7 +504,51 @@ TEST_F(Nvcodec, CudaMemoryInAndOutBitExact)
 // xmemsrc's CUDA output holds its frames' slots for as long as any GstMemory of them
 // lives: with GStreamer 1.24 and later the memory is the slot itself (wrapped), before
 // it a copy that frees the slot at once. Four frames held here as samples keep four
-// slots from the producer on 1.24 and later; each comes back as its memory goes.
+// slots from the producer on 1.24 and later; each comes back as its memory goes. (Four
+// of six is past xmemsrc's default cap, under which it would copy the fourth: max-held
+// 6 lets it keep them all; the next test has the default.)
+// Near its cap (the default for 6 slots and a queue of 4: 5, one kept spare), a source
+// whose downstream keeps device frames copies the next one into CUDA memory of its own
+// and gives its slot back at once (GStreamer 1.24 and later wrap slots; before, every
+// frame is copied anyway).
+TEST_F(Nvcodec, NearItsCapCudaFramesAreCopiedIntoCudaMemoryAndTheSlotGoesBack)
+{
+#if !defined(XMEM_TEST_HAVE_GST_CUDA) || !GST_CHECK_VERSION(1, 24, 0)
+	GTEST_SKIP() << "GStreamer before 1.24 wraps no device slot: every frame is a copy";
+#else
+	const std::string caps = "video/x-raw,format=NV12,width=64,height=48,framerate=30/1";
+	const int n = 5;
+	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
+			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=near-cap "
+			  "wait-for-consumers=1 policy=block block-timeout=30000000000 buffers=6");
+	ASSERT_TRUE(producer);
+	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
+	Pipeline consumer("xmemsrc name=src pool-name=near-cap is-live=false ! video/x-raw(memory:CUDAMemory) ! "
+			  "appsink name=sink sync=false enable-last-sample=false");
+	ASSERT_TRUE(consumer);
+	ASSERT_NE(consumer.play(), GST_STATE_CHANGE_FAILURE);
+	auto *appsink = GST_APP_SINK(consumer.by_name("sink"));
+	std::vector<GstSample *> held;
+	for (int i = 0; i < n; i++) {
+		GstSample *sample = gst_app_sink_try_pull_sample(appsink, 20 * GST_SECOND);
+		ASSERT_NE(sample, nullptr) << "frame " << i << " never arrived";
+		EXPECT_TRUE(gst_is_cuda_memory(gst_buffer_peek_memory(gst_sample_get_buffer(sample), 0)));
+		held.push_back(sample);
+	}
+	EXPECT_EQ(producer.wait_eos(20s), "");
+	GstElement *src = consumer.by_name("src");
+	EXPECT_EQ(stat_u64(src, "max-held"), 5u);
+	EXPECT_EQ(stat_u64(src, "zero-copy"), 3u) << "three kept in their slots, the cap's spare left free";
+	EXPECT_EQ(stat_u64(src, "copied-held"), 2u);
+	EXPECT_EQ(stat_u64(src, "copied"), 2u);
+	EXPECT_TRUE(xmem::test::eventually([&] { return stat_u64(producer.by_name("sink"), "free-slots") == 3; }))
+		<< stat_u64(producer.by_name("sink"), "free-slots") << " free: a copied frame's slot was kept";
+	for (GstSample *sample : held)
+		gst_sample_unref(sample);
+	EXPECT_TRUE(xmem::test::eventually([&] { return stat_u64(producer.by_name("sink"), "free-slots") == 6; }));
+#endif
+}
+
 TEST_F(Nvcodec, CudaOutputHoldsItsSlotsUntilTheLastMemoryGoes)
 {
 	const std::string caps = "video/x-raw,format=NV12,width=64,height=48,framerate=30/1";
@@ -514,8 +558,8 @@ TEST_F(Nvcodec, CudaOutputHoldsItsSlotsUntilTheLastMemoryGoes)
 			  "wait-for-consumers=1 policy=block block-timeout=30000000000 buffers=6");
 	ASSERT_TRUE(producer);
 	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
-	Pipeline consumer("xmemsrc name=src pool-name=held is-live=false ! video/x-raw(memory:CUDAMemory) ! "
-			  "appsink name=sink sync=false enable-last-sample=false");
+	Pipeline consumer("xmemsrc name=src pool-name=held is-live=false max-held=6 ! "
+			  "video/x-raw(memory:CUDAMemory) ! appsink name=sink sync=false enable-last-sample=false");
 	ASSERT_TRUE(consumer);
 	ASSERT_NE(consumer.play(), GST_STATE_CHANGE_FAILURE);
 	auto *appsink = GST_APP_SINK(consumer.by_name("sink"));
