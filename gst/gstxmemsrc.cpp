@@ -179,10 +179,9 @@ static void post_error(GstXmemSrc *self, const xmem::Error &e)
 	}
 }
 
-/* Notes how the owner serves this consumer now, for the stats property. */
-void note_served(SrcState *s)
+/* Notes how the owner serves this consumer (SERVED: its stats now), for the stats property. */
+void note_served(SrcState *s, const xmem::Result<xmem::ConsumerStats> &served)
 {
-	auto served = s->pool->consumer_stats();
 	if (!served)
 		return;
 	s->served_policy.store(served->policy, std::memory_order_relaxed);
@@ -235,7 +234,7 @@ static GstFlowReturn attach(GstXmemSrc *self)
 			s->pool = pool.value();
 			s->discont = true;
 			s->last_seq = 0;
-			note_served(s);
+			note_served(s, s->pool->consumer_stats());
 			GST_INFO_OBJECT(self, "attached to pool '%s' (%s)", name.c_str(), s->pool->path().c_str());
 			return GST_FLOW_OK;
 		}
@@ -715,7 +714,8 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 		gobject, PROP_MAX_HELD,
 		g_param_spec_uint("max-held", "Maximum held",
 				  "The most slots this consumer holds at once, queued or pushed downstream and "
-				  "not yet let go (0: half the pool's slots). Near it, frames are copied out "
+				  "not yet let go (0: half the pool's slots, at least its queue size and one). "
+				  "Near it, frames are copied out "
 				  "of their slot into ordinary memory (system, or CUDA for a device pool) and "
 				  "the slot goes back at once (stats copied-held): a pipeline that keeps frames "
 				  "still gets each one, and costs the other consumers none of their slots",

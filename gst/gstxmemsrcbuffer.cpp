@@ -229,13 +229,13 @@ static GstBuffer *copy_to_system_memory(GstXmemSrc *self, xmem::BufferGuard &&fr
 	return std::exchange(buf, nullptr);
 }
 
-/* Whether this consumer holds so many slots that FRAME should leave its own at once: the
- * owner queues nothing to a consumer at its cap (max-held), so one slot of the cap stays
- * free for the next frame while this one is copied (where the cap has room for that). */
-static bool near_cap(GstXmemSrc *self)
+/* Whether this consumer, holding what SERVED says (the frame just taken included), holds
+ * so many slots that the frame should leave its own at once: the owner queues nothing to
+ * a consumer at its cap (max-held), so one slot of the cap stays free for the next frame
+ * while this one is copied (where the cap has room for that). */
+static bool near_cap(GstXmemSrc *self, const xmem::Result<xmem::ConsumerStats> &served)
 {
 	SrcState *s = self->state;
-	auto served = s->pool->consumer_stats();
 	if (!served || served->max_held == 0)
 		return false;
 	guint spare = served->max_held >= 3 ? 1 : 0;
@@ -277,7 +277,9 @@ GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *
 	 * may hold both) is uploaded: CUDA caps never carry system memory. */
 	bool own_layout = device_frame || s->out_cuda;
 	bool wraps = (device_frame && s->out_cuda && GstXmemCuda::can_wrap()) || !own_layout;
-	if (wraps && near_cap(self)) {
+	/* Once a frame: what the cap decides, and the stats property (as of the take). */
+	auto served = s->pool->consumer_stats();
+	if (wraps && near_cap(self, served)) {
 		buf = device_frame ? copy_to_cuda_memory(self, std::move(frame), error)
 				   : copy_system_frame(frame, gsize(m.size), error);
 		if (!buf)
@@ -347,6 +349,6 @@ GstBuffer *wrap_frame(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *
 		GST_BUFFER_DTS(buf) = m.dts;
 	}
 	s->received++;
-	note_served(s);
+	note_served(s, served);
 	return buf;
 }

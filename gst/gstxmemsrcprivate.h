@@ -160,8 +160,9 @@ struct _GstXmemSrc {
 	SrcState *state;
 };
 
-/* gstxmemsrc.cpp: notes how the owner serves this consumer now, for the stats property. */
-void note_served(SrcState *s);
+/* gstxmemsrc.cpp: notes how the owner serves this consumer (SERVED: its stats now), for
+ * the stats property. */
+void note_served(SrcState *s, const xmem::Result<xmem::ConsumerStats> &served);
 
 /* gstxmemsrccaps.cpp: the producer's format downstream. */
 

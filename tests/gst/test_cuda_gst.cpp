@@ -501,12 +501,61 @@ TEST_F(Nvcodec, CudaMemoryInAndOutBitExact)
 #endif
 }
 
-// xmemsrc's CUDA output holds its frames' slots for as long as any GstMemory of them
-// lives: with GStreamer 1.24 and later the memory is the slot itself (wrapped), before
-// it a copy that frees the slot at once. Four frames held here as samples keep four
-// slots from the producer on 1.24 and later; each comes back as its memory goes. (Four
-// of six is past xmemsrc's default cap, under which it would copy the fourth: max-held
-// 6 lets it keep them all; the next test has the default.)
+namespace {
+
+// A producer of N NV12 frames in CUDA memory into a 6-slot pool NAME (it waits for its
+// consumer, and for room: policy block), and an xmemsrc (its other properties SRC_PROPS)
+// with CUDA caps into an appsink whose samples the test keeps (keep()).
+struct KeptCudaFrames {
+	KeptCudaFrames(const std::string &name, int n, const std::string &src_props)
+		: n(n),
+		  producer("videotestsrc num-buffers=" + std::to_string(n) +
+			   " pattern=ball ! video/x-raw,format=NV12,width=64,height=48,framerate=30/1 ! cudaupload ! "
+			   "video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=" +
+			   name + " wait-for-consumers=1 policy=block block-timeout=30000000000 buffers=6"),
+		  consumer("xmemsrc name=src pool-name=" + name + " is-live=false " + src_props +
+			   " ! video/x-raw(memory:CUDAMemory) ! appsink name=sink sync=false enable-last-sample=false")
+	{
+	}
+	~KeptCudaFrames()
+	{
+		for (GstSample *sample : samples)
+			gst_sample_unref(sample);
+	}
+	// Plays both and keeps every sample until the producer's end of stream.
+	::testing::AssertionResult keep()
+	{
+		if (!producer || !consumer || producer.play() == GST_STATE_CHANGE_FAILURE ||
+		    consumer.play() == GST_STATE_CHANGE_FAILURE)
+			return ::testing::AssertionFailure() << "a pipeline did not start";
+		auto *appsink = GST_APP_SINK(consumer.by_name("sink"));
+		for (int i = 0; i < n; i++) {
+			GstSample *sample = gst_app_sink_try_pull_sample(appsink, 20 * GST_SECOND);
+			if (!sample)
+				return ::testing::AssertionFailure() << "frame " << i << " never arrived";
+#ifdef XMEM_TEST_HAVE_GST_CUDA
+			EXPECT_TRUE(gst_is_cuda_memory(gst_buffer_peek_memory(gst_sample_get_buffer(sample), 0)));
+#endif
+			samples.push_back(sample);
+		}
+		std::string eos = producer.wait_eos(20s);
+		if (!eos.empty())
+			return ::testing::AssertionFailure() << "producer: " << eos;
+		return ::testing::AssertionSuccess();
+	}
+	guint64 free_slots() const
+	{
+		return stat_u64(producer.by_name("sink"), "free-slots");
+	}
+
+	const int n;
+	Pipeline producer;
+	Pipeline consumer;
+	std::vector<GstSample *> samples;
+};
+
+} // namespace
+
 // Near its cap (the default for 6 slots and a queue of 4: 5, one kept spare), a source
 // whose downstream keeps device frames copies the next one into CUDA memory of its own
 // and gives its slot back at once (GStreamer 1.24 and later wrap slots; before, every
@@ -516,63 +565,36 @@ TEST_F(Nvcodec, NearItsCapCudaFramesAreCopiedIntoCudaMemoryAndTheSlotGoesBack)
 #if !defined(XMEM_TEST_HAVE_GST_CUDA) || !GST_CHECK_VERSION(1, 24, 0)
 	GTEST_SKIP() << "GStreamer before 1.24 wraps no device slot: every frame is a copy";
 #else
-	const std::string caps = "video/x-raw,format=NV12,width=64,height=48,framerate=30/1";
-	const int n = 5;
-	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
-			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=near-cap "
-			  "wait-for-consumers=1 policy=block block-timeout=30000000000 buffers=6");
-	ASSERT_TRUE(producer);
-	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
-	Pipeline consumer("xmemsrc name=src pool-name=near-cap is-live=false ! video/x-raw(memory:CUDAMemory) ! "
-			  "appsink name=sink sync=false enable-last-sample=false");
-	ASSERT_TRUE(consumer);
-	ASSERT_NE(consumer.play(), GST_STATE_CHANGE_FAILURE);
-	auto *appsink = GST_APP_SINK(consumer.by_name("sink"));
-	std::vector<GstSample *> held;
-	for (int i = 0; i < n; i++) {
-		GstSample *sample = gst_app_sink_try_pull_sample(appsink, 20 * GST_SECOND);
-		ASSERT_NE(sample, nullptr) << "frame " << i << " never arrived";
-		EXPECT_TRUE(gst_is_cuda_memory(gst_buffer_peek_memory(gst_sample_get_buffer(sample), 0)));
-		held.push_back(sample);
-	}
-	EXPECT_EQ(producer.wait_eos(20s), "");
-	GstElement *src = consumer.by_name("src");
+	KeptCudaFrames kept("near-cap", 5, "");
+	ASSERT_TRUE(kept.keep());
+	GstElement *src = kept.consumer.by_name("src");
 	EXPECT_EQ(stat_u64(src, "max-held"), 5u);
 	EXPECT_EQ(stat_u64(src, "zero-copy"), 3u) << "three kept in their slots, the cap's spare left free";
 	EXPECT_EQ(stat_u64(src, "copied-held"), 2u);
 	EXPECT_EQ(stat_u64(src, "copied"), 2u);
-	EXPECT_TRUE(xmem::test::eventually([&] { return stat_u64(producer.by_name("sink"), "free-slots") == 3; }))
-		<< stat_u64(producer.by_name("sink"), "free-slots") << " free: a copied frame's slot was kept";
-	for (GstSample *sample : held)
+	EXPECT_TRUE(eventually([&] { return kept.free_slots() == 3; }))
+		<< kept.free_slots() << " free: a copied frame's slot was kept";
+	for (GstSample *sample : kept.samples)
 		gst_sample_unref(sample);
-	EXPECT_TRUE(xmem::test::eventually([&] { return stat_u64(producer.by_name("sink"), "free-slots") == 6; }));
+	kept.samples.clear();
+	EXPECT_TRUE(eventually([&] { return kept.free_slots() == 6; }));
 #endif
 }
 
+// xmemsrc's CUDA output holds its frames' slots for as long as any GstMemory of them
+// lives: with GStreamer 1.24 and later the memory is the slot itself (wrapped), before
+// it a copy that frees the slot at once. Four frames held here as samples keep four
+// slots from the producer on 1.24 and later; each comes back as its memory goes. (Four
+// of six is past xmemsrc's default cap, under which it would copy the fourth: max-held
+// 6 lets it keep them all; the test before has the default.)
 TEST_F(Nvcodec, CudaOutputHoldsItsSlotsUntilTheLastMemoryGoes)
 {
-	const std::string caps = "video/x-raw,format=NV12,width=64,height=48,framerate=30/1";
 	const int n = 4;
-	Pipeline producer("videotestsrc num-buffers=" + std::to_string(n) + " pattern=ball ! " + caps +
-			  " ! cudaupload ! video/x-raw(memory:CUDAMemory) ! xmemsink name=sink pool-name=held "
-			  "wait-for-consumers=1 policy=block block-timeout=30000000000 buffers=6");
-	ASSERT_TRUE(producer);
-	ASSERT_NE(producer.play(), GST_STATE_CHANGE_FAILURE);
-	Pipeline consumer("xmemsrc name=src pool-name=held is-live=false max-held=6 ! "
-			  "video/x-raw(memory:CUDAMemory) ! appsink name=sink sync=false enable-last-sample=false");
-	ASSERT_TRUE(consumer);
-	ASSERT_NE(consumer.play(), GST_STATE_CHANGE_FAILURE);
-	auto *appsink = GST_APP_SINK(consumer.by_name("sink"));
-	std::vector<GstSample *> held;
-	for (int i = 0; i < n; i++) {
-		GstSample *sample = gst_app_sink_try_pull_sample(appsink, 20 * GST_SECOND);
-		ASSERT_NE(sample, nullptr) << "frame " << i << " never arrived";
-#ifdef XMEM_TEST_HAVE_GST_CUDA
-		EXPECT_TRUE(gst_is_cuda_memory(gst_buffer_peek_memory(gst_sample_get_buffer(sample), 0)));
-#endif
-		held.push_back(sample);
-	}
-	EXPECT_EQ(producer.wait_eos(20s), "");
+	KeptCudaFrames kept("held", n, "max-held=6");
+	ASSERT_TRUE(kept.keep());
+	Pipeline &producer = kept.producer;
+	Pipeline &consumer = kept.consumer;
+	std::vector<GstSample *> &held = kept.samples;
 	GstElement *sink = producer.by_name("sink");
 #if GST_CHECK_VERSION(1, 24, 0)
 	EXPECT_EQ(stat_u64(consumer.by_name("src"), "zero-copy"), guint64(n));
@@ -623,6 +645,7 @@ TEST_F(Nvcodec, CudaOutputHoldsItsSlotsUntilTheLastMemoryGoes)
 	// keeps its preroll buffer) may hold a slot; stopped, it holds none.
 	for (GstSample *sample : held)
 		gst_sample_unref(sample);
+	held.clear();
 	EXPECT_TRUE(eventually([&] { return stat_u64(sink, "free-slots") >= 5; }, 20s))
 		<< "free-slots " << stat_u64(sink, "free-slots") << " of 6 after the samples were dropped";
 	consumer.stop();

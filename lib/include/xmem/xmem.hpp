@@ -60,9 +60,12 @@ public:
 	bool ok() const { return v_.index() == 0; }
 	explicit operator bool() const { return ok(); }
 	T &value() & { return std::get<0>(v_); }
+	const T &value() const & { return std::get<0>(v_); }
 	T &&value() && { return std::get<0>(std::move(v_)); }
 	T &operator*() & { return value(); }
+	const T &operator*() const & { return value(); }
 	T *operator->() { return &std::get<0>(v_); }
+	const T *operator->() const { return &std::get<0>(v_); }
 	const Error &error() const { return std::get<1>(v_); }
 	Errc code() const { return ok() ? Errc::ok : error().code; }
 
