@@ -195,6 +195,9 @@ TEST(CudaClasses, AnotherProcessImportsTheClassOnceAndReadsEveryWord)
 
 	Process holder({ xmem::test::cuda_peer_path(), "consume", "cls-mp", "--hold", "1", "--max-size",
 			 std::to_string(kLarge) });
+	// Attached first: until the owner reaps the consumer that just left, its count
+	// is 1 without the holder, and a frame published then would reach nobody.
+	ASSERT_TRUE(holder.wait_output("attached")) << holder.output();
 	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
 	publish_frame(**owner, g, kLarge);
 	ASSERT_TRUE(holder.wait_output("holding")) << holder.output();
@@ -338,6 +341,9 @@ TEST(CudaClasses, AnotherProcessTakesFramesOfBothMemories)
 
 	Process holder({ xmem::test::cuda_peer_path(), "consume", "mixed-mp", "--hold", "1", "--mixed", "--max-size",
 			 std::to_string(kLarge) });
+	// Attached first: until the owner reaps the consumer that just left, its count
+	// is 1 without the holder, and a frame published then would reach nobody.
+	ASSERT_TRUE(holder.wait_output("attached")) << holder.output();
 	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
 	publish_frame_in(**owner, g, kLarge, Storage::cuda);
 	ASSERT_TRUE(holder.wait_output("holding")) << holder.output();
@@ -460,6 +466,9 @@ TEST(DISABLED_CudaClassesOnTwoSimulatedGpus, AnotherProcessTakesFramesOfBothDevi
 
 	Process holder({ xmem::test::cuda_peer_path(), "consume", "two-mp", "--hold", "1", "--any-device", "--max-size",
 			 std::to_string(kLarge) });
+	// Attached first: until the owner reaps the consumer that just left, its count
+	// is 1 without the holder, and a frame published then would reach nobody.
+	ASSERT_TRUE(holder.wait_output("attached")) << holder.output();
 	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
 	publish_frame_in(**owner, g1, kLarge, Storage::cuda);
 	ASSERT_TRUE(holder.wait_output("holding")) << holder.output();

@@ -462,6 +462,9 @@ TEST(CudaSpill, RecordersInOtherProcessesAndOneKilled)
 	EXPECT_EQ((*owner)->spill_stats().full, 0u);
 
 	Process killed({ cuda_peer_path(), "consume", "procs", "--policy", "fifo-spill", "--hold", "1" });
+	// Attached first: until the owner reaps the two that just left, a count of 1
+	// need not be this one.
+	ASSERT_TRUE(killed.wait_output("attached")) << killed.output();
 	ASSERT_TRUE(eventually([&] { return (*owner)->stats().consumers == 1; }));
 	publish(g, **owner, g.stream);
 	ASSERT_TRUE(killed.wait_output("holding " + std::to_string(kFrames + 1))) << killed.output();
