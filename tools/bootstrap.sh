@@ -29,6 +29,17 @@ XMEM_PACKAGES=("${XMEM_PIPELINES_PACKAGES[@]}" libgtest-dev
 	spin clang libclang-rt-14-dev clang-format clang-tidy python3-matplotlib gstreamer1.0-plugins-base-apps
 	build-essential debhelper dh-python lintian debootstrap python3-venv python3-mesonpy)
 
+# Debian 13's names for what a Debian 13 root needs to build and test the tree
+# (tests/run-debian13.sh) and to make the GPU pack (tools/gpu-pack.sh): the suite's
+# packages less what only Debian 12's stages use (clang and its runtime for the fuzzers,
+# clang-format and clang-tidy, matplotlib), plus ONNX Runtime and onnx for the ONNX
+# example, and patchelf, which points the pack's programs at the loader it carries.
+XMEM_DEBIAN13_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev
+	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
+	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
+	python3-onnxruntime python3-onnx patchelf)
+
 xmem_install_packages() {
 	local missing=()
 	local p
@@ -118,4 +129,20 @@ xmem_debootstrap() {
 	debootstrap --variant=minbase "$release" "$dir.new" "${XMEM_DEBIAN_MIRROR:-http://deb.debian.org/debian}" >/dev/null
 	rm -rf "$dir"
 	mv "$dir.new" "$dir"
+}
+
+# xmem_root_packages ROOT PACKAGE...: installs into ROOT (made by xmem_debootstrap) the
+# packages it lacks.
+xmem_root_packages() {
+	local root=$1
+	shift
+	local missing=() p
+	for p in "$@"; do
+		chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "xmem: installing ${missing[*]} in $root" >&2
+	xmem_in_root "$root" -- apt-get update -qq
+	xmem_in_root "$root" -- apt-get install -y -qq --no-install-recommends "${missing[@]}"
+	xmem_in_root "$root" -- apt-get clean
 }
