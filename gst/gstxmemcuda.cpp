@@ -388,8 +388,16 @@ GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&frame, const GstVideoInfo &layo
 		release_wrapped(w);
 		return nullptr;
 	}
-	/* Ready once our stream is: its users wait for it (gst_cuda_memory_sync). */
-	GST_MINI_OBJECT_FLAG_SET(mem, GST_CUDA_MEMORY_TRANSFER_NEED_SYNC);
+	/* Pushed complete: our stream's wait for the producer's writes is over before the
+	 * frame leaves. A pending stream (GST_CUDA_MEMORY_TRANSFER_NEED_SYNC) would be
+	 * enough for elements that honour it, but GStreamer's own copy of CUDA memory
+	 * (gst_cuda_buffer_copy, cudaipcsink's in 1.24 to 1.26) reads on a stream of its
+	 * own without waiting for the memory's, and handed the slot's previous frame on.
+	 * The CPU waits only for writes queued before the frame was published. */
+	if (auto r = xmem::cuda_synchronize(device(), xmem::CudaStream(stream_)); !r) {
+		GST_WARNING_OBJECT(element_, "%s: the frame goes on with its stream pending", r.error().message.c_str());
+		GST_MINI_OBJECT_FLAG_SET(mem, GST_CUDA_MEMORY_TRANSFER_NEED_SYNC);
+	}
 	if (!writable)
 		GST_MINI_OBJECT_FLAG_SET(mem, GST_MEMORY_FLAG_READONLY);
 	return mem;

@@ -116,7 +116,8 @@ static GstXmemPlanes frame_planes(const xmem::BufferGuard &frame, const GstVideo
 }
 
 /* GStreamer 1.24 and later: the device slot itself as CUDA memory, in the slot's own
- * layout, ready once our stream (which waited for the producer's writes) is. */
+ * layout, complete when pushed (GstXmemCuda::wrap waits for our stream, which waited
+ * on the GPU for the producer's writes). */
 static GstBuffer *wrap_cuda_memory(GstXmemSrc *self, xmem::BufferGuard &&frame, xmem::Error *error)
 {
 	SrcState *s = self->state;

@@ -24,15 +24,6 @@ build=${BUILD:-build-debian13}
 tree=$PWD
 cuda_prefix=/usr/local/cuda
 
-# Debian 13's names for what tools/bootstrap.sh installs on Debian 12, less what only
-# Debian 12's stages use (clang and its runtime for the fuzzers, clang-format and
-# clang-tidy, matplotlib), plus ONNX Runtime and onnx for the ONNX example.
-packages=(g++ meson ninja-build pkg-config libgtest-dev
-	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
-	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
-	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
-	python3-onnxruntime python3-onnx)
-
 # The CUDA pools need the toolkit's cuda.h, which Debian 13's archive has only in
 # non-free (nvidia-cuda-toolkit, 12.x); the root sees the host's, read-only. CI has it,
 # so there a missing one is an error; elsewhere the build goes on without CUDA.
@@ -55,17 +46,7 @@ in_root() {
 
 xmem_debootstrap trixie "$root"
 
-missing=()
-# shellcheck disable=SC2016 # dpkg-query's format, not the shell's
-for p in "${packages[@]}"; do
-	chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	echo "run-debian13.sh: installing ${missing[*]} in the Debian 13 root" >&2
-	in_root apt-get update -qq
-	in_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
-	in_root apt-get clean
-fi
+xmem_root_packages "$root" "${XMEM_DEBIAN13_PACKAGES[@]}"
 
 args=(-Dtests=enabled "-Dcuda=$cuda" "-Dgst-cuda=$([ $cuda = enabled ] && echo enabled || echo disabled)"
 	"-Dcuda-prefix=$cuda_prefix")

@@ -22,6 +22,10 @@ extern "C" CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev,
 extern "C" CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxReset");
 // cuda.h maps cuDeviceGetUuid to _v2; the real driver still exports the first version.
 extern "C" CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
+// cuIpcOpenMemHandle's first ABI, which GStreamer's CUDA library loads by that name; cuda.h
+// renames the call to _v2, which takes its arguments the same way.
+extern "C" CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle,
+						  unsigned int Flags) __asm__("cuIpcOpenMemHandle");
 #pragma GCC visibility pop
 
 #include <atomic>
@@ -217,11 +221,13 @@ struct Stream {
 	std::atomic<bool> abandoned{ false };
 };
 
-// A VA range from cuMemAddressReserve, or (plain) the range behind one cuMemAlloc.
+// A VA range from cuMemAddressReserve, or (plain) the range behind one cuMemAlloc or one
+// cuIpcOpenMemHandle (ipc: closed by cuIpcCloseMemHandle, never by cuMemFree).
 struct Reservation {
 	size_t size = 0;
 	bool plain = false;
 	Context *owner = nullptr; // plain allocations die with their context
+	bool ipc = false;
 };
 
 // A mapped VA range: [va, va + size) shows backing bytes [offset, offset + size).
@@ -239,6 +245,19 @@ struct Mapping {
 	Context *owner = nullptr;
 	// The handle cuMemMap mapped (VMM only): what cuMemRetainAllocationHandle returns.
 	CUmemGenericAllocationHandle handle = 0;
+	// A cuMemAlloc allocation's random tag, also in its memfd's name: a legacy IPC handle
+	// carries it, and the importer checks that the memfd it opens still has it.
+	uint64_t ipc_tag = 0;
+};
+
+// Memory another process exported with cuIpcGetMemHandle, opened here by
+// cuIpcOpenMemHandle: by the address it returned, in State::ipc_imports.
+struct IpcImport {
+	Context *ctx = nullptr; // the context that opened it; it must close it
+	int exporter = 0; // the exporting process's pid
+	int exporter_device = 0; // the machine's number of the memory's device
+	uint64_t tag = 0;
+	unsigned refs = 1; // one per cuIpcOpenMemHandle of the handle in ctx
 };
 
 // The context of the stream whose worker runs on this thread (null on other threads):
@@ -301,6 +320,7 @@ struct State {
 	std::map<uintptr_t, Retired> retired;
 	std::map<uintptr_t, HostAllocation> host_allocations;
 	std::map<uintptr_t, Retired> retired_host; // freed cuMemAllocHost ranges, PROT_NONE
+	std::map<uintptr_t, IpcImport> ipc_imports;
 	uint64_t next_stream_id = 1;
 	std::map<CUstream, std::shared_ptr<Stream>> streams;
 	// Handles cuStreamDestroy destroyed: naming one again stops the process (see
@@ -352,6 +372,17 @@ CUresult guarded(Body &&body) noexcept
 
 size_t page_size();
 
+// The entry of a table of disjoint ranges (keyed by start, with a size) that holds addr.
+template<typename Table>
+auto find_containing(Table &table, uintptr_t addr)
+{
+	auto it = table.upper_bound(addr);
+	if (it == table.begin())
+		return table.end();
+	--it;
+	return addr - it->first < it->second.size ? it : table.end();
+}
+
 // --- memory.cpp: what an operation sees when it executes -------------------------------
 
 struct Segment {
@@ -383,10 +414,27 @@ bool resolve(State &s, Space space, uintptr_t addr, size_t size, int device, Acc
 // reserved, a host registration's alias, or retired. Caller holds State::lock.
 bool in_device_space(const State &s, uintptr_t addr, size_t size);
 
-// Releases the plain allocations, host allocations and host registrations a destroyed
-// context owned.
+// A PROT_NONE range of size bytes aligned to align (a power of two, at least a page); with
+// exactly, never aligned to twice align. 0 when mmap fails.
+uintptr_t reserve_va(size_t size, size_t align, bool exactly = false);
+
+// Keeps a freed device range reserved PROT_NONE forever. Caller holds State::lock.
+void retire(State &s, uintptr_t base, size_t size);
+
+// Releases the plain allocations (IPC-opened memory too), host allocations and host
+// registrations a destroyed context owned.
 // Caller holds State::lock; dead receives the backings to drop after unlocking.
 void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<Backing>> &dead);
+
+// --- ipc.cpp ------------------------------------------------------------------------------
+
+// The memfd name of a cuMemAlloc allocation of bytesize bytes on the machine's device
+// machine_device, with its random tag: "cudasim-alloc:dev<N>:<bytes>:<tag>". A legacy IPC
+// handle's importer checks the memfd it opens against it.
+std::string plain_memfd_name(int machine_device, size_t bytesize, uint64_t tag);
+
+// A fresh random tag for an allocation.
+uint64_t random_tag();
 
 // --- stream.cpp ---------------------------------------------------------------------------
 

@@ -43,16 +43,6 @@ uint64_t round_up(uint64_t value, uint64_t align)
 	return (value + align - 1) / align * align;
 }
 
-template<typename Table>
-auto find_containing(Table &table, uintptr_t addr)
-{
-	auto it = table.upper_bound(addr);
-	if (it == table.begin())
-		return table.end();
-	--it;
-	return addr - it->first < it->second.size ? it : table.end();
-}
-
 // Whether any range of the table intersects [addr, addr + size). Ranges are disjoint.
 template<typename Table>
 bool overlaps(const Table &table, uintptr_t addr, size_t size)
@@ -100,10 +90,12 @@ std::shared_ptr<Backing> make_backing(const char *call, const char *name, size_t
 	return std::make_shared<Backing>(fd, static_cast<char *>(alias), size, device, handle_types, usage);
 }
 
-// A PROT_NONE range of size bytes aligned to align (a power of two, at least a page). With
-// exactly, aligned to align and never to twice align: code that assumes more alignment than
-// it asked for (or than the driver's default) fails here, whatever addresses the kernel picks.
-uintptr_t reserve_va(size_t size, size_t align, bool exactly = false)
+} // namespace
+
+// With exactly, aligned to align and never to twice align: code that assumes more alignment
+// than it asked for (or than the driver's default) fails here, whatever addresses the
+// kernel picks.
+uintptr_t reserve_va(size_t size, size_t align, bool exactly)
 {
 	size_t span = size + (exactly ? 2 * align : align) - page_size();
 	void *p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -120,6 +112,8 @@ uintptr_t reserve_va(size_t size, size_t align, bool exactly = false)
 		::munmap(reinterpret_cast<void *>(tail), start + span - tail);
 	return aligned;
 }
+
+namespace {
 
 // The mappings that tile [ptr, ptr + size) exactly, in address order, or empty when the
 // range is not exactly a run of whole, adjacent VMM mappings. Caller holds State::lock.
@@ -205,10 +199,14 @@ bool pinnable(uintptr_t start, size_t size, bool read_only, std::string &why)
 	return false;
 }
 
+} // namespace
+
 void retire(State &s, uintptr_t base, size_t size)
 {
 	s.retired[base] = Retired{ size };
 }
+
+namespace {
 
 // Frees the pages of a cuMemAllocHost allocation but keeps the range reserved PROT_NONE, so
 // a CPU access through a stale pointer faults instead of landing in reused memory.
@@ -222,8 +220,11 @@ void retire_host(State &s, uintptr_t base, size_t size)
 // Why addr does not resolve, for the illegal-access line. Caller holds State::lock.
 std::string describe_unresolved(State &s, uintptr_t addr)
 {
-	if (auto r = find_containing(s.reservations, addr); r != s.reservations.end())
+	if (auto r = find_containing(s.reservations, addr); r != s.reservations.end()) {
+		if (r->second.ipc)
+			return "past the end of memory cuIpcOpenMemHandle opened";
 		return r->second.plain ? "past the end of a cuMemAlloc allocation" : "reserved but not mapped";
+	}
 	if (find_containing(s.host_aliases, addr) != s.host_aliases.end())
 		return "past the end of a host registration";
 	if (find_containing(s.retired, addr) != s.retired.end())
@@ -347,6 +348,8 @@ void release_context_memory(State &s, Context &ctx, std::vector<std::shared_ptr<
 		retire(s, it->first, it->second.size);
 		it = s.reservations.erase(it);
 	}
+	// What it opened with cuIpcOpenMemHandle went with its plain reservations.
+	std::erase_if(s.ipc_imports, [&ctx](const auto &entry) { return entry.second.ctx == &ctx; });
 
 	for (auto it = s.host_registrations.begin(); it != s.host_registrations.end();) {
 		if (it->second.owner != &ctx) {
@@ -847,10 +850,11 @@ CUresult alloc_plain(const char *call, Context *ctx, CUdeviceptr *dptr, size_t b
 		return fail(CUDA_ERROR_OUT_OF_MEMORY, call, "device %d has %" PRIu64 " of %" PRIu64 " bytes in use",
 			    ctx->device, s.usage[size_t(ctx->device)].load(), s.config.memory);
 
-	char name[64];
-	std::snprintf(name, sizeof(name), "cudasim-alloc:dev%d", ctx->device);
+	// The name holds the random tag a legacy IPC handle of this memory carries (ipc.cpp).
+	uint64_t tag = random_tag();
+	std::string name = plain_memfd_name(s.config.visible[size_t(ctx->device)], bytesize, tag);
 	CUresult err = CUDA_SUCCESS;
-	auto backing = make_backing(call, name, rounded, ctx->device, 0, &s.usage[size_t(ctx->device)], &err);
+	auto backing = make_backing(call, name.c_str(), rounded, ctx->device, 0, &s.usage[size_t(ctx->device)], &err);
 	if (!backing)
 		return err;
 	uintptr_t va = reserve_va(rounded, page_size());
@@ -865,6 +869,7 @@ CUresult alloc_plain(const char *call, Context *ctx, CUdeviceptr *dptr, size_t b
 	map.access.assign(size_t(s.config.devices), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	map.plain = true;
 	map.owner = ctx;
+	map.ipc_tag = tag;
 
 	std::lock_guard<std::mutex> guard(s.lock);
 	s.reservations[va] = Reservation{ rounded, true, ctx };
@@ -930,6 +935,9 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 		auto it = s.reservations.find(uintptr_t(dptr));
 		if (it == s.reservations.end() || !it->second.plain)
 			return fail(CUDA_ERROR_INVALID_VALUE, call, "0x%llx is not a cuMemAlloc allocation", dptr);
+		if (it->second.ipc)
+			return fail(CUDA_ERROR_INVALID_VALUE, call,
+				    "0x%llx was opened by cuIpcOpenMemHandle: cuIpcCloseMemHandle closes it", dptr);
 		auto m = s.mappings.find(it->first);
 		dropped = std::move(m->second.backing);
 		s.mappings.erase(m);

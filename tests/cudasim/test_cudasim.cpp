@@ -117,8 +117,8 @@ namespace {
 	X(cuMemsetD2D16Async)                                                                                          \
 	X(cuMemsetD2D32Async)                                                                                          \
 	X(cuStreamWaitEvent)                                                                                           \
-	X(cuIpcGetMemHandle)                                                                                           \
-	X(cuIpcOpenMemHandle)                                                                                          \
+	X(cuIpcGetEventHandle)                                                                                         \
+	X(cuIpcOpenEventHandle)                                                                                        \
 	X(cuMemGetAccess)                                                                                              \
 	X(cuMemRetainAllocationHandle)                                                                                 \
 	X(cuMemGetAllocationPropertiesFromHandle)
@@ -2435,7 +2435,7 @@ TEST(GStreamer, EveryEntryPointGstCudaLoadsIsExported)
 		"cuIpcGetEventHandle",
 		"cuIpcOpenEventHandle",
 		"cuIpcGetMemHandle",
-		"cuIpcOpenMemHandle_v2",
+		"cuIpcOpenMemHandle", // the first ABI's name, not _v2
 		"cuIpcCloseMemHandle",
 	};
 	void *driver = dlopen(driver_path().c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -2656,15 +2656,17 @@ TEST_F(Sim, KernelsTexturesAndGraphicsAreNotSimulated)
 		  CUDA_ERROR_INVALID_HANDLE);
 	EXPECT_EQ(cu().cuTexObjectCreate(&texture, &resource, &texture_desc, nullptr), CUDA_ERROR_NOT_SUPPORTED);
 	EXPECT_EQ(cu().cuGraphicsMapResources(1, &graphics, stream_), CUDA_ERROR_INVALID_HANDLE);
-	// Legacy CUDA IPC, which the real driver also refuses where it cannot share memory so.
-	CUipcMemHandle ipc = {};
-	CUdeviceptr opened = 0;
-	EXPECT_EQ(cu().cuIpcGetMemHandle(&ipc, 0x1000), CUDA_ERROR_NOT_SUPPORTED);
-	EXPECT_EQ(cu().cuIpcOpenMemHandle(&opened, ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_NOT_SUPPORTED);
+	// Interprocess events (legacy IPC of memory is simulated: test_cudasim_ipc.cpp).
+	CUipcEventHandle ipc = {};
+	CUevent event = nullptr;
+	EXPECT_EQ(cu().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+	EXPECT_EQ(cu().cuIpcGetEventHandle(&ipc, event), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuIpcOpenEventHandle(&event, ipc), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT_EQ(cu().cuEventDestroy(event), CUDA_SUCCESS);
 	std::string err = testing::internal::GetCapturedStderr();
 	EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 6) << err;
-	EXPECT_NE(err.find("cudasim: cuIpcGetMemHandle -> CUDA_ERROR_NOT_SUPPORTED: not simulated: the simulator has "
-			   "no legacy CUDA IPC"),
+	EXPECT_NE(err.find("cudasim: cuIpcGetEventHandle -> CUDA_ERROR_NOT_SUPPORTED: not simulated: the simulator "
+			   "has no interprocess events"),
 		  std::string::npos)
 		<< err;
 	EXPECT_NE(err.find("cudasim: cuModuleLoadData -> CUDA_ERROR_NOT_SUPPORTED: not simulated: the simulator "

@@ -1,10 +1,10 @@
 // unsupported.cpp - entry points the simulator exports but does not simulate: kernels,
-// modules, linking, texture objects, CUDA arrays, managed memory and OpenGL interop. Each
-// says so on stderr and fails.
+// modules, linking, texture objects, CUDA arrays, managed memory, OpenGL interop and
+// interprocess events. Each says so on stderr and fails.
 //
 // GStreamer's CUDA library and FFmpeg's loader (ffnvcodec) refuse to load a driver that
-// lacks any of them; they use them only for kernels, GL memory and CUDA arrays, never on
-// their upload, download and decode-copy paths.
+// lacks any of them; they use them only for kernels, GL memory, CUDA arrays and events
+// shared between processes, never on their upload, download, decode-copy and IPC paths.
 
 #include "cudasim.hpp"
 
@@ -29,9 +29,6 @@ CUresult CUDAAPI cuLinkAddData_v1(CUlinkState state, CUjitInputType type, void *
 				  void **optionValues) __asm__("cuLinkAddData");
 CUresult CUDAAPI cuModuleGetGlobal_v1(unsigned int *dptr, unsigned int *bytes, CUmodule hmod,
 				      const char *name) __asm__("cuModuleGetGlobal");
-// cuIpcOpenMemHandle's first ABI, which took the handle the same way: the driver keeps it.
-CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle,
-				       unsigned int Flags) __asm__("cuIpcOpenMemHandle");
 }
 #pragma GCC visibility pop
 
@@ -41,8 +38,8 @@ constexpr const char *no_kernels = "the simulator runs no kernels";
 constexpr const char *no_textures = "the simulator has no texture objects (no kernels read them)";
 constexpr const char *no_graphics = "the simulator has no graphics interop";
 constexpr const char *no_arrays = "the simulator has no CUDA arrays";
-constexpr const char *no_legacy_ipc =
-	"the simulator has no legacy CUDA IPC (cuIpc*); xmem shares memory through cuMemExportToShareableHandle";
+constexpr const char *no_ipc_events =
+	"the simulator has no interprocess events (cuEventCreate refuses CU_EVENT_INTERPROCESS)";
 constexpr const char *no_managed = "the simulator has no unified memory (CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)";
 
 // Always said, like an unknown attribute: a caller that reaches one of these on a path
@@ -188,36 +185,16 @@ CUresult CUDAAPI cuGraphicsSubResourceGetMappedArray(CUarray *, CUgraphicsResour
 	return unsupported("cuGraphicsSubResourceGetMappedArray", no_graphics, CUDA_ERROR_INVALID_HANDLE);
 }
 
-// Legacy CUDA IPC: GStreamer 1.26's CUDA library will not load a driver without these
-// (its cudaipcsink and cudaipcsrc use them). The real driver refuses them too where it
-// cannot share memory this way (CUDA_ERROR_NOT_SUPPORTED), so a caller must handle it.
+// Interprocess events: GStreamer 1.26's CUDA library will not load a driver without these
+// (nothing of it calls them; its cudaipcsink and cudaipcsrc share memory only, ipc.cpp). No
+// event is interprocess here: cuEventCreate refuses CU_EVENT_INTERPROCESS.
 
 CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *, CUevent)
 {
-	return unsupported("cuIpcGetEventHandle", no_legacy_ipc);
+	return unsupported("cuIpcGetEventHandle", no_ipc_events);
 }
 
 CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *, CUipcEventHandle)
 {
-	return unsupported("cuIpcOpenEventHandle", no_legacy_ipc);
-}
-
-CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr)
-{
-	return unsupported("cuIpcGetMemHandle", no_legacy_ipc);
-}
-
-CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *, CUipcMemHandle, unsigned int)
-{
-	return unsupported("cuIpcOpenMemHandle", no_legacy_ipc);
-}
-
-CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *, CUipcMemHandle, unsigned int)
-{
-	return unsupported("cuIpcOpenMemHandle", no_legacy_ipc);
-}
-
-CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr)
-{
-	return unsupported("cuIpcCloseMemHandle", no_legacy_ipc, CUDA_ERROR_INVALID_VALUE);
+	return unsupported("cuIpcOpenEventHandle", no_ipc_events);
 }
