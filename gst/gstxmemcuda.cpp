@@ -395,7 +395,8 @@ GstMemory *GstXmemCuda::wrap(xmem::BufferGuard &&frame, const GstVideoInfo &layo
 	 * own without waiting for the memory's, and handed the slot's previous frame on.
 	 * The CPU waits only for writes queued before the frame was published. */
 	if (auto r = xmem::cuda_synchronize(device(), xmem::CudaStream(stream_)); !r) {
-		GST_WARNING_OBJECT(element_, "%s: the frame goes on with its stream pending", r.error().message.c_str());
+		GST_WARNING_OBJECT(element_, "%s: the frame goes on with its stream pending",
+				   r.error().message.c_str());
 		GST_MINI_OBJECT_FLAG_SET(mem, GST_CUDA_MEMORY_TRANSFER_NEED_SYNC);
 	}
 	if (!writable)
