@@ -997,6 +997,79 @@ little; shm also sends every frame back (an acknowledgement per consumer, which
 wakes shmsink's poll thread). Unthrottled, shm's area fills up and frames are
 copied, while xmem's producer waits for a free slot; with several consumers, shm's
 producer handles one acknowledgement per consumer per frame.
+
+Device frames (`--memory cuda`; not in `bench/run.sh`'s suites, so no figures here yet):
+the same producer and consumer, with caps
+`video/x-raw(memory:CUDAMemory),format=NV12,width=W,height=H,framerate=F/1`, frames 64
+pixels wide or more.
+
+- **producer**: makes one GStreamer CUDA context (device 0) and shares it with every
+  CUDA element of its pipeline, so that no frame goes from one context to another.
+  Its frames come from the pool the sink proposes when that is a `GstCudaBufferPool`,
+  else from a `GstCudaBufferPool` of its own (8 buffers). It writes the stamp with a
+  64-byte host-to-device copy and nothing else: `cuMemcpy2DAsync` (through GStreamer's
+  CUDA library, which exports no `cuMemcpyHtoD` before 1.24) on the memory's own
+  stream where it has one (1.24 and later) or the context's legacy stream, then
+  `cuStreamSynchronize`. The time is read right before that copy.
+- **consumer**: maps the frame `GST_MAP_READ | GST_MAP_CUDA` and copies the 64 bytes
+  back to the host the same way, on the memory's stream, so that the copy comes after
+  whatever the source queued on the frame. The latency includes both copies.
+  Frames that reach a consumer in system memory are counted
+  (`consumers_host_memory_frames`) and fail the run.
+- **xmem**: `xmemsink memory=cuda` (a device pool) and `xmemsrc ! video/x-raw(memory:CUDAMemory)`.
+  xmemsink proposes no pool for device slots (they are not GStreamer memory), so the
+  producer's frames come from its own pool and xmemsink copies each one into a slot,
+  device to device, on its own stream (`sink_device_copied`). xmemsrc wraps the slot
+  as CUDA memory on GStreamer 1.24 and later (`consumers_source_zero_copy`) and copies
+  it into CUDA memory of its own on 1.22 (`consumers_source_copied`).
+- **cudaipc-legacy**: `cudaipcsink ipc-mode=legacy` and `cudaipcsrc io-mode=import`
+  (nvcodec, GStreamer 1.24 and later). The sink proposes a `GstCudaBufferPool` of
+  `cuMemAlloc` memory, which the producer uses; each frame goes out as a
+  `cuIpcGetMemHandle` handle, and the source opens it and hands the memory on
+  without a copy (`io-mode=import`; the default copies).
+- **cudaipc-mmap**: `cudaipcsink ipc-mode=mmap` and `cudaipcsrc`. The sink proposes a pool
+  of VMM memory, whose frames go out as file descriptors; cudaipcsrc (1.24 to 1.26)
+  imports and maps each one, copies it into memory of its own and unmaps it, whatever
+  its `io-mode`. Where the device lacks VMM or file-descriptor export, cudaipcsink
+  would fall back to legacy IPC: the pair is listed as unavailable instead.
+  Neither cudaipc pair holds the producer back: cudaipcsrc keeps its newest
+  `buffer-size` (3) samples and drops older ones, so unthrottled, or behind a
+  decoder faster than its consumers, frames are lost; they are counted as dropped,
+  and the run as failed.
+- **floor**: `appsrc ! appsink` (a tee before N appsinks) in one process, the frames from
+  the producer's own pool.
+- **gpu_mem_delta_mib**: device memory in use (`cuMemGetInfo`: total minus free) when the
+  last measured frame is stamped, less the same before the producer's pipeline starts
+  (its CUDA context made already), in MiB. It is **device-wide**: the consumer
+  processes' CUDA contexts and pools count, and so does anything else running on that
+  GPU. GStreamer's CUDA library exports no `cuMemGetInfo`; the call is looked up in the
+  `libcuda.so.1` that library loaded. Where the driver has none (the simulator), the
+  figure is null and `gpu_mem_error` says why.
+- **unavailable** (`"available": false`, exit status 77, so that a script can skip the
+  run): the cudaipc elements are missing (GStreamer before 1.24, or nvcodec found no
+  CUDA driver and registered nothing), there is no CUDA driver or device, the benchmark
+  was built without `gstreamer-cuda-1.0`, the driver makes no legacy IPC handle (asked
+  once before the run), or an element of `--source h264` is missing.
+- **`--source h264=FILE`**: the producer is `filesrc location=FILE ! h264parse ! DECODER !
+  video/x-raw(memory:CUDAMemory),format=NV12 ! SINK` instead of appsrc, DECODER being
+  `nvh264dec` unless `--decoder` names others (where there is no NVDEC, e.g.
+  `openh264dec ! videoconvert ! cudaupload`). A pad probe on the sink's sink pad (the
+  tee's, for the floor's fan-out) stamps each decoded frame as above, so the latency
+  runs from the decoder's output to the consumer. Nothing paces it: frames/s is the
+  decode rate (`fps_target` 0; `--fps` other than 0 is refused), and the frame size is
+  the file's. The file loops: its end of stream stops at the probe, and the producer
+  seeks back to the start (a flushing seek; `source_loops` counts them) until the
+  measured frames are done. The producer's CPU time includes parsing and decoding.
+  The record adds `source_file`, `decoder` and `source_loops`.
+
+Against the CUDA driver simulator (`tests/cudasim`, loaded through
+`LD_LIBRARY_PATH=BUILD/tests/cudasim XMEM_CUDA_DRIVER=BUILD/tests/cudasim/libcuda.so.1`,
+with `GST_PLUGIN_PATH=BUILD/gst`), every pair runs end to end and the counts (frames,
+drops, copies, stamps read back) are checked; **its figures mean nothing about a GPU**:
+its streams are CPU threads that start each operation after a random delay, and its
+device memory is memfds. nvh264dec does not exist there (the simulator's
+`libnvcuvid.so.1` decodes nothing): `--source h264` needs a GPU, or `--decoder` with a
+software decoder.
 """
 
 
