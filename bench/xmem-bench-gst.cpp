@@ -1323,6 +1323,13 @@ void gather(std::vector<Child> &children, uint64_t deadline, Result &r)
 		int status = 0;
 		for (int i = 0; i < 200 && ::waitpid(c.pid, &status, WNOHANG) == 0; i++)
 			std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		// One that hangs in its teardown (cudaipcsrc's, waiting for its server) gets
+		// SIGTERM first: bench/cudacount writes its counts then; SIGKILL after a second.
+		if (::waitpid(c.pid, &status, WNOHANG) == 0) {
+			::kill(c.pid, SIGTERM);
+			for (int i = 0; i < 100 && ::waitpid(c.pid, &status, WNOHANG) == 0; i++)
+				std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		}
 		if (::waitpid(c.pid, &status, WNOHANG) == 0) {
 			::kill(c.pid, SIGKILL);
 			::waitpid(c.pid, &status, 0);

@@ -96,9 +96,15 @@ run_test() {
 	fi
 	local t0 rc out=$state/out-$name
 	t0=$(date +%s.%N)
-	(cd "$(moved "$(info "$name" workdir)")" && exec env "${env[@]}" timeout -k 10 "$(info "$name" timeout)" "${cmd[@]}") \
-		>"$out" 2>&1 </dev/null
-	rc=$?
+	if [ "${cmd[0]:0:1}" = / ] && [ ! -x "${cmd[0]}" ]; then
+		# A test run by an interpreter this machine lacks (meson's /usr/bin/python3).
+		echo "skipped: ${cmd[0]} is not on this machine" >"$out"
+		rc=77
+	else
+		(cd "$(moved "$(info "$name" workdir)")" && exec env "${env[@]}" timeout -k 10 "$(info "$name" timeout)" "${cmd[@]}") \
+			>"$out" 2>&1 </dev/null
+		rc=$?
+	fi
 	local dt word
 	dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 	if [ $rc = 77 ]; then
