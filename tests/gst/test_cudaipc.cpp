@@ -4,8 +4,8 @@
 // cudaupload and relayed from an xmem device pool by xmemsrc (which copies each frame out of
 // its slot, or, in mmap mode, hands over the slot itself). Every frame must arrive, in
 // order, byte for byte. This proves the simulator's legacy IPC and the relay's logic,
-// never a GPU's behaviour (tests/cudasim/README.md). Where GStreamer is older than 1.24,
-// the whole program exits 77 (skipped).
+// never a GPU's behaviour (tests/cudasim/README.md); gst-cudaipc-gpu runs the same on the
+// real driver. Where GStreamer is older than 1.24, the whole program exits 77 (skipped).
 #include "gst_common.hpp"
 
 #include <algorithm>
@@ -53,6 +53,8 @@ private:
 	}
 };
 
+// Against the real driver without a usable GPU (gst-cudaipc-gpu), the whole program is skipped.
+const auto *const gpu_or_skip = ::testing::AddGlobalTestEnvironment(new xmem::test::RealGpuOrSkip);
 const auto *const cudaipc_or_skip = ::testing::AddGlobalTestEnvironment(new CudaIpcOrSkip);
 
 // NV12 with rows a multiple of 4 bytes: cudadownload hands filesink the default layout.
