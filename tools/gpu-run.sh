@@ -87,12 +87,14 @@ run_test() {
 	while IFS= read -r -d '' a; do cmd+=("$(moved "$a")"); done <"$here/tests/$name/cmd"
 	while IFS= read -r -d '' kv; do env+=("$(moved "$kv")"); done <"$here/tests/$name/env"
 	env+=("GST_REGISTRY_1_0=$state/registry-$name.bin" "MESON_TEST_ITERATION=1")
+	local ld="" e
+	for e in "${env[@]}"; do
+		case $e in LD_LIBRARY_PATH=*) ld=${e#LD_LIBRARY_PATH=} ;; esac
+	done
 	if [ "$extra_sim" = 1 ]; then
-		local ld=$build/tests/cudasim e
-		for e in "${env[@]}"; do
-			case $e in LD_LIBRARY_PATH=*) ld=$ld:${e#LD_LIBRARY_PATH=} ;; esac
-		done
-		env+=("XMEM_CUDA_DRIVER=$build/tests/cudasim/libcuda.so.1" "LD_LIBRARY_PATH=$ld")
+		env+=("XMEM_CUDA_DRIVER=$build/tests/cudasim/libcuda.so.1" "LD_LIBRARY_PATH=$build/tests/cudasim${ld:+:$ld}")
+	elif [ -n "$driver_dir" ]; then
+		env+=("LD_LIBRARY_PATH=${ld:+$ld:}$driver_dir")
 	fi
 	local t0 rc out=$state/out-$name
 	t0=$(date +%s.%N)
@@ -148,6 +150,23 @@ if [ "$1" = --sim ]; then
 	[ $# -gt 0 ] || set -- --help
 fi
 relocate
+
+# The machine's own NVIDIA libraries, where its ldconfig lists them, linked from a folder
+# of their own on the library path: Debian 13's loader then finds them whatever that
+# machine's ld.so.cache and library folders are like, and nothing else of the machine's
+# comes with them (its library folder itself on the path would put its GStreamer and C
+# library before the pack's).
+driver_dir=
+if [ $sim = 0 ] && command -v ldconfig >/dev/null 2>&1; then
+	for lib in libcuda.so.1 libnvcuvid.so.1 libnvidia-encode.so.1 libnvidia-ptxjitcompiler.so.1; do
+		path=$(ldconfig -p 2>/dev/null | awk -v lib="$lib" '$1 == lib && /x86-64/ { print $NF; exit }')
+		[ -n "$path" ] || continue
+		mkdir -p "$here/.nvidia"
+		ln -sf "$path" "$here/.nvidia/$lib"
+		driver_dir=$here/.nvidia
+	done
+	[ -z "$driver_dir" ] || export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$driver_dir
+fi
 mode=$1
 shift
 case $mode in
@@ -215,6 +234,8 @@ case $mode in
 	if [ $sim = 1 ]; then
 		echo "export XMEM_CUDA_DRIVER='$build/tests/cudasim/libcuda.so.1'"
 		echo "export LD_LIBRARY_PATH='$build/tests/cudasim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}'"
+	elif [ -n "$driver_dir" ]; then
+		echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH'"
 	fi
 	;;
 *)
