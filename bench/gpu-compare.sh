@@ -76,8 +76,10 @@ export GST_REGISTRY_1_0=$tmp/registry.bin
 export GST_PLUGIN_PATH=$build/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}
 if [ $sim = 1 ]; then
 	real_driver=$(realpath "${XMEM_CUDA_DRIVER:-$build/tests/cudasim/libcuda.so.1}")
+elif [ -e "${XMEM_PACK:-/nonexistent}/.nvidia/libcuda.so.1" ]; then
+	real_driver=$(realpath "$XMEM_PACK/.nvidia/libcuda.so.1") # the one DIR/run found
 else
-	real_driver= # the shim finds the machine's own
+	real_driver= # the shim looks for the machine's own
 fi
 : "${out:=bench/results/gpu-compare-$(date -u +%Y%m%dT%H%MZ)$([ $sim = 1 ] && echo -sim).json}"
 mkdir -p "$(dirname "$out")"
