@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "selftest_driver.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -93,36 +95,15 @@ bool apply_settings()
 
 [[maybe_unused]] const bool settings_applied = apply_settings();
 
-std::string driver_path()
-{
-	// meson sets XMEM_CUDA_DRIVER; run by hand, the module sits next to this binary.
-	if (const char *env = std::getenv("XMEM_CUDA_DRIVER"))
-		return env;
-	char path[4096] = {};
-	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-	std::string exe(path, n > 0 ? size_t(n) : 0);
-	return exe.substr(0, exe.rfind('/')) + "/libcuda.so.1";
-}
-
 Driver load_driver()
 {
-	std::string path = driver_path();
-	void *module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-	if (!module) {
-		std::fprintf(stderr, "cannot load the simulator: %s\n", dlerror());
-		std::abort();
-	}
+	const cudasim_selftest::Module module = cudasim_selftest::open_driver();
 	Driver driver;
-#define RULES_LOAD(fn)                                                                                                 \
-	driver.fn = reinterpret_cast<decltype(driver.fn)>(dlsym(module, RULES_ABI_NAME(fn)));                          \
-	if (!driver.fn) {                                                                                              \
-		std::fprintf(stderr, "%s: no %s\n", path.c_str(), RULES_ABI_NAME(fn));                                 \
-		std::abort();                                                                                          \
-	}
+#define RULES_LOAD(fn) driver.fn = cudasim_selftest::entry_point<decltype(driver.fn)>(module, RULES_ABI_NAME(fn));
 	RULES_ENTRY_POINTS(RULES_LOAD)
 #undef RULES_LOAD
 	driver.cuDeviceGetUuid_v1 =
-		reinterpret_cast<decltype(driver.cuDeviceGetUuid_v1)>(dlsym(module, "cuDeviceGetUuid"));
+		cudasim_selftest::entry_point<decltype(driver.cuDeviceGetUuid_v1)>(module, "cuDeviceGetUuid");
 	return driver;
 }
 

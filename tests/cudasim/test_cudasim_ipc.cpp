@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "selftest_driver.hpp"
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -69,36 +71,13 @@ struct Driver {
 
 Driver load_driver()
 {
-	// meson sets XMEM_CUDA_DRIVER; run by hand, the module sits next to this binary.
-	std::string path;
-	if (const char *env = std::getenv("XMEM_CUDA_DRIVER")) {
-		path = env;
-	} else {
-		char exe[4096] = {};
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		path = std::string(exe, n > 0 ? size_t(n) : 0);
-		path = path.substr(0, path.rfind('/')) + "/libcuda.so.1";
-	}
-	void *module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-	if (!module) {
-		std::fprintf(stderr, "cannot load the simulator: %s\n", dlerror());
-		std::abort();
-	}
+	const cudasim_selftest::Module module = cudasim_selftest::open_driver();
 	Driver driver;
-#define IPC_LOAD(fn)                                                                                                   \
-	driver.fn = reinterpret_cast<decltype(driver.fn)>(dlsym(module, IPC_ABI_NAME(fn)));                            \
-	if (!driver.fn) {                                                                                              \
-		std::fprintf(stderr, "%s: no %s\n", path.c_str(), IPC_ABI_NAME(fn));                                   \
-		std::abort();                                                                                          \
-	}
+#define IPC_LOAD(fn) driver.fn = cudasim_selftest::entry_point<decltype(driver.fn)>(module, IPC_ABI_NAME(fn));
 	IPC_ENTRY_POINTS(IPC_LOAD)
 #undef IPC_LOAD
 	driver.cuIpcOpenMemHandle_v1 =
-		reinterpret_cast<decltype(driver.cuIpcOpenMemHandle_v1)>(dlsym(module, "cuIpcOpenMemHandle"));
-	if (!driver.cuIpcOpenMemHandle_v1) {
-		std::fprintf(stderr, "%s: no cuIpcOpenMemHandle\n", path.c_str());
-		std::abort();
-	}
+		cudasim_selftest::entry_point<decltype(driver.cuIpcOpenMemHandle_v1)>(module, "cuIpcOpenMemHandle");
 	return driver;
 }
 

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "selftest_driver.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -79,28 +81,9 @@ struct Driver {
 
 Driver load_driver()
 {
-	// meson sets XMEM_CUDA_DRIVER; run by hand, the module sits next to this binary.
-	std::string path;
-	if (const char *env = std::getenv("XMEM_CUDA_DRIVER")) {
-		path = env;
-	} else {
-		char exe[4096] = {};
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		path = std::string(exe, n > 0 ? size_t(n) : 0);
-		path = path.substr(0, path.rfind('/')) + "/libcuda.so.1";
-	}
-	void *module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-	if (!module) {
-		std::fprintf(stderr, "cannot load the simulator: %s\n", dlerror());
-		std::abort();
-	}
+	const cudasim_selftest::Module module = cudasim_selftest::open_driver();
 	Driver driver;
-#define STREAMS_LOAD(fn)                                                                                               \
-	driver.fn = reinterpret_cast<decltype(driver.fn)>(dlsym(module, STREAMS_ABI_NAME(fn)));                        \
-	if (!driver.fn) {                                                                                              \
-		std::fprintf(stderr, "%s: no %s\n", path.c_str(), STREAMS_ABI_NAME(fn));                               \
-		std::abort();                                                                                          \
-	}
+#define STREAMS_LOAD(fn) driver.fn = cudasim_selftest::entry_point<decltype(driver.fn)>(module, STREAMS_ABI_NAME(fn));
 	STREAMS_ENTRY_POINTS(STREAMS_LOAD)
 #undef STREAMS_LOAD
 	return driver;
