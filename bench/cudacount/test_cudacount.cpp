@@ -209,8 +209,12 @@ int run_copies(const Cuda &cu)
 
 	check(cu.cuMemcpy(b, a, frame_bytes), "cuMemcpy");
 
+	// A blocking stream: its work waits for what the legacy stream still has queued. The
+	// cuMemcpy above (device to device) and the cuMemcpy2D before it (from pageable memory)
+	// may still run when they return; a non-blocking stream's copies of the same buffers
+	// would race them, on the real driver as on the simulator (ThreadSanitizer saw it).
 	CUstream stream = nullptr;
-	check(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+	check(cu.cuStreamCreate(&stream, CU_STREAM_DEFAULT), "cuStreamCreate");
 	check(cu.cuMemcpyDtoHAsync(out.data(), a, small_bytes, stream), "cuMemcpyDtoHAsync");
 	check(cu.cuMemcpyHtoDAsync(b, in.data(), frame_bytes, stream), "cuMemcpyHtoDAsync");
 	check(cu.cuMemsetD8Async(a, 0x5a, memset_bytes, stream), "cuMemsetD8Async");
