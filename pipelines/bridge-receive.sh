@@ -10,10 +10,11 @@
 # The pool stays: when the sender goes away or the network drops, the receiving pipeline is
 # started again within a second under the same pool name, and the pool's consumers re-attach
 # to it (xmemsrc reconnect=true, the default). It prints the frames it published
-# ("bridge-receive: received N") every 10 s and at the end.
+# ("bridge-receive: received N") every 10 s and, exactly, at the end (Ctrl-C or SIGTERM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . pipelines/common.sh
+. pipelines/bridge-common.sh
 
 if [ $# -lt 2 ]; then
 	echo "usage: pipelines/bridge-receive.sh PORT POOL [--raw]" >&2
@@ -44,30 +45,13 @@ else
 		echo "bridge-receive.sh: no H.264 decoder here (avdec_h264, openh264dec)" >&2
 		exit 1
 	fi
-	head=(srtsrc uri="srt://:$port?mode=listener" latency="${XMEM_SRT_LATENCY:-125}"
+	head=(srtsrc uri="srt://:$port?mode=listener" latency="${XMEM_SRT_LATENCY:-125}" keep-listening=true
 		! tsdemux latency=0 ! h264parse ! "$decoder")
 fi
 
 # identity prints one line per frame it passes (-v): awk counts them into "received".
 line=("${head[@]}" ! videoconvert ! "video/x-raw,format=NV12" ! identity name=bridge silent=false
 	! xmemsink pool-name="$pool")
-echo "+ gst-launch-1.0 -e -v ${line[*]}" >&2
+echo "+ gst-launch-1.0 -e -v -X seqnum -X timestamp -X stats ${line[*]}" >&2
 
-{
-	stopping=
-	trap 'stopping=1' INT TERM
-	while :; do
-		rc=0
-		gst-launch-1.0 -e -v "${line[@]}" || rc=$?
-		if [ -n "$stopping" ]; then
-			exit "$rc"
-		fi
-		echo "bridge-receive.sh: the pipeline ended (status $rc): listening again" >&2
-		sleep 0.5
-	done
-} 2>&1 | (trap '' INT && exec awk -v what="received" -v every=10 '
-	/bridge.*last-message = chain/ { frames++; if (systime() - last >= every) { last = systime(); print "bridge-receive: " what " " frames; fflush() } next }
-	/last-message/ { next }
-	{ print; fflush() }
-	END { print "bridge-receive: " what " " frames + 0 }')
-exit "${PIPESTATUS[0]}"
+xmem_bridge_run bridge-receive received 0.5 "" "${line[@]}"

@@ -13,10 +13,13 @@
 # far pool stamps frames with its own clock on arrival) and, over SRT, the capture time.
 # The sender restarts within a second whenever its pipeline ends (the receiver went away,
 # the network dropped); it prints the frames it sent ("bridge-send: sent N") every 10 s
-# and at the end.
+# and, exactly, at the end. Ctrl-C or SIGTERM ends the stream with EOS and, should that
+# wait for a frame that never comes (no producer in POOL), stops the pipeline after
+# XMEM_BRIDGE_STOP_GRACE seconds (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . pipelines/common.sh
+. pipelines/bridge-common.sh
 
 if [ $# -lt 2 ] || [[ $2 != *:* ]]; then
 	echo "usage: pipelines/bridge-send.sh POOL HOST:PORT [--raw]" >&2
@@ -67,25 +70,6 @@ fi
 # identity prints one line per frame it passes (-v): awk counts them into "sent".
 line=(xmemsrc pool-name="$pool" ${XMEM_NUM_BUFFERS:+num-buffers=$XMEM_NUM_BUFFERS}
 	! identity name=bridge silent=false ! "${tail[@]}")
-echo "+ gst-launch-1.0 -e -v ${line[*]}" >&2
+echo "+ gst-launch-1.0 -e -v -X seqnum -X timestamp -X stats ${line[*]}" >&2
 
-{
-	stopping=
-	trap 'stopping=1' INT TERM
-	while :; do
-		rc=0
-		gst-launch-1.0 -e -v "${line[@]}" || rc=$?
-		# Ended on purpose (Ctrl-C, or num-buffers reached): done. Otherwise the receiver
-		# or the network went away: try again.
-		if [ -n "$stopping" ] || { [ $rc -eq 0 ] && [ -n "${XMEM_NUM_BUFFERS:-}" ]; }; then
-			exit "$rc"
-		fi
-		echo "bridge-send.sh: the pipeline ended (status $rc): reconnecting" >&2
-		sleep 1
-	done
-} 2>&1 | (trap '' INT && exec awk -v what="sent" -v every=10 '
-	/bridge.*last-message = chain/ { frames++; if (systime() - last >= every) { last = systime(); print "bridge-send: " what " " frames; fflush() } next }
-	/last-message/ { next }
-	{ print; fflush() }
-	END { print "bridge-send: " what " " frames + 0 }')
-exit "${PIPESTATUS[0]}"
+xmem_bridge_run bridge-send sent 1 "${XMEM_NUM_BUFFERS:-}" "${line[@]}"

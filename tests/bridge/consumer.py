@@ -76,7 +76,7 @@ def main():
 	pipeline.get_by_name("sink").connect("new-sample", on_sample)
 	bus = pipeline.get_bus()
 	bus.add_signal_watch()
-	bus.connect("message::eos", lambda *_: loop.quit())
+	bus.connect("message::eos", lambda *_: (print("consumer.py: EOS", file=sys.stderr), loop.quit()))
 	bus.connect("message::error", lambda _b, m: (print(m.parse_error(), file=sys.stderr), loop.quit()))
 	GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, signal.SIGTERM, loop.quit)
 	pipeline.set_state(Gst.State.PLAYING)
