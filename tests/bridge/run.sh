@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# tests/bridge/run.sh srt|raw - pipelines/bridge-send.sh and bridge-receive.sh between two
+# network namespaces joined by a veth pair, as two hosts: a videotestsrc producer and
+# bridge-send in A, bridge-receive and a consumer of the far pool in B (consumer.py, which
+# checks each frame's color: by plane means after H.264, byte for byte over raw RTP). Then
+# the producer is killed and another started (90 frames, another color: the steady state,
+# counted exactly), a third one and the link cut for 2.5 s; after each the far consumer must
+# receive again. Last, the producer killed, bridge-send must end within a few seconds of
+# SIGINT (its EOS waits for a frame that never comes). Prints frames sent, received, lost
+# (steady state, and in all from the scripts' exact final counts), and the latency the
+# bridge adds: when the steady producer's first frame reaches a consumer in A and one in B
+# (CLOCK_REALTIME, one kernel). Needs root (77 otherwise). meson sets XMEM_BUILD_DIR, XMEM_SKIP_SETUP and
+# GST_PLUGIN_PATH.
+set -euo pipefail
+
+transport=$1
+root=$(cd "$(dirname "$0")/../.." && pwd)
+here=$root/tests/bridge
+python=${XMEM_PYTHON:-/usr/bin/python3}
+
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+[ "$(id -u)" -eq 0 ] || skip "needs root to make network namespaces"
+command -v ip >/dev/null || skip "no ip (iproute2)"
+elements=(srtsrc srtsink tsdemux mpegtsmux h264parse rtpvrawpay rtpvrawdepay udpsrc xmemsrc)
+for element in "${elements[@]}"; do
+	gst-inspect-1.0 "$element" >/dev/null 2>&1 || skip "GStreamer element $element is missing"
+done
+gst-inspect-1.0 openh264enc >/dev/null 2>&1 || gst-inspect-1.0 x264enc >/dev/null 2>&1 ||
+	gst-inspect-1.0 nvh264enc >/dev/null 2>&1 || skip "no H.264 encoder"
+"$python" -c 'import gi, numpy' 2>/dev/null || skip "$python lacks gi or numpy"
+
+ns_a=xmbA$$
+ns_b=xmbB$$
+dev_a=xmA$$
+dev_b=xmB$$
+work=$(mktemp -d)
+started=()
+cleanup() {
+	local pid
+	for pid in "${started[@]}"; do
+		kill -KILL -- "-$pid" 2>/dev/null || true
+	done
+	for ns in "$ns_a" "$ns_b"; do
+		ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+	done
+	ip netns del "$ns_a" 2>/dev/null || true
+	ip netns del "$ns_b" 2>/dev/null || true
+	if [ -n "${XMEM_BRIDGE_KEEP:-}" ]; then
+		echo "logs kept in $work"
+	else
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+
+ip netns add "$ns_a" || skip "cannot make a network namespace"
+ip netns add "$ns_b" || skip "cannot make a network namespace"
+ip link add "$dev_a" type veth peer name "$dev_b" || skip "cannot make a veth pair"
+ip link set "$dev_a" netns "$ns_a"
+ip link set "$dev_b" netns "$ns_b"
+ip -n "$ns_a" addr add 10.231.0.1/24 dev "$dev_a"
+ip -n "$ns_b" addr add 10.231.0.2/24 dev "$dev_b"
+for ns in "$ns_a" "$ns_b"; do
+	ip -n "$ns" link set lo up
+done
+ip -n "$ns_a" link set "$dev_a" up
+ip -n "$ns_b" link set "$dev_b" up
+
+# Each side its own pool directory, as two hosts have.
+mkdir -m 700 "$work/run-a" "$work/run-b"
+colors=(0xff3366cc 0xffcc8833 0xff33cc66)
+port=5000
+raw_flag=()
+if [ "$transport" = raw ]; then
+	raw_flag=(--raw)
+fi
+
+# start NAME NS COMMAND...: COMMAND in namespace NS, in a session of its own, output in
+# $work/NAME.log.
+declare -A pids
+start() {
+	local name=$1 ns=$2 side
+	shift 2
+	side=run-a
+	[ "$ns" = "$ns_b" ] && side=run-b
+	setsid ip netns exec "$ns" env --default-signal=INT XDG_RUNTIME_DIR="$work/$side" "$@" >"$work/$name.log" 2>&1 &
+	pids[$name]=$!
+	started+=("$!")
+}
+# stop NAME [SECONDS]: SIGINT to NAME's process group, as Ctrl-C in a terminal; fails when
+# it has not ended within SECONDS (default 10).
+stop() {
+	local limit=${2:-10} begun=$SECONDS
+	kill -INT -- "-${pids[$1]}" 2>/dev/null || true
+	while kill -0 "${pids[$1]}" 2>/dev/null; do
+		if [ $((SECONDS - begun)) -ge "$limit" ]; then
+			kill -KILL -- "-${pids[$1]}" 2>/dev/null || true
+			fail "$transport: $1 did not end within $limit s of SIGINT"
+		fi
+		sleep 0.1
+	done
+	wait "${pids[$1]}" 2>/dev/null || true
+}
+# start_producer COLOR [FRAMES]: videotestsrc into pool A's "camera", endless or FRAMES
+# frames; it publishes only once the sender and the near consumer are attached.
+start_producer() {
+	start producer "$ns_a" gst-launch-1.0 videotestsrc is-live=true pattern=solid-color \
+		foreground-color="$1" ${2:+num-buffers=$2} \
+		! video/x-raw,format=NV12,width=1280,height=720,framerate=30/1 \
+		! xmemsink pool-name=camera wait-for-consumers=2 wait-timeout=20000000000
+}
+# far_frames [MATCH]: frames the far consumer got (of color MATCH).
+far_frames() {
+	if [ $# -eq 0 ]; then
+		grep -c '^frame ' "$work/far.log" || true
+	else
+		grep -c "^frame [0-9]* $1 " "$work/far.log" || true
+	fi
+}
+# wait_far COUNT MATCH WHAT: until the far consumer has COUNT frames of MATCH, 40 s at most.
+wait_far() {
+	local deadline=$((SECONDS + 40))
+	while [ "$(far_frames "$2")" -lt "$1" ]; do
+		if [ $SECONDS -ge $deadline ]; then
+			for log in "$work"/*.log; do
+				echo "--- $(basename "$log") (last 15 lines)" >&2
+				{ grep -v '^frame ' "$log" || true; } | tail -n 15 >&2
+			done
+			fail "$transport: the far consumer got $(far_frames "$2") frames of color $2 ($3), wanted $1"
+		fi
+		sleep 0.3
+	done
+}
+
+# wait_quiet: until the far consumer's log has not grown for 1.5 s (what was in flight
+# has arrived).
+wait_quiet() {
+	local last=-1 now
+	while now=$(far_frames) && [ "$now" -ne "$last" ]; do
+		last=$now
+		sleep 1.5
+	done
+}
+
+export XMEM_SRT_LATENCY=${XMEM_SRT_LATENCY:-80}
+start receiver "$ns_b" "$root/pipelines/bridge-receive.sh" "$port" far "${raw_flag[@]}"
+start far "$ns_b" "$python" "$here/consumer.py" far "${colors[@]}"
+start near "$ns_a" "$python" "$here/consumer.py" camera "${colors[@]}"
+start sender "$ns_a" "$root/pipelines/bridge-send.sh" camera 10.231.0.2:$port "${raw_flag[@]}"
+
+# 1. Start, then the producer killed as a crash is (no EOS).
+start_producer "${colors[0]}"
+wait_far 20 0 "at the start"
+kill -KILL -- "-${pids[producer]}"
+wait "${pids[producer]}" 2>/dev/null || true
+
+# 2. Steady state, counted exactly: a new producer of 90 frames (3 s), published only once
+# the sender is attached again, then EOS.
+steady_sent=90
+start_producer "${colors[1]}" "$steady_sent"
+wait_far 20 1 "after the producer was restarted"
+wait "${pids[producer]}" 2>/dev/null || true
+wait_quiet
+steady_received=$(far_frames 1)
+
+# 3. A link cut: 2.5 s without the veth, with a live producer. The near consumer ended
+# with the EOS: another one.
+start near2 "$ns_a" "$python" "$here/consumer.py" camera "${colors[@]}"
+start_producer "${colors[2]}"
+wait_far 20 2 "with a third producer"
+before=$(far_frames 2)
+ip -n "$ns_a" link set "$dev_a" down
+sleep 2.5
+ip -n "$ns_a" link set "$dev_a" up
+wait_far $((before + 20)) 2 "after the link was cut for 2.5 s"
+
+# 4. The producer gone, then the sender stopped: its EOS waits for a frame that never
+# comes; it must end within a few seconds all the same.
+kill -KILL -- "-${pids[producer]}"
+wait "${pids[producer]}" 2>/dev/null || true
+begun=$SECONDS
+stop sender 8
+sender_stop_s=$((SECONDS - begun))
+wait_quiet
+stop receiver 8
+for name in near2 far; do
+	kill -TERM -- "-${pids[$name]}" 2>/dev/null || true # the EOS may have ended it
+	wait "${pids[$name]}" 2>/dev/null || true
+done
+
+# The scripts' exact counts (their last line).
+count() {
+	grep -o "$1 [0-9]*\$" "$work/$2.log" | tail -n 1 | grep -o '[0-9]*$' || true
+}
+sent=$(count 'bridge-send: sent' sender)
+received=$(count 'bridge-receive: received' receiver)
+far=$(far_frames)
+unmatched=$(far_frames -1)
+exact=$(grep -c '^frame [0-9]* [012] 1$' "$work/far.log" || true)
+# Latency: the first frame of the steady producer in A's pool and in B's (it waits for the
+# near consumer and the sender: both get it at once).
+first_ns() {
+	grep -m 1 "^frame [0-9]* 1 " "$work/$1.log" | cut -d ' ' -f 2
+}
+latency_ms=$((($(first_ns far) - $(first_ns near)) / 1000000))
+steady_lost=$((steady_sent - steady_received))
+echo "$transport 720p30: steady state: sent $steady_sent, received $steady_received, lost $steady_lost;" \
+	"in all (a producer crash and restart, a 2.5 s link cut): sent $sent (bridge-send)," \
+	"received $received (bridge-receive), $far at the far consumer, lost $((sent - far))" \
+	"($unmatched of no test color, $exact byte-exact); added latency ${latency_ms} ms" \
+	"(first frame of the steady producer, A's pool to B's);" \
+	"bridge-send stopped with no producer in ${sender_stop_s} s"
+
+[ "${sent:-0}" -gt 0 ] || fail "no frames counted as sent"
+[ "${received:-0}" -gt 0 ] || fail "no frames counted (sent $sent, received $received)"
+[ $((unmatched * 10)) -le "$far" ] || fail "$unmatched of $far far frames match neither color"
+if [ "$transport" = raw ]; then
+	[ $((exact * 10)) -ge $((far * 9)) ] || fail "only $exact of $far raw frames are byte-exact"
+fi
+[ "$latency_ms" -lt 5000 ] || fail "the bridge added ${latency_ms} ms"
+# Steady state on a veth: nothing lost over raw RTP. Over SRT the producer's EOS ends the
+# sender's stream, and srtsink closes its socket at EOS: what SRT still held back for its
+# latency does not arrive (about that latency's worth of frames: 7 or 8 at 80 ms, 18 at
+# 300 ms here), so twice that and 10 more. The link cut loses what was sent while the link
+# was down (2.5 s, 75 frames) and a few more on each restart.
+steady_bound=3
+if [ "$transport" = srt ]; then
+	steady_bound=$((10 + 2 * 30 * XMEM_SRT_LATENCY / 1000))
+fi
+if [ "$steady_lost" -lt 0 ] || [ "$steady_lost" -gt "$steady_bound" ]; then
+	fail "steady state: $steady_lost of $steady_sent frames lost (at most $steady_bound)"
+fi
+[ "$far" -le "$received" ] || fail "the far consumer got $far frames, more than the $received published"
+if [ $((sent - far)) -lt 0 ] || [ $((sent - far)) -gt 150 ]; then
+	fail "$((sent - far)) of $sent frames lost in all (at most 150)"
+fi
+echo "PASS: $transport"
