@@ -2,6 +2,8 @@
  * encoding): by hand for the metas video analytics needs, gst_meta_serialize() for the rest. */
 #include "gstxmemmeta.h"
 
+#include <ctime>
+
 #include <gst/video/video.h>
 
 #include <algorithm>
@@ -545,4 +547,27 @@ void gst_xmem_metas_add_stats(GstStructure *stats, const GstXmemMetaCounts &coun
 		gst_structure_set(stats, "metas-received", G_TYPE_UINT64, counts.received.load(), "metas-skipped",
 				  G_TYPE_UINT64, counts.skipped.load(), "metas-refused", G_TYPE_UINT64,
 				  counts.refused.load(), nullptr);
+}
+
+void gst_xmem_add_capture_time(GstBuffer *buffer, guint64 captured)
+{
+	if (captured == 0)
+		return;
+	static GstStaticCaps ntp = GST_STATIC_CAPS("timestamp/x-ntp");
+	GstCaps *caps = gst_static_caps_get(&ntp);
+	if (!gst_buffer_get_reference_timestamp_meta(buffer, caps)) {
+		/* The two clocks read back to back: their difference moves only when the
+		 * realtime clock is stepped or slewed. */
+		timespec realtime{};
+		timespec monotonic{};
+		clock_gettime(CLOCK_MONOTONIC, &monotonic);
+		clock_gettime(CLOCK_REALTIME, &realtime);
+		const gint64 offset = (gint64(realtime.tv_sec) - gint64(monotonic.tv_sec)) * gint64(GST_SECOND) +
+				      (gint64(realtime.tv_nsec) - gint64(monotonic.tv_nsec));
+		/* From the Unix epoch (1970) to NTP's (1900): 70 years, 17 of them leap. */
+		constexpr guint64 ntp_to_unix = (70ULL * 365 + 17) * 24 * 3600 * GST_SECOND;
+		const guint64 ntp_time = guint64(gint64(captured) + offset) + ntp_to_unix;
+		gst_buffer_add_reference_timestamp_meta(buffer, caps, ntp_time, GST_CLOCK_TIME_NONE);
+	}
+	gst_caps_unref(caps);
 }

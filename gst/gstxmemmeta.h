@@ -75,6 +75,13 @@ std::vector<std::byte> gst_xmem_metas_take(const xmem::BufferPool &pool, const x
 void gst_xmem_metas_read(GstElement *src, std::span<const std::byte> side_data, GstBuffer *buffer,
 			 GstXmemMetaCounts &counts);
 
+/* xmemsrc add-reference-timestamp-meta: adds to BUFFER the frame's capture time (CAPTURED,
+ * the frame's CLOCK_MONOTONIC timestamp) as a GstReferenceTimestampMeta with caps
+ * timestamp/x-ntp (ns since 1900, this host's realtime clock), the form RTP's RFC 6051
+ * header extension (rtphdrextntp64) sends and RTSP sources make, unless BUFFER has one
+ * already (the producer's own, from the side data). Nothing for CAPTURED 0. */
+void gst_xmem_add_capture_time(GstBuffer *buffer, guint64 captured);
+
 /* Adds the counters to STATS: metas-sent and metas-dropped for a sink, metas-received,
  * metas-skipped and metas-refused for a source. */
 void gst_xmem_metas_add_stats(GstStructure *stats, const GstXmemMetaCounts &counts, bool sink);

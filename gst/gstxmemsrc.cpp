@@ -73,6 +73,7 @@ enum {
 	PROP_MAX_AGE,
 	PROP_MAX_HELD,
 	PROP_HISTORY,
+	PROP_ADD_REFERENCE_TIMESTAMP_META,
 	PROP_STATS,
 };
 
@@ -354,6 +355,12 @@ static void refuse_frame(GstXmemSrc *self, const std::string &why)
 		GST_WARNING_OBJECT(self, "refused frame: %s", why.c_str());
 }
 
+static bool capture_time_wanted(SrcState *s)
+{
+	std::lock_guard lock(s->lock);
+	return s->add_reference_timestamp_meta;
+}
+
 static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 {
 	auto *self = GST_XMEM_SRC(psrc);
@@ -395,9 +402,13 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 				}
 				xmem::Error error;
 				auto metas = gst_xmem_metas_take(*s->pool, *frame, s->metas);
+				const guint64 captured = frame->meta().timestamp;
 				*out = wrap_frame(self, std::move(frame.value()), &error);
-				if (*out)
+				if (*out) {
 					gst_xmem_metas_read(GST_ELEMENT(self), metas, *out, s->metas);
+					if (capture_time_wanted(s))
+						gst_xmem_add_capture_time(*out, captured);
+				}
 				if (!*out) {
 					GST_ELEMENT_ERROR(
 						self, RESOURCE, READ,
@@ -531,6 +542,9 @@ static void gst_xmem_src_set_property(GObject *object, guint prop_id, const GVal
 	case PROP_HISTORY:
 		s->history = g_value_get_uint(value);
 		break;
+	case PROP_ADD_REFERENCE_TIMESTAMP_META:
+		s->add_reference_timestamp_meta = g_value_get_boolean(value);
+		break;
 	case PROP_MAX_AGE:
 		s->max_age = g_value_get_uint64(value);
 		break;
@@ -603,6 +617,9 @@ static void gst_xmem_src_get_property(GObject *object, guint prop_id, GValue *va
 		break;
 	case PROP_HISTORY:
 		g_value_set_uint(value, s->history);
+		break;
+	case PROP_ADD_REFERENCE_TIMESTAMP_META:
+		g_value_set_boolean(value, s->add_reference_timestamp_meta);
 		break;
 	case PROP_MAX_AGE:
 		g_value_set_uint64(value, s->max_age);
@@ -727,6 +744,14 @@ static void gst_xmem_src_class_init(GstXmemSrcClass *klass)
 				  "before, while they are still in the pool (oldest first), then the live "
 				  "stream; at most the queue size (0: the live stream only)",
 				  0, G_MAXUINT, 0, flags));
+	g_object_class_install_property(
+		gobject, PROP_ADD_REFERENCE_TIMESTAMP_META,
+		g_param_spec_boolean("add-reference-timestamp-meta", "Add reference timestamp meta",
+				     "Add each frame's capture time (its producer's timestamp) as a "
+				     "GstReferenceTimestampMeta timestamp/x-ntp on this host's realtime clock, "
+				     "unless the frame carries one already: RTP's RFC 6051 header extension "
+				     "(extmap ntp-64) takes it to another host (pipelines/bridge-send.sh)",
+				     FALSE, flags));
 	gst_xmem_install_stats(gobject, PROP_STATS,
 			       "This consumer's counters: received, dropped, reconnects, zero-copy (frames "
 			       "pushed as the shared slot itself), copied, memory, frames-refused; and how the "

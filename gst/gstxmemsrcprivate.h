@@ -108,6 +108,7 @@ struct SrcState {
 	guint64 max_age = 0; /* ns; 0: no limit */
 	guint max_held = 0; /* 0: the owner's default */
 	guint history = 0;
+	bool add_reference_timestamp_meta = false;
 	/* How the owner serves this consumer, as of the last attach or frame (written by
 	 * the streaming thread, read by the stats property). */
 	std::atomic<guint> served_policy{ G_MAXUINT };

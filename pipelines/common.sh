@@ -38,6 +38,27 @@ xmem_pipelines_setup() {
 	XMEM_INSPECT=$XMEM_BUILD_DIR/tools/xmem-inspect
 }
 
+# xmem_use_installed PACKAGE...: when this tree's version of xmem's packages is installed
+# (gstreamer1.0-xmem, whose plugin GStreamer finds by itself, and xmem-tools), uses them
+# instead of building: installs what is missing of PACKAGEs (what the caller runs besides
+# xmem) and sets XMEM_INSPECT. Otherwise false, changing nothing; always false with
+# XMEM_FROM_SOURCE or XMEM_SKIP_SETUP set, which mean this tree's build.
+xmem_use_installed() {
+	[ -z "${XMEM_FROM_SOURCE:-}${XMEM_SKIP_SETUP:-}" ] || return 1
+	command -v dpkg-query >/dev/null || return 1
+	local want status version found=0
+	want=$(tools/debian-changelog.sh --version)
+	while read -r status version; do
+		[ "$status" = ii ] && [ "$version" = "$want" ] || return 1
+		found=$((found + 1))
+	done < <(dpkg-query -W -f='${db:Status-Abbrev} ${Version}\n' gstreamer1.0-xmem xmem-tools 2>/dev/null)
+	[ $found -eq 2 ] || return 1
+	echo "xmem: using the installed packages (gstreamer1.0-xmem and xmem-tools $want); XMEM_FROM_SOURCE=1 builds this tree instead" >&2
+	xmem_install_packages "$@"
+	# shellcheck disable=SC2034 # for the scripts that source this file
+	XMEM_INSPECT=xmem-inspect
+}
+
 # Prints the launch line, then replaces the shell with gst-launch-1.0 -e running it,
 # so that Ctrl-C reaches gst-launch and ends the stream with EOS.
 xmem_launch() {

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # pipelines/demo.sh - the README's first command: one producer and two consumers, each a
 # gst-launch-1.0 process, sharing frames through an xmem pool; ends by itself.
-#   DEMO_FRAMES=N  frames the producer sends (default 180: 6 s at 30 fps)
+#   DEMO_FRAMES=N       frames the producer sends (default 180: 6 s at 30 fps)
+#   XMEM_FROM_SOURCE=1  build this tree even where its packages are installed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . pipelines/common.sh
-xmem_pipelines_setup "${XMEM_DEMO_PACKAGES[@]}"
+# Installed packages of this version run the demo at once; otherwise it builds the tree.
+xmem_use_installed gstreamer1.0-tools gstreamer1.0-plugins-base || xmem_pipelines_setup "${XMEM_DEMO_PACKAGES[@]}"
 
 frames=${DEMO_FRAMES:-180}
 pool="xmem-demo-$$"

@@ -78,6 +78,8 @@ root=$work/root
 cp -a "$pristine/." "$root/"
 mkdir -p "$root/debs"
 (cd "$work/src" && cp $debs "$root/debs/")
+# The tree, for pipelines/demo.sh, which runs on the installed packages of its version.
+cp -a "$work/src/xmem" "$root/xmem"
 cat >"$root/check.sh" <<'CHECK'
 #!/bin/sh
 # Inside the fresh root, as a user would: apt installs the packages and what they need.
@@ -148,6 +150,15 @@ int main()
 CPP
 g++ -std=c++20 -o /tmp/hello /tmp/hello.cpp $(pkg-config --cflags --libs xmem)
 /tmp/hello
+
+echo "-- the demo runs on the installed packages, building nothing"
+DEMO_FRAMES=30 /xmem/pipelines/demo.sh >/tmp/demo.txt 2>&1 || { cat /tmp/demo.txt; exit 1; }
+grep -q "using the installed packages" /tmp/demo.txt || { cat /tmp/demo.txt; echo "the demo did not use them"; exit 1; }
+if [ -e /xmem/build ]; then
+	echo "the demo made a build directory"
+	exit 1
+fi
+tail -n 3 /tmp/demo.txt
 
 echo "-- purged, nothing of xmem is left"
 apt-get purge -y -qq libxmem0 libxmem-dev gstreamer1.0-xmem python3-xmem xmem-tools >/dev/null

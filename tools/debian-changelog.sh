@@ -1,14 +1,19 @@
 #!/bin/sh
-# tools/debian-changelog.sh [--check] - the packages' version comes from one place,
-# meson.build's project version: this writes debian/changelog's entry for it (native
-# format: the version as it is), or with --check fails, saying how to fix it, when
-# debian/changelog names another version (debian/rules checks before it builds).
+# tools/debian-changelog.sh [--check | --version] - the packages' version comes from one
+# place, meson.build's project version: this writes debian/changelog's entry for it
+# (native format: the version as it is), or with --check fails, saying how to fix it,
+# when debian/changelog names another version (debian/rules checks before it builds);
+# --version prints the version (pipelines/demo.sh compares installed packages with it).
 set -eu
 cd "$(dirname "$0")/.."
 version=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" meson.build | head -n 1)
 if [ -z "$version" ]; then
 	echo "debian-changelog.sh: no version in meson.build's project()" >&2
 	exit 2
+fi
+if [ "${1:-}" = "--version" ]; then
+	echo "$version"
+	exit 0
 fi
 have=$(sed -n '1s/^xmem (\([^)]*\)).*/\1/p' debian/changelog 2>/dev/null || true)
 if [ "${1:-}" = "--check" ]; then

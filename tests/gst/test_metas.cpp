@@ -242,6 +242,28 @@ TEST_F(Metas, SameMetasOutInAnotherProcess)
 		<< producer.output();
 }
 
+// add-reference-timestamp-meta adds a capture time only to frames without one: frames
+// that carry the producer's own (a camera's, an RTSP source's) keep it, and only it.
+TEST_F(Metas, TheProducersOwnReferenceTimestampIsKeptOverTheCaptureTime)
+{
+	const int n = 6;
+	Process producer({ self_path(), "--metas-producer", "own-ntp", std::to_string(n) });
+	Pipeline consumer("xmemsrc name=src pool-name=own-ntp is-live=false timeout=30000000000 "
+			  "add-reference-timestamp-meta=true ! appsink name=sink sync=false");
+	ASSERT_NE(consumer.play(), GST_STATE_CHANGE_FAILURE);
+	size_t got = pull_all(consumer, [&](GstBuffer *b) {
+		int i = int(GST_BUFFER_OFFSET(b)) - 1;
+		EXPECT_EQ(compare_metas(b, i), "") << "frame " << i;
+		int references = 0;
+		gpointer state = nullptr;
+		while (gst_buffer_iterate_meta_filtered(b, &state, GST_REFERENCE_TIMESTAMP_META_API_TYPE))
+			references++;
+		EXPECT_EQ(references, 1) << "frame " << i;
+	});
+	ASSERT_EQ(producer.wait(30s), 0) << producer.output();
+	EXPECT_EQ(got, size_t(n));
+}
+
 namespace {
 
 std::atomic<int> budget_warnings{ 0 };

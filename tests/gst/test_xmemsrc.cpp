@@ -386,6 +386,43 @@ TEST_F(XmemSrc, FramesOlderThanMaxAgeAreGivenBackUnread)
 	gst_harness_teardown(h);
 }
 
+// add-reference-timestamp-meta: each frame's capture time (its CLOCK_MONOTONIC timestamp)
+// as timestamp/x-ntp on the realtime clock, what RTP's RFC 6051 extension sends to
+// another host; without the property, no such meta.
+TEST_F(XmemSrc, TheCaptureTimeBecomesAnNtpReferenceTimestamp)
+{
+	auto producer = make_producer("captured", 4);
+	ASSERT_TRUE(producer);
+	GstHarness *with = src_harness("captured", false, [](GstElement *src) {
+		g_object_set(src, "add-reference-timestamp-meta", TRUE, nullptr);
+	});
+	GstHarness *without = src_harness("captured");
+	ASSERT_TRUE(eventually([&] { return producer->stats().consumers == 2; }));
+	// Captured 2 s ago, by both clocks; NTP's epoch is 2208988800 s before Unix's.
+	const uint64_t age = 2 * GST_SECOND;
+	const uint64_t captured = uint64_t(g_get_monotonic_time()) * 1000 - age;
+	const uint64_t expected = uint64_t(g_get_real_time()) * 1000 - age + 2208988800ULL * GST_SECOND;
+	publish(*producer, 1, 0, captured);
+	GstCaps *ntp = gst_caps_new_empty_simple("timestamp/x-ntp");
+	GstBuffer *buffer = pull(with);
+	ASSERT_NE(buffer, nullptr);
+	GstReferenceTimestampMeta *meta = gst_buffer_get_reference_timestamp_meta(buffer, ntp);
+	ASSERT_NE(meta, nullptr) << "no timestamp/x-ntp on the frame";
+	const int64_t off = int64_t(meta->timestamp) - int64_t(expected);
+	// The two clocks' difference read here and in the element: equal but for the time
+	// between the reads (and a step of the realtime clock, which a test machine has not).
+	EXPECT_LT(std::llabs(off), int64_t(100 * GST_MSECOND)) << "off by " << off << " ns";
+	EXPECT_EQ(meta->duration, GST_CLOCK_TIME_NONE);
+	gst_buffer_unref(buffer);
+	buffer = pull(without);
+	ASSERT_NE(buffer, nullptr);
+	EXPECT_EQ(gst_buffer_get_reference_timestamp_meta(buffer, ntp), nullptr);
+	gst_buffer_unref(buffer);
+	gst_caps_unref(ntp);
+	gst_harness_teardown(with);
+	gst_harness_teardown(without);
+}
+
 // A pool that publishes rarely: with history=1 a source that attaches after the last
 // frame pushes it at once (caps first), not at the next publish.
 TEST_F(XmemSrc, WithHistoryALateSourcePushesTheLastFrameAtOnce)
