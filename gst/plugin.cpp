@@ -1,5 +1,7 @@
-/* plugin.cpp - registers the xmem plugin: xmemsink and xmemsrc. Nothing here needs
- * a GPU, so the plugin registers on any machine. */
+/* plugin.cpp - registers the xmem plugin: xmemsink and xmemsrc, and the RTP header
+ * extension the bridge between hosts carries capture times in. Nothing here needs a
+ * GPU, so the plugin registers on any machine. */
+#include "gstxmemrtpcapture.h"
 #include "gstxmemsink.h"
 #include "gstxmemsrc.h"
 
@@ -10,6 +12,7 @@ static gboolean plugin_init(GstPlugin *plugin)
 	gboolean ok = FALSE;
 	ok |= GST_ELEMENT_REGISTER(xmemsink, plugin);
 	ok |= GST_ELEMENT_REGISTER(xmemsrc, plugin);
+	ok |= GST_ELEMENT_REGISTER(xmemrtphdrextcapture, plugin);
 	return ok;
 }
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # pipelines/bridge-receive.sh PORT POOL [--raw] - receives what pipelines/bridge-send.sh
 # sends to PORT of this host and publishes it in the xmem pool POOL, until Ctrl-C.
-#   default: SRT listener, MPEG-TS, H.264 decoded by avdec_h264 (openh264dec without it).
+#   default: SRT listener, H.264 in RTP, decoded by avdec_h264 (openh264dec without it).
 #            XMEM_SRT_LATENCY=ms sets SRT's latency (default 125).
 #   --raw:   RTP raw video (rtpvrawdepay) on UDP; XMEM_BRIDGE_WIDTH and XMEM_BRIDGE_HEIGHT
-#            (default 1280x720) must be the sender's frame size. A capture time the sender's
-#            frames carry (RFC 6051 NTP header extension) becomes their
-#            GstReferenceTimestampMeta timestamp/x-ntp again, which xmem carries to consumers.
+#            (default 1280x720) must be the sender's frame size.
+# Each frame's capture time (the xmem plugin's RTP header extension) becomes its
+# GstReferenceTimestampMeta timestamp/x-ntp again, which the pool carries to its consumers
+# (xmemsrc adds it back): their frame's age is their realtime clock less it.
 # The pool stays: when the sender goes away or the network drops, the receiving pipeline is
 # started again within a second under the same pool name, and the pool's consumers re-attach
 # to it (xmemsrc reconnect=true, the default). It prints the frames it published
@@ -29,11 +30,11 @@ fi
 
 xmem_pipelines_setup
 
+capture_extension="extmap-1=(string)urn:xmem:rtp-hdrext:capture-time"
 if [ -n "$raw" ]; then
 	caps="application/x-rtp,media=video,clock-rate=90000,encoding-name=RAW,payload=96"
 	caps+=",sampling=YCbCr-4:2:0,depth=(string)8,colorimetry=(string)BT601-5"
-	caps+=",width=(string)${XMEM_BRIDGE_WIDTH:-1280},height=(string)${XMEM_BRIDGE_HEIGHT:-720}"
-	caps+=",extmap-1=(string)urn:ietf:params:rtp-hdrext:ntp-64"
+	caps+=",width=(string)${XMEM_BRIDGE_WIDTH:-1280},height=(string)${XMEM_BRIDGE_HEIGHT:-720},$capture_extension"
 	head=(udpsrc port="$port" buffer-size=33554432 caps="$caps"
 		! rtpjitterbuffer latency=50 ! rtpvrawdepay)
 else
@@ -45,10 +46,11 @@ else
 		echo "bridge-receive.sh: no H.264 decoder here (avdec_h264, openh264dec)" >&2
 		exit 1
 	fi
+	# SRT delivers the packets in order, late ones dropped: no jitter buffer.
+	caps="application/x-rtp,media=video,clock-rate=90000,encoding-name=H264,payload=96,$capture_extension"
 	head=(srtsrc uri="srt://:$port?mode=listener" latency="${XMEM_SRT_LATENCY:-125}" keep-listening=true
-		! tsdemux latency=0 ! h264parse ! "$decoder")
+		! "$caps" ! rtph264depay ! h264parse ! "$decoder")
 fi
-
 # identity prints one line per frame it passes (-v): awk counts them into "received".
 line=("${head[@]}" ! videoconvert ! "video/x-raw,format=NV12" ! identity name=bridge silent=false
 	! xmemsink pool-name="$pool")

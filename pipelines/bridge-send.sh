@@ -2,15 +2,21 @@
 # pipelines/bridge-send.sh POOL HOST:PORT [--raw] - takes the frames of the xmem pool POOL
 # and sends them to HOST, where pipelines/bridge-receive.sh PORT POOL2 publishes them in
 # a pool of that host, until Ctrl-C.
-#   default: H.264 in MPEG-TS over SRT (caller): nvh264enc where it runs, else x264enc,
-#            else openh264enc. XMEM_SRT_LATENCY=ms sets SRT's latency (default 125) and
-#            XMEM_BRIDGE_BITRATE=kbit/s the encoder's (default 8000).
-#   --raw:   uncompressed RTP (RFC 4175, rtpvrawpay, I420) over UDP: for a fast LAN. Each
-#            frame's GstReferenceTimestampMeta timestamp/x-ntp (a capture time, CLOCK_REALTIME
-#            based, as RTSP sources and cameras set it) rides in the RFC 6051 64-bit NTP
-#            header extension; the receiver must be told the size (XMEM_BRIDGE_WIDTH/HEIGHT).
-# What crosses: the pixels and the frame order. Not kept: pts (MPEG-TS and RTP restamp; the
-# far pool stamps frames with its own clock on arrival) and, over SRT, the capture time.
+#   default: H.264 in RTP over SRT (caller; each RTP packet one SRT message): nvh264enc
+#            where it runs, else x264enc, else openh264enc. XMEM_SRT_LATENCY=ms sets SRT's
+#            latency (default 125) and XMEM_BRIDGE_BITRATE=kbit/s the encoder's (default
+#            8000).
+#   --raw:   uncompressed RTP (RFC 4175, rtpvrawpay, I420) over UDP: for a fast LAN; the
+#            receiver must be told the size (XMEM_BRIDGE_WIDTH/HEIGHT).
+# What crosses: the pixels, the frame order and each frame's capture time: its producer's
+# timestamp as a GstReferenceTimestampMeta timestamp/x-ntp (xmemsrc
+# add-reference-timestamp-meta; a camera's or RTSP source's own is kept), in an RTP header
+# extension on every packet (the xmem plugin's xmemrtphdrextcapture: RFC 6051's 64-bit NTP
+# timestamp, which GStreamer's own extension puts only on a frame's first packet, where
+# GStreamer before 1.24 does not read it). On the far host it is again a timestamp/x-ntp meta on each
+# frame the far pool's consumers take with xmemsrc: their frame's age is their realtime
+# clock less it (hosts synchronized by NTP or PTP). Not kept: pts (RTP restamps; the far
+# pool stamps frames with its own clock on arrival).
 # The sender restarts within a second whenever its pipeline ends (the receiver went away,
 # the network dropped); it prints the frames it sent ("bridge-send: sent N") every 10 s
 # and, exactly, at the end. Ctrl-C or SIGTERM ends the stream with EOS and, should that
@@ -44,10 +50,11 @@ element_works() {
 }
 
 bitrate=${XMEM_BRIDGE_BITRATE:-8000}
+# An RTP header extension carries each frame's capture time (see above).
+capture_extension="extmap-1=(string)urn:xmem:rtp-hdrext:capture-time"
 if [ -n "$raw" ]; then
 	tail=(videoconvert ! "video/x-raw,format=I420"
-		! rtpvrawpay mtu=1400
-		! "application/x-rtp,extmap-1=(string)urn:ietf:params:rtp-hdrext:ntp-64"
+		! rtpvrawpay mtu=1400 ! "application/x-rtp,$capture_extension"
 		! udpsink host="$host" port="$port" sync=false)
 else
 	if element_works nvh264enc; then
@@ -61,14 +68,16 @@ else
 		exit 1
 	fi
 	echo "bridge-send.sh: encoder ${encoder[0]}" >&2
+	# SRT's live mode sends messages of at most 1316 bytes: an RTP packet, its header
+	# extension included, fits one. SPS and PPS before every key frame, so a receiver
+	# that starts again decodes from the next one.
 	tail=(videoconvert ! "video/x-raw,format=I420" ! "${encoder[@]}"
-		! h264parse config-interval=-1 ! mpegtsmux alignment=7
+		! h264parse ! rtph264pay mtu=1300 config-interval=-1 ! "application/x-rtp,$capture_extension"
 		! srtsink uri="srt://$host:$port?mode=caller" latency="${XMEM_SRT_LATENCY:-125}"
 		wait-for-connection=true sync=false)
 fi
-
 # identity prints one line per frame it passes (-v): awk counts them into "sent".
-line=(xmemsrc pool-name="$pool" ${XMEM_NUM_BUFFERS:+num-buffers=$XMEM_NUM_BUFFERS}
+line=(xmemsrc pool-name="$pool" add-reference-timestamp-meta=true ${XMEM_NUM_BUFFERS:+num-buffers=$XMEM_NUM_BUFFERS}
 	! identity name=bridge silent=false ! "${tail[@]}")
 echo "+ gst-launch-1.0 -e -v -X seqnum -X timestamp -X stats ${line[*]}" >&2
 

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
-"""tests/bridge/consumer.py POOL COLOR... - takes the frames of the xmem pool POOL (as I420)
-and prints one line per frame: "frame REALTIME_NS MATCH EXACT", MATCH the index of the first
+"""tests/bridge/consumer.py [--capture-time] POOL COLOR... - takes the frames of the xmem pool
+POOL (as I420) and prints one line per frame: "frame REALTIME_NS MATCH EXACT AGE_NS", AGE_NS
+the frame's age by its timestamp/x-ntp reference timestamp (its capture time, which
+bridge-send.sh carries to the far pool) on this host's realtime clock, or -1 when it has
+none; --capture-time has xmemsrc add it from the pool's own timestamps (the near pool,
+whose producer sets none). MATCH the index of the first
 COLOR (videotestsrc pattern=solid-color foreground-color, 0xAARRGGBB) whose frame it resembles
 (plane means within a tolerance that H.264 at its bitrate meets) or -1, EXACT 1 when the
 frame is byte for byte videotestsrc's (what raw RTP must deliver). The references are made
@@ -20,6 +24,8 @@ from gi.repository import GLib, Gst  # noqa: E402
 # is a few levels; two test colors differ by far more.
 TOLERANCE = 12.0
 SIZE = "width=1280,height=720"
+# NTP's epoch (1900) to Unix's (1970): 70 years, 17 of them leap.
+NTP_TO_UNIX_NS = (70 * 365 + 17) * 86400 * 10**9
 
 
 def frame_array(sample):
@@ -52,16 +58,23 @@ def reference(color):
 
 def main():
 	Gst.init(None)
-	pool = sys.argv[1]
-	references = [reference(c) for c in sys.argv[2:]]
+	args = sys.argv[1:]
+	capture_time = args[0] == "--capture-time"
+	if capture_time:
+		args = args[1:]
+	pool = args[0]
+	references = [reference(c) for c in args[1:]]
+	ntp = Gst.Caps.from_string("timestamp/x-ntp")
 	pipeline = Gst.parse_launch(
-		f"xmemsrc pool-name={pool} ! videoconvert ! video/x-raw,format=I420,{SIZE} "
+		f"xmemsrc pool-name={pool} add-reference-timestamp-meta={str(capture_time).lower()} ! videoconvert ! video/x-raw,format=I420,{SIZE} "
 		"! appsink name=sink sync=false emit-signals=true max-buffers=4 drop=false")
 	loop = GLib.MainLoop()
 
 	def on_sample(sink):
 		sample = sink.emit("pull-sample")
 		now = time.clock_gettime_ns(time.CLOCK_REALTIME)
+		captured = sample.get_buffer().get_reference_timestamp_meta(ntp)
+		age = now - (captured.timestamp - NTP_TO_UNIX_NS) if captured else -1
 		frame = frame_array(sample)
 		means = [float(p.mean()) for p in planes(frame)]
 		match, exact = -1, 0
@@ -70,7 +83,7 @@ def main():
 				match = index
 				exact = int(numpy.array_equal(frame, ref_frame))
 				break
-		print(f"frame {now} {match} {exact}", flush=True)
+		print(f"frame {now} {match} {exact} {age}", flush=True)
 		return Gst.FlowReturn.OK
 
 	pipeline.get_by_name("sink").connect("new-sample", on_sample)

@@ -29,7 +29,7 @@ fail() {
 
 [ "$(id -u)" -eq 0 ] || skip "needs root to make network namespaces"
 command -v ip >/dev/null || skip "no ip (iproute2)"
-elements=(srtsrc srtsink tsdemux mpegtsmux h264parse rtpvrawpay rtpvrawdepay udpsrc xmemsrc)
+elements=(srtsrc srtsink rtph264pay rtph264depay h264parse rtpvrawpay rtpvrawdepay udpsrc xmemsrc)
 for element in "${elements[@]}"; do
 	gst-inspect-1.0 "$element" >/dev/null 2>&1 || skip "GStreamer element $element is missing"
 done
@@ -153,7 +153,7 @@ wait_quiet() {
 export XMEM_SRT_LATENCY=${XMEM_SRT_LATENCY:-80}
 start receiver "$ns_b" "$root/pipelines/bridge-receive.sh" "$port" far "${raw_flag[@]}"
 start far "$ns_b" "$python" "$here/consumer.py" far "${colors[@]}"
-start near "$ns_a" "$python" "$here/consumer.py" camera "${colors[@]}"
+start near "$ns_a" "$python" "$here/consumer.py" --capture-time camera "${colors[@]}"
 start sender "$ns_a" "$root/pipelines/bridge-send.sh" camera 10.231.0.2:$port "${raw_flag[@]}"
 
 # 1. Start, then the producer killed as a crash is (no EOS).
@@ -173,7 +173,7 @@ steady_received=$(far_frames 1)
 
 # 3. A link cut: 2.5 s without the veth, with a live producer. The near consumer ended
 # with the EOS: another one.
-start near2 "$ns_a" "$python" "$here/consumer.py" camera "${colors[@]}"
+start near2 "$ns_a" "$python" "$here/consumer.py" --capture-time camera "${colors[@]}"
 start_producer "${colors[2]}"
 wait_far 20 2 "with a third producer"
 before=$(far_frames 2)
@@ -204,19 +204,26 @@ sent=$(count 'bridge-send: sent' sender)
 received=$(count 'bridge-receive: received' receiver)
 far=$(far_frames)
 unmatched=$(far_frames -1)
-exact=$(grep -c '^frame [0-9]* [012] 1$' "$work/far.log" || true)
-# Latency: the first frame of the steady producer in A's pool and in B's (it waits for the
-# near consumer and the sender: both get it at once).
-first_ns() {
-	grep -m 1 "^frame [0-9]* 1 " "$work/$1.log" | cut -d ' ' -f 2
+exact=$(grep -c '^frame [0-9]* [012] 1 ' "$work/far.log" || true)
+# Latency, from each frame's capture time (its timestamp/x-ntp, which the far frames got
+# across the bridge and the near consumer from its own pool): the median age at the far
+# consumer in B and at the near one in A, over the steady producer's frames (one kernel,
+# one clock), and what the bridge adds.
+median_age_ms() {
+	grep "^frame [0-9]* 1 " "$work/$1.log" | awk '$5 >= 0 { print $5 }' | sort -n |
+		awk '{ a[NR] = $1 } END { if (NR) printf "%d", a[int((NR + 1) / 2)] / 1000000; else print -1 }'
 }
-latency_ms=$((($(first_ns far) - $(first_ns near)) / 1000000))
+far_age_ms=$(median_age_ms far)
+near_age_ms=$(median_age_ms near)
+latency_ms=$((far_age_ms - near_age_ms))
+stamped=$(awk '/^frame / && $5 >= 0' "$work/far.log" | wc -l)
 steady_lost=$((steady_sent - steady_received))
 echo "$transport 720p30: steady state: sent $steady_sent, received $steady_received, lost $steady_lost;" \
 	"in all (a producer crash and restart, a 2.5 s link cut): sent $sent (bridge-send)," \
 	"received $received (bridge-receive), $far at the far consumer, lost $((sent - far))" \
-	"($unmatched of no test color, $exact byte-exact); added latency ${latency_ms} ms" \
-	"(first frame of the steady producer, A's pool to B's);" \
+	"($unmatched of no test color, $exact byte-exact, $stamped with their capture time);" \
+	"capture to consumer (median, steady state): ${far_age_ms} ms across the bridge, ${near_age_ms} ms" \
+	"in A's pool, added latency ${latency_ms} ms;" \
 	"bridge-send stopped with no producer in ${sender_stop_s} s"
 
 [ "${sent:-0}" -gt 0 ] || fail "no frames counted as sent"
@@ -225,6 +232,10 @@ echo "$transport 720p30: steady state: sent $steady_sent, received $steady_recei
 if [ "$transport" = raw ]; then
 	[ $((exact * 10)) -ge $((far * 9)) ] || fail "only $exact of $far raw frames are byte-exact"
 fi
+# Every far frame carries its capture time across (it rides in every frame's first packet).
+[ $((stamped * 10)) -ge $((far * 9)) ] || fail "only $stamped of $far far frames carry their capture time"
+[ "$near_age_ms" -ge 0 ] && [ "$far_age_ms" -gt "$near_age_ms" ] ||
+	fail "capture ages: ${far_age_ms} ms far, ${near_age_ms} ms near"
 [ "$latency_ms" -lt 5000 ] || fail "the bridge added ${latency_ms} ms"
 # Steady state on a veth: nothing lost over raw RTP. Over SRT the producer's EOS ends the
 # sender's stream, and srtsink closes its socket at EOS: what SRT still held back for its

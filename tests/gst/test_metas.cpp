@@ -264,6 +264,73 @@ TEST_F(Metas, TheProducersOwnReferenceTimestampIsKeptOverTheCaptureTime)
 	EXPECT_EQ(got, size_t(n));
 }
 
+// xmemrtphdrextcapture (the bridge's): a frame's timestamp/x-ntp crosses RTP in the header
+// extension alone. The packets lose every meta on the way (as on a network), and a frame
+// spans many packets; GStreamer before 1.24 reads a frame's extensions from its last
+// packet, later versions from all of them: either way exactly one meta, the sender's.
+TEST_F(Metas, TheCaptureTimeCrossesRtpInItsHeaderExtensionOnly)
+{
+	const int n = 5;
+	Pipeline p("appsrc name=src format=time caps=video/x-raw,format=I420,width=64,height=64,framerate=30/1 "
+		   "! rtpvrawpay mtu=400 ! application/x-rtp,extmap-1=(string)urn:xmem:rtp-hdrext:capture-time "
+		   "! identity name=wire ! rtpvrawdepay ! appsink name=sink sync=false");
+	ASSERT_TRUE(p);
+	std::atomic<int> packets{ 0 };
+	GstPad *wire = gst_element_get_static_pad(p.by_name("wire"), "src");
+	gst_pad_add_probe(
+		wire, GST_PAD_PROBE_TYPE_BUFFER,
+		[](GstPad *, GstPadProbeInfo *info, gpointer counter) {
+			// The packet's bytes in a new buffer: no meta travels beside them.
+			GstBuffer *packet = GST_PAD_PROBE_INFO_BUFFER(info);
+			GstMapInfo map;
+			gst_buffer_map(packet, &map, GST_MAP_READ);
+			GstBuffer *bare = gst_buffer_new_memdup(map.data, map.size);
+			gst_buffer_unmap(packet, &map);
+			gst_buffer_copy_into(bare, packet,
+					     GstBufferCopyFlags(GST_BUFFER_COPY_FLAGS | GST_BUFFER_COPY_TIMESTAMPS), 0,
+					     0);
+			gst_buffer_unref(packet);
+			GST_PAD_PROBE_INFO_DATA(info) = bare;
+			(*static_cast<std::atomic<int> *>(counter))++;
+			return GST_PAD_PROBE_OK;
+		},
+		&packets, nullptr);
+	gst_object_unref(wire);
+	auto *src = GST_APP_SRC(p.by_name("src"));
+	ASSERT_NE(p.play(), GST_STATE_CHANGE_FAILURE);
+	GstCaps *ntp = gst_caps_new_empty_simple(kReference);
+	// NTP times of 2026, one a frame, with odd nanoseconds.
+	auto captured = [](int i) {
+		return GstClockTime(3'973'000'000ULL + guint64(i)) * GST_SECOND + 123'457;
+	};
+	for (int i = 0; i < n; i++) {
+		GstBuffer *b = gst_buffer_new_allocate(nullptr, 64 * 64 * 3 / 2, nullptr);
+		gst_buffer_memset(b, 0, guint8(i), 64 * 64 * 3 / 2);
+		GST_BUFFER_PTS(b) = GstClockTime(i) * 33 * GST_MSECOND;
+		gst_buffer_add_reference_timestamp_meta(b, ntp, captured(i), GST_CLOCK_TIME_NONE);
+		ASSERT_EQ(gst_app_src_push_buffer(src, b), GST_FLOW_OK);
+	}
+	gst_app_src_end_of_stream(src);
+	int i = 0;
+	size_t got = pull_all(p, [&](GstBuffer *b) {
+		int references = 0;
+		gpointer state = nullptr;
+		while (GstMeta *m =
+			       gst_buffer_iterate_meta_filtered(b, &state, GST_REFERENCE_TIMESTAMP_META_API_TYPE)) {
+			auto *ts = reinterpret_cast<GstReferenceTimestampMeta *>(m);
+			references++;
+			EXPECT_TRUE(gst_caps_is_equal(ts->reference, ntp));
+			// 64-bit NTP counts 2^-32 s: a nanosecond either way.
+			EXPECT_LE(std::llabs(gint64(ts->timestamp) - gint64(captured(i))), 1) << "frame " << i;
+		}
+		EXPECT_EQ(references, 1) << "frame " << i;
+		i++;
+	});
+	gst_caps_unref(ntp);
+	EXPECT_EQ(got, size_t(n));
+	EXPECT_GE(packets.load(), n * 10) << "each frame should span many packets";
+}
+
 namespace {
 
 std::atomic<int> budget_warnings{ 0 };
