@@ -24,10 +24,13 @@ XMEM_PIPELINES_PACKAGES=("${XMEM_DEMO_PACKAGES[@]}" libgstreamer-plugins-bad1.0-
 # The packages' test (tests/packages.sh) builds the Debian packages (debhelper, dh-python),
 # checks them (lintian) and installs them into fresh roots (debootstrap); the wheel's
 # (tests/wheel.sh) builds it with meson-python in a virtual environment (python3-venv).
+# python3-opencv reads a pool by its xmem:// URI (python/tests); iproute2 makes the two
+# network namespaces of tests/bridge, python3-yaml reads the manifests of tests/deploy.
 XMEM_PACKAGES=("${XMEM_PIPELINES_PACKAGES[@]}" libgtest-dev
 	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
 	spin clang libclang-rt-14-dev clang-format clang-tidy python3-matplotlib gstreamer1.0-plugins-base-apps
-	build-essential debhelper dh-python lintian debootstrap python3-venv python3-mesonpy)
+	build-essential debhelper dh-python lintian debootstrap python3-venv python3-mesonpy
+	python3-opencv iproute2 python3-yaml)
 
 # Debian 13's names for what a Debian 13 root needs to build and test the tree
 # (tests/run-debian13.sh) and to make the GPU pack (tools/gpu-pack.sh): the suite's
@@ -38,7 +41,7 @@ XMEM_DEBIAN13_PACKAGES=(g++ meson ninja-build pkg-config libgtest-dev
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
 	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
 	libffmpeg-nvenc-dev python3-numpy python3-pytest python3-torch python3-gi gir1.2-gstreamer-1.0
-	python3-onnxruntime python3-onnx patchelf)
+	python3-onnxruntime python3-onnx patchelf python3-opencv iproute2 python3-yaml)
 
 xmem_install_packages() {
 	local missing=()
