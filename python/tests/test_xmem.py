@@ -878,6 +878,62 @@ def test_max_age_gives_stale_frames_back_unread():
         xmem.open(pool, timeout=0, max_age=-1)
 
 
+def test_a_slow_consumer_with_max_age_gets_only_young_frames_and_keeps_receiving():
+    """Issue 35's case, live: a producer at 30 fps, a fifo consumer opened with
+    max_age=0.05 that spends 100 ms on each frame. Each frame it gets was at most 50 ms
+    old when handed out (the library's check) and is young when Python sees it; older
+    ones are given back unread and counted; it keeps receiving. Without max_age the same
+    consumer's backlog ages frames by several of its 100 ms steps."""
+    import threading
+
+    def run(max_age):
+        pool = name()
+        with xmem.create(pool, 256, slots=8) as p:
+            stop = threading.Event()
+
+            def produce():
+                next_at = time.monotonic()
+                while not stop.is_set():
+                    try:
+                        f = p.acquire(timeout=0.5)
+                    except xmem.Timeout:
+                        continue
+                    p.publish(f, size=1)
+                    next_at += 1 / 30
+                    time.sleep(max(0.0, next_at - time.monotonic()))
+
+            options = {"max_age": max_age} if max_age else {}
+            with xmem.open(pool, timeout=5, policy="fifo", queue_size=4, **options) as c:
+                producer = threading.Thread(target=produce)
+                producer.start()
+                ages = []
+                try:
+                    end = time.monotonic() + 2.0
+                    while time.monotonic() < end:
+                        try:
+                            f = c.receive(timeout=1)
+                        except xmem.Timeout:
+                            continue
+                        ages.append(time.monotonic_ns() - f.meta.timestamp)
+                        f.release()
+                        time.sleep(0.1)
+                finally:
+                    stop.set()
+                    producer.join()
+                return ages, c.consumer_stats()["expired"]
+
+    ages, expired = run(0.05)
+    assert len(ages) >= 8, "it stopped receiving"
+    assert expired > 0
+    # 50 ms at the library's check, and the time to hand the frame to Python after it on a
+    # busy machine: well under the backlog's ages below.
+    print("max_age 0.05: ages (ms)", [a // 1000000 for a in ages], "expired", expired)
+    assert max(ages) < 0.2e9, ages
+    backlog, _ = run(None)
+    print("no max_age: ages (ms)", [a // 1000000 for a in backlog])
+    assert sorted(backlog)[len(backlog) // 2] > 0.25e9, "without max_age the backlog should age frames"
+
+
 def test_max_held_caps_what_a_consumer_that_keeps_every_frame_holds():
     """open(max_held=2) and a consumer that keeps every frame object: it holds at most 2
     slots; the producer, acquiring with a short timeout, never runs short; its receive
