@@ -549,25 +549,49 @@ void gst_xmem_metas_add_stats(GstStructure *stats, const GstXmemMetaCounts &coun
 				  counts.refused.load(), nullptr);
 }
 
-void gst_xmem_add_capture_time(GstBuffer *buffer, guint64 captured)
+/* From the Unix epoch (1970) back to NTP's (1900): 70 years, 17 of them leap. */
+static constexpr guint64 kNtpToUnix = (70ULL * 365 + 17) * 24 * 3600 * GST_SECOND;
+
+void gst_xmem_add_capture_time(GstBuffer *buffer, const xmem::FrameMeta &frame)
 {
-	if (captured == 0)
+	if (frame.capture_time == 0 && frame.timestamp == 0)
 		return;
 	static GstStaticCaps ntp = GST_STATIC_CAPS("timestamp/x-ntp");
 	GstCaps *caps = gst_static_caps_get(&ntp);
 	if (!gst_buffer_get_reference_timestamp_meta(buffer, caps)) {
-		/* The two clocks read back to back: their difference moves only when the
-		 * realtime clock is stepped or slewed. */
-		timespec realtime{};
-		timespec monotonic{};
-		clock_gettime(CLOCK_MONOTONIC, &monotonic);
-		clock_gettime(CLOCK_REALTIME, &realtime);
-		const gint64 offset = (gint64(realtime.tv_sec) - gint64(monotonic.tv_sec)) * gint64(GST_SECOND) +
-				      (gint64(realtime.tv_nsec) - gint64(monotonic.tv_nsec));
-		/* From the Unix epoch (1970) to NTP's (1900): 70 years, 17 of them leap. */
-		constexpr guint64 ntp_to_unix = (70ULL * 365 + 17) * 24 * 3600 * GST_SECOND;
-		const guint64 ntp_time = guint64(gint64(captured) + offset) + ntp_to_unix;
-		gst_buffer_add_reference_timestamp_meta(buffer, caps, ntp_time, GST_CLOCK_TIME_NONE);
+		guint64 realtime_ns = frame.capture_time;
+		if (realtime_ns == 0) {
+			/* The two clocks read back to back: their difference moves only when the
+			 * realtime clock is stepped or slewed. */
+			timespec realtime{};
+			timespec monotonic{};
+			clock_gettime(CLOCK_MONOTONIC, &monotonic);
+			clock_gettime(CLOCK_REALTIME, &realtime);
+			const gint64 offset =
+				(gint64(realtime.tv_sec) - gint64(monotonic.tv_sec)) * gint64(GST_SECOND) +
+				(gint64(realtime.tv_nsec) - gint64(monotonic.tv_nsec));
+			realtime_ns = guint64(gint64(frame.timestamp) + offset);
+		}
+		gst_buffer_add_reference_timestamp_meta(buffer, caps, realtime_ns + kNtpToUnix, GST_CLOCK_TIME_NONE);
 	}
 	gst_caps_unref(caps);
+}
+
+guint64 gst_xmem_capture_time_of(GstBuffer *buffer)
+{
+	static GstStaticCaps ntp = GST_STATIC_CAPS("timestamp/x-ntp");
+	static GstStaticCaps unix_time = GST_STATIC_CAPS("timestamp/x-unix");
+	guint64 captured = 0;
+	GstCaps *caps = gst_static_caps_get(&ntp);
+	if (const GstReferenceTimestampMeta *m = gst_buffer_get_reference_timestamp_meta(buffer, caps)) {
+		if (m->timestamp > kNtpToUnix)
+			captured = m->timestamp - kNtpToUnix;
+	} else {
+		gst_caps_unref(caps);
+		caps = gst_static_caps_get(&unix_time);
+		if (const GstReferenceTimestampMeta *u = gst_buffer_get_reference_timestamp_meta(buffer, caps))
+			captured = u->timestamp;
+	}
+	gst_caps_unref(caps);
+	return captured;
 }

@@ -75,12 +75,18 @@ std::vector<std::byte> gst_xmem_metas_take(const xmem::BufferPool &pool, const x
 void gst_xmem_metas_read(GstElement *src, std::span<const std::byte> side_data, GstBuffer *buffer,
 			 GstXmemMetaCounts &counts);
 
-/* xmemsrc add-reference-timestamp-meta: adds to BUFFER the frame's capture time (CAPTURED,
- * the frame's CLOCK_MONOTONIC timestamp) as a GstReferenceTimestampMeta with caps
- * timestamp/x-ntp (ns since 1900, this host's realtime clock), the form RTP's RFC 6051
- * header extension (rtphdrextntp64) sends and RTSP sources make, unless BUFFER has one
- * already (the producer's own, from the side data). Nothing for CAPTURED 0. */
-void gst_xmem_add_capture_time(GstBuffer *buffer, guint64 captured);
+/* xmemsrc add-reference-timestamp-meta: adds to BUFFER its frame's capture time as a
+ * GstReferenceTimestampMeta with caps timestamp/x-ntp (ns since 1900 on the realtime
+ * clock), the form RTP's RFC 6051 header extension sends and RTSP sources make, unless
+ * BUFFER has one already (the producer's own, from the side data). The time is the
+ * frame's capture_time when its producer set one, else its CLOCK_MONOTONIC timestamp on
+ * this host's realtime clock; nothing when it has neither. */
+void gst_xmem_add_capture_time(GstBuffer *buffer, const xmem::FrameMeta &frame);
+
+/* xmemsink: BUFFER's capture time for the frame's capture_time: realtime ns since 1970
+ * from its timestamp/x-ntp or timestamp/x-unix GstReferenceTimestampMeta, 0 without one
+ * (or with one before 1970). */
+guint64 gst_xmem_capture_time_of(GstBuffer *buffer);
 
 /* Adds the counters to STATS: metas-sent and metas-dropped for a sink, metas-received,
  * metas-skipped and metas-refused for a source. */

@@ -116,6 +116,7 @@ static void fill_meta(GstXmemSink *self, GstBuffer *buffer, xmem::BufferGuard &s
 	m.dts = GST_BUFFER_DTS(buffer);
 	m.duration = GST_BUFFER_DURATION(buffer);
 	m.flags = GST_BUFFER_FLAGS(buffer);
+	m.capture_time = gst_xmem_capture_time_of(buffer);
 	m.dtype = XMEM_DTYPE_U8;
 	/* Both sides run on the monotonic system clock: publish the frame's clock time,
 	 * which xmemsrc turns back into a timestamp in its own pipeline. */

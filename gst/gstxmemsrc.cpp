@@ -402,7 +402,7 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 				}
 				xmem::Error error;
 				auto metas = gst_xmem_metas_take(*s->pool, *frame, s->metas);
-				const guint64 captured = frame->meta().timestamp;
+				const xmem::FrameMeta captured = frame->meta();
 				*out = wrap_frame(self, std::move(frame.value()), &error);
 				if (*out) {
 					gst_xmem_metas_read(GST_ELEMENT(self), metas, *out, s->metas);

@@ -236,7 +236,8 @@ static_assert(std::is_trivially_copyable_v<ClassRecord>);
 // fixed-layout and pointer-free.
 static_assert(sizeof(xmem_frame_meta) == 384);
 static_assert(offsetof(xmem_frame_meta, content_type) == 256);
-static_assert(offsetof(xmem_frame_meta, reserved) == 320);
+static_assert(offsetof(xmem_frame_meta, capture_time) == 320); // was reserved[0]: zero from older peers
+static_assert(offsetof(xmem_frame_meta, reserved) == 328);
 
 struct alignas(64) SlotRecord {
 	std::atomic<uint32_t> state; // SlotState [owner; EXCLUSIVE by the sole holder]

@@ -934,6 +934,23 @@ def test_a_slow_consumer_with_max_age_gets_only_young_frames_and_keeps_receiving
     assert sorted(backlog)[len(backlog) // 2] > 0.25e9, "without max_age the backlog should age frames"
 
 
+def test_capture_time_travels_with_the_frame():
+    """publish(capture_time=...): when the frame was captured, on the realtime clock
+    (time.time_ns()), reaches consumers as meta.capture_time; None when not set. Bad
+    values are refused and leave the frame acquired."""
+    pool = name()
+    with xmem.create(pool, 256, slots=4) as p, xmem.open(pool, timeout=5, policy="fifo") as c:
+        now = time.time_ns()
+        f = p.acquire(timeout=5)
+        for bad in (-1, 0, 2**64, True, 1.5):
+            with pytest.raises((ValueError, TypeError), match="capture_time|integer"):
+                p.publish(f, size=1, capture_time=bad)
+        p.publish(f, size=1, capture_time=now)
+        p.publish(p.acquire(timeout=5), size=1)
+        assert c.receive(timeout=5).meta.capture_time == now
+        assert c.receive(timeout=5).meta.capture_time is None
+
+
 def test_max_held_caps_what_a_consumer_that_keeps_every_frame_holds():
     """open(max_held=2) and a consumer that keeps every frame object: it holds at most 2
     slots; the producer, acquiring with a short timeout, never runs short; its receive

@@ -182,7 +182,7 @@ class FrameMeta:
     that names no xmem_dtype), its strides bytes; a frame without a shape is bytes."""
 
     __slots__ = (
-        "seq", "pts", "dts", "duration", "timestamp", "flags", "size", "index", "storage", "device",
+        "seq", "pts", "dts", "duration", "timestamp", "capture_time", "flags", "size", "index", "storage", "device",
         "content_type", "producer", "producer_pid", "format", "n_planes", "plane_offsets", "plane_strides",
         "dtype", "shape", "strides", "width", "height", "_dtype_code",
     )
@@ -194,6 +194,8 @@ class FrameMeta:
         self.dts = none(m.dts)
         self.duration = none(m.duration)
         self.timestamp = m.timestamp
+        # CLOCK_REALTIME ns since 1970 (time.time_ns()'s clock), None when the producer set none.
+        self.capture_time = m.capture_time or None
         self.flags = m.flags
         self.size = m.size
         self.index = m.index
@@ -917,7 +919,7 @@ class _Producing(_Handle):
         return self._writable(buffer)
 
     def publish(self, frame, size=None, pts=None, stream=None, *, dts=None, duration=None, flags=None,
-                content_type=None, dtype=None, shape=None, strides=None):
+                content_type=None, dtype=None, shape=None, strides=None, capture_time=None):
         """Publishes an acquired frame: SIZE bytes of it, by default all of it, or the
         bytes its tensor spans. For a device pool the frame is ready once the work
         queued on STREAM so far is done: consumers' streams wait for it on the GPU, and
@@ -926,7 +928,9 @@ class _Producing(_Handle):
 
         Metadata, each left as acquire() made it (or as written through the C metadata)
         when not given: PTS, DTS and DURATION in nanoseconds; FLAGS, 32 bits of the
-        application's; CONTENT_TYPE, a str of at most 31 bytes in UTF-8 ("tensor").
+        application's; CONTENT_TYPE, a str of at most 31 bytes in UTF-8 ("tensor");
+        CAPTURE_TIME, when the frame was captured as time.time_ns() counts (realtime
+        nanoseconds since 1970), which consumers on other hosts can compare with.
 
         A tensor, as consumers' numpy.asarray(frame) and torch.from_dlpack(frame) will
         see it: DTYPE, a name ("float32", "bfloat16"), a numpy dtype or a torch dtype;
@@ -938,7 +942,8 @@ class _Producing(_Handle):
         A bad argument raises ValueError or TypeError (or Error, from the library) and
         leaves the frame acquired, to publish again."""
         handle = self._prepare(frame, size, pts, stream, dts=dts, duration=duration, flags=flags,
-                               content_type=content_type, dtype=dtype, shape=shape, strides=strides)
+                               content_type=content_type, dtype=dtype, shape=shape, strides=strides,
+                               capture_time=capture_time)
         _check(lib.xmem_pool_publish_on_stream(self._get(), frame._take(), handle), "publish")
 
     def publish_ticket(self, frame, redemptions=1, ttl=1.0, size=None, pts=None, stream=None, **metadata):
@@ -960,7 +965,7 @@ class _Producing(_Handle):
         return Ticket(t.slot, t.seq, t.check)
 
     def _prepare(self, frame, size, pts, stream, *, dts=None, duration=None, flags=None, content_type=None,
-                 dtype=None, shape=None, strides=None):
+                 dtype=None, shape=None, strides=None, capture_time=None):
         """Checks publish()'s arguments and writes them into FRAME's metadata; the
         stream's handle. Nothing is written when an argument is bad."""
         if not isinstance(frame, WritableFrame):
@@ -972,6 +977,10 @@ class _Producing(_Handle):
                  if value is not None}
         if flags is not None and not 0 <= operator.index(flags) < 1 << 32:
             raise ValueError("flags must be 0 to 2**32 - 1, not %d" % flags)
+        if capture_time is not None and (isinstance(capture_time, bool)
+                                         or not 0 < operator.index(capture_time) < 1 << 64):
+            raise ValueError("capture_time must be realtime nanoseconds since 1970 (time.time_ns()), "
+                             "1 to 2**64 - 1, not %r" % (capture_time,))
         if content_type is not None:
             if not isinstance(content_type, str):
                 raise TypeError("content_type must be a str")
@@ -994,6 +1003,8 @@ class _Producing(_Handle):
             setattr(meta, key, value)
         if flags is not None:
             meta.flags = flags
+        if capture_time is not None:
+            meta.capture_time = capture_time
         if content_type is not None:
             meta.content_type = encoded
         return handle

@@ -58,7 +58,8 @@ class FrameMeta(ctypes.Structure):
         ("plane_offset", ctypes.c_uint64 * MAX_PLANES),
         ("content_type", ctypes.c_char * 32),
         ("producer", ctypes.c_char * 32),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("capture_time", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 7),
     ]
 
 

@@ -165,11 +165,15 @@ wait "${pids[producer]}" 2>/dev/null || true
 # 2. Steady state, counted exactly: a new producer of 90 frames (3 s), published only once
 # the sender is attached again, then EOS.
 steady_sent=90
+# A consumer of the far pool through the Python library alone: each frame's capture_time.
+library_frames=30
+start library "$ns_b" "$python" "$here/library_consumer.py" far "$library_frames"
 start_producer "${colors[1]}" "$steady_sent"
 wait_far 20 1 "after the producer was restarted"
 wait "${pids[producer]}" 2>/dev/null || true
 wait_quiet
 steady_received=$(far_frames 1)
+wait "${pids[library]}" || fail "$transport: library_consumer.py failed: $(tail -n 3 "$work/library.log")"
 
 # 3. A link cut: 2.5 s without the veth, with a live producer. The near consumer ended
 # with the EOS: another one.
@@ -233,6 +237,9 @@ far_age_ms=$(median_age_ms far)
 near_age_ms=$(median_age_ms near)
 latency_ms=$((far_age_ms - near_age_ms))
 stamped=$(awk '/^frame / && $5 >= 0' "$work/far.log" | wc -l)
+library_stamped=$(awk '$1 == "age" && $2 >= 0' "$work/library.log" | wc -l)
+library_age_ms=$(awk '$1 == "age" && $2 >= 0 { print $2 }' "$work/library.log" | sort -n |
+	awk '{ a[NR] = $1 } END { if (NR) printf "%d", a[int((NR + 1) / 2)] / 1000000; else print -1 }')
 steady_lost=$((steady_sent - steady_received))
 echo "$transport 720p30: steady state: sent $steady_sent, received $steady_received, lost $steady_lost;" \
 	"in all (a producer crash and restart, a 2.5 s link cut, a receiver crash and restart):" \
@@ -240,7 +247,8 @@ echo "$transport 720p30: steady state: sent $steady_sent, received $steady_recei
 	"far consumer ($((far - far_before_restart)) after the restart), lost $((sent - far))" \
 	"($unmatched of no test color, $exact byte-exact, $stamped with their capture time);" \
 	"capture to consumer (median, steady state): ${far_age_ms} ms across the bridge, ${near_age_ms} ms" \
-	"in A's pool, added latency ${latency_ms} ms;" \
+	"in A's pool, added latency ${latency_ms} ms; a library consumer in B: $library_stamped of" \
+	"$library_frames frames with their capture_time, median age ${library_age_ms} ms;" \
 	"bridge-send stopped with no producer in ${sender_stop_s} s"
 
 [ "${sent:-0}" -gt 0 ] || fail "no frames counted as sent"
@@ -253,6 +261,11 @@ fi
 [ $((stamped * 10)) -ge $((far * 9)) ] || fail "only $stamped of $far far frames carry their capture time"
 [ "$near_age_ms" -ge 0 ] && [ "$far_age_ms" -gt "$near_age_ms" ] ||
 	fail "capture ages: ${far_age_ms} ms far, ${near_age_ms} ms near"
+# The far pool's frames carry it for the library too (xmemsink's capture_time).
+[ "$library_stamped" -eq "$library_frames" ] ||
+	fail "$library_stamped of $library_frames frames had a capture_time in the far pool"
+[ "$library_age_ms" -gt "$near_age_ms" ] && [ "$library_age_ms" -lt 5000 ] ||
+	fail "a library consumer's capture ages: median ${library_age_ms} ms"
 [ "$latency_ms" -lt 5000 ] || fail "the bridge added ${latency_ms} ms"
 # Steady state on a veth: nothing lost over raw RTP. Over SRT the producer's EOS ends the
 # sender's stream, and srtsink closes its socket at EOS: what SRT still held back for its

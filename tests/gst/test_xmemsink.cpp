@@ -338,6 +338,46 @@ TEST_F(XmemSink, CopiesForeignBuffersOnce)
 	gst_harness_teardown(h);
 }
 
+// A buffer's capture time (a camera's, or one a bridge carried from another host) as a
+// timestamp/x-ntp or timestamp/x-unix reference timestamp becomes the frame's
+// capture_time (realtime ns since 1970), which library consumers read; none: 0.
+TEST_F(XmemSink, AReferenceTimestampBecomesTheFramesCaptureTime)
+{
+	GstHarness *h = sink_harness("pool-name", "captime", nullptr);
+	ASSERT_NE(h, nullptr);
+	gst_harness_set_src_caps_str(h, kCaps);
+	GstVideoInfo info = xmem::gsttest::video_info(kCaps);
+	auto consumer = open_consumer("captime");
+	ASSERT_TRUE(consumer);
+	const guint64 unix_ns = 1'795'000'000'123'456'789ULL; // 2026
+	const guint64 ntp_to_unix = 2'208'988'800ULL * GST_SECOND;
+	struct Case {
+		const char *reference; // nullptr: no reference timestamp
+		guint64 timestamp;
+		guint64 capture_time;
+	};
+	const Case cases[] = {
+		{ "timestamp/x-ntp", unix_ns + ntp_to_unix, unix_ns },
+		{ "timestamp/x-unix", unix_ns + 1, unix_ns + 1 },
+		{ nullptr, 0, 0 },
+		{ "timestamp/x-ntp", 5 * GST_SECOND, 0 }, // before 1970: unknown
+	};
+	for (const Case &c : cases) {
+		GstBuffer *buffer = gst_buffer_new_allocate(nullptr, info.size, nullptr);
+		if (c.reference) {
+			GstCaps *caps = gst_caps_new_empty_simple(c.reference);
+			gst_buffer_add_reference_timestamp_meta(buffer, caps, c.timestamp, GST_CLOCK_TIME_NONE);
+			gst_caps_unref(caps);
+		}
+		ASSERT_EQ(gst_harness_push(h, buffer), GST_FLOW_OK);
+		auto frame = consumer->receive(5s);
+		ASSERT_TRUE(frame.ok()) << frame.error().message;
+		EXPECT_EQ(frame->meta().capture_time, c.capture_time) << (c.reference ? c.reference : "none");
+	}
+	consumer.reset();
+	gst_harness_teardown(h);
+}
+
 TEST_F(XmemSink, StatsStructureHasEveryField)
 {
 	GstHarness *h = sink_harness("pool-name", "stats", "buffers", 3, nullptr);

@@ -45,8 +45,10 @@ uint8_t payload(uint64_t seq, uint64_t i)
 }
 
 // Publishes frame SEQ (from 1) with the padded layout and known metadata; TIMESTAMP its
-// capture time (CLOCK_MONOTONIC ns; 0: the owner's clock at publish).
-void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0, uint64_t timestamp = 0)
+// capture time (CLOCK_MONOTONIC ns; 0: the owner's clock at publish), CAPTURE_TIME on
+// the realtime clock (0: none).
+void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0, uint64_t timestamp = 0,
+	     uint64_t capture_time = 0)
 {
 	Layout l;
 	auto frame = pool.acquire(5s);
@@ -61,6 +63,7 @@ void publish(xmem::BufferPool &pool, uint64_t seq, uint32_t flags = 0, uint64_t 
 	m->duration = GST_SECOND / 30;
 	m->flags = flags;
 	m->timestamp = timestamp;
+	m->capture_time = capture_time;
 	m->n_planes = 3;
 	for (int p = 0; p < 3; p++) {
 		m->plane_stride[p] = l.stride[p];
@@ -404,6 +407,10 @@ TEST_F(XmemSrc, TheCaptureTimeBecomesAnNtpReferenceTimestamp)
 	const uint64_t expected = uint64_t(g_get_real_time()) * 1000 - age + 2208988800ULL * GST_SECOND;
 	publish(*producer, 1, 0, captured);
 	GstCaps *ntp = gst_caps_new_empty_simple("timestamp/x-ntp");
+	// A frame whose producer set its capture time (another host's, through a bridge):
+	// that, exactly, whatever its monotonic timestamp.
+	const uint64_t remote = 1'795'000'000'123'456'789ULL;
+	publish(*producer, 2, 0, captured, remote);
 	GstBuffer *buffer = pull(with);
 	ASSERT_NE(buffer, nullptr);
 	GstReferenceTimestampMeta *meta = gst_buffer_get_reference_timestamp_meta(buffer, ntp);
@@ -414,10 +421,18 @@ TEST_F(XmemSrc, TheCaptureTimeBecomesAnNtpReferenceTimestamp)
 	EXPECT_LT(std::llabs(off), int64_t(100 * GST_MSECOND)) << "off by " << off << " ns";
 	EXPECT_EQ(meta->duration, GST_CLOCK_TIME_NONE);
 	gst_buffer_unref(buffer);
-	buffer = pull(without);
+	buffer = pull(with);
 	ASSERT_NE(buffer, nullptr);
-	EXPECT_EQ(gst_buffer_get_reference_timestamp_meta(buffer, ntp), nullptr);
+	meta = gst_buffer_get_reference_timestamp_meta(buffer, ntp);
+	ASSERT_NE(meta, nullptr);
+	EXPECT_EQ(meta->timestamp, remote + 2'208'988'800ULL * GST_SECOND);
 	gst_buffer_unref(buffer);
+	for (int i = 0; i < 2; i++) {
+		buffer = pull(without);
+		ASSERT_NE(buffer, nullptr);
+		EXPECT_EQ(gst_buffer_get_reference_timestamp_meta(buffer, ntp), nullptr);
+		gst_buffer_unref(buffer);
+	}
 	gst_caps_unref(ntp);
 	gst_harness_teardown(with);
 	gst_harness_teardown(without);

@@ -150,7 +150,13 @@ typedef struct xmem_frame_meta {
 	uint64_t plane_offset[XMEM_MAX_PLANES];
 	char content_type[XMEM_CONTENT_TYPE_MAX]; /* e.g. "video/raw", "tensor" */
 	char producer[XMEM_PRODUCER_MAX]; /* producer's name (set by publish) */
-	uint64_t reserved[8]; /* zero; room for later fields without an ABI break */
+	/* When the frame was captured, in CLOCK_REALTIME ns since 1970, or 0 when unknown: a
+	 * time other hosts' clocks can be compared with (NTP, PTP), unlike timestamp. The
+	 * producer's to set: xmemsink takes it from a buffer's timestamp/x-ntp or
+	 * timestamp/x-unix GstReferenceTimestampMeta (a camera's, or one a bridge from
+	 * another host carried). Older producers leave it 0. */
+	uint64_t capture_time;
+	uint64_t reserved[7]; /* zero; room for later fields without an ABI break */
 } xmem_frame_meta;
 
 typedef struct xmem_pool_config {
