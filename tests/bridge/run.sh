@@ -190,11 +190,11 @@ wait_far $((before + 20)) 2 "after the link was cut for 2.5 s"
 # stream resumes (SRT: it connects again; raw RTP: the datagrams find the new socket).
 # Its gst-launch-1.0 runs in a session of its own (bridge-common.sh): killed with it, as a
 # crashed host or container takes both.
-receiving=$(ip netns pids "$ns_b" | while read -r pid; do
+mapfile -t receiving < <(ip netns pids "$ns_b" | while read -r pid; do
 	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q '^gst-launch-1.0 .*xmemsink' && echo "$pid"
 done || true)
-[ -n "$receiving" ] || fail "$transport: no receiving gst-launch-1.0 in B"
-kill -KILL -- "-${pids[receiver]}" $receiving
+[ ${#receiving[@]} -gt 0 ] || fail "$transport: no receiving gst-launch-1.0 in B"
+kill -KILL -- "-${pids[receiver]}" "${receiving[@]}"
 wait "${pids[receiver]}" 2>/dev/null || true
 wait_quiet
 far_before_restart=$(far_frames)
