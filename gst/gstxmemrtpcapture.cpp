@@ -29,6 +29,25 @@ namespace {
 
 constexpr gsize kSize = 8;
 
+/* Big-endian, a byte at a time: an extension's bytes have no alignment (GStreamer's
+ * GST_WRITE_UINT64_BE stores a whole guint64 where the CPU allows it, which
+ * UndefinedBehaviorSanitizer refuses). */
+void put_u64_be(guint8 *data, guint64 value)
+{
+	for (int i = 7; i >= 0; i--) {
+		data[i] = guint8(value);
+		value >>= 8;
+	}
+}
+
+guint64 get_u64_be(const guint8 *data)
+{
+	guint64 value = 0;
+	for (gsize i = 0; i < kSize; i++)
+		value = value << 8 | data[i];
+	return value;
+}
+
 GstCaps *ntp_caps()
 {
 	static GstStaticCaps caps = GST_STATIC_CAPS("timestamp/x-ntp");
@@ -57,7 +76,7 @@ gssize write(GstRTPHeaderExtension *, const GstBuffer *input_meta, GstRTPHeaderE
 	gst_caps_unref(caps);
 	if (!meta)
 		return 0;
-	GST_WRITE_UINT64_BE(data, gst_util_uint64_scale(meta->timestamp, G_GUINT64_CONSTANT(1) << 32, GST_SECOND));
+	put_u64_be(data, gst_util_uint64_scale(meta->timestamp, G_GUINT64_CONSTANT(1) << 32, GST_SECOND));
 	return kSize;
 }
 
@@ -69,7 +88,7 @@ gboolean read(GstRTPHeaderExtension *, GstRTPHeaderExtensionFlags, const guint8 
 		return FALSE;
 	GstCaps *caps = ntp_caps();
 	if (!gst_buffer_get_reference_timestamp_meta(buffer, caps)) {
-		guint64 ntp = GST_READ_UINT64_BE(data);
+		guint64 ntp = get_u64_be(data);
 		gst_buffer_add_reference_timestamp_meta(
 			buffer, caps, gst_util_uint64_scale(ntp, GST_SECOND, G_GUINT64_CONSTANT(1) << 32),
 			GST_CLOCK_TIME_NONE);
