@@ -267,15 +267,18 @@ fi
 [ "$library_age_ms" -gt "$near_age_ms" ] && [ "$library_age_ms" -lt 5000 ] ||
 	fail "a library consumer's capture ages: median ${library_age_ms} ms"
 [ "$latency_ms" -lt 5000 ] || fail "the bridge added ${latency_ms} ms"
-# Steady state on a veth: nothing lost over raw RTP. Over SRT the producer's EOS ends the
-# sender's stream, and srtsink closes its socket at EOS: what SRT still held back for its
-# latency does not arrive (about that latency's worth of frames: 7 or 8 at 80 ms, 18 at
-# 300 ms here), so twice that and 10 more. The link cut loses what was sent while the link
-# was down (2.5 s, 75 frames), the receiver's crash what was sent until it listened again
-# (about a second), and a few more on each restart.
-steady_bound=3
+# Steady state on a veth: over raw RTP nothing is lost on an idle machine. The count is the
+# far consumer's, a Python process converting each 720p frame: on a busy machine (a
+# sanitizer's build, a second suite) it falls behind at times, and its pool drops its
+# oldest frames for it, as its policy says (1 to 12 of 90 seen here), hence up to 15. Over
+# SRT the producer's EOS also ends the sender's stream, and srtsink closes its socket at
+# EOS: what SRT still held back for its latency does not arrive (4 at 80 ms here), so
+# twice that latency's worth more. The link cut loses what was sent while the link was
+# down (2.5 s, 75 frames), the receiver's crash what was sent until it listened again,
+# and a few more on each restart.
+steady_bound=15
 if [ "$transport" = srt ]; then
-	steady_bound=$((10 + 2 * 30 * XMEM_SRT_LATENCY / 1000))
+	steady_bound=$((15 + 2 * 30 * XMEM_SRT_LATENCY / 1000))
 fi
 if [ "$steady_lost" -lt 0 ] || [ "$steady_lost" -gt "$steady_bound" ]; then
 	fail "steady state: $steady_lost of $steady_sent frames lost (at most $steady_bound)"
