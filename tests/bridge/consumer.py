@@ -66,7 +66,7 @@ def main():
 	references = [reference(c) for c in args[1:]]
 	ntp = Gst.Caps.from_string("timestamp/x-ntp")
 	pipeline = Gst.parse_launch(
-		f"xmemsrc pool-name={pool} add-reference-timestamp-meta={str(capture_time).lower()} ! videoconvert ! video/x-raw,format=I420,{SIZE} "
+		f"xmemsrc name=src pool-name={pool} add-reference-timestamp-meta={str(capture_time).lower()} ! videoconvert ! video/x-raw,format=I420,{SIZE} "
 		"! appsink name=sink sync=false emit-signals=true max-buffers=4 drop=false")
 	loop = GLib.MainLoop()
 
@@ -94,6 +94,9 @@ def main():
 	GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, signal.SIGTERM, loop.quit)
 	pipeline.set_state(Gst.State.PLAYING)
 	loop.run()
+	# What the pool's policy dropped for this consumer when it fell behind (in all).
+	stats = pipeline.get_by_name("src").get_property("stats")
+	print("consumer.py: dropped %d" % stats.get_value("dropped"), file=sys.stderr, flush=True)
 	pipeline.set_state(Gst.State.NULL)
 
 
