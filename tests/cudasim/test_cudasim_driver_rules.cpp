@@ -129,66 +129,14 @@ namespace {
 
 // --- child processes -----------------------------------------------------------------
 
-struct ChildResult {
-	int status = -1;
-	std::string output; // its stdout and stderr
-};
-
-bool exited_cleanly(const ChildResult &child)
-{
-	return WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0;
-}
+using cudasim_selftest::ChildResult;
+using cudasim_selftest::exited_cleanly;
 
 // Runs the test DISABLED_Child.<test> in a new process of this binary, with extra
 // environment entries ("NAME=value"; "NAME" alone removes it).
 ChildResult run_child(const std::string &test, const std::vector<std::string> &extra_env)
 {
-	ChildResult result;
-	int out = memfd_create("cudasim-rules-child-output", MFD_CLOEXEC);
-	if (out < 0)
-		return result;
-	posix_spawn_file_actions_t actions;
-	posix_spawn_file_actions_init(&actions);
-	posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
-	posix_spawn_file_actions_adddup2(&actions, out, STDERR_FILENO);
-
-	std::string exe = "/proc/self/exe";
-	std::string all = "--gtest_also_run_disabled_tests";
-	std::string filter = "--gtest_filter=DISABLED_Child." + test;
-	char *argv[] = { exe.data(), all.data(), filter.data(), nullptr };
-
-	std::vector<std::string> env;
-	for (const std::string &e : extra_env)
-		if (e.find('=') != std::string::npos)
-			env.push_back(e);
-	env.push_back("CUDASIM_RULES_CHILD=1");
-	for (char **e = environ; *e; e++) {
-		std::string entry(*e);
-		std::string name = entry.substr(0, entry.find('='));
-		bool overridden = std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string &x) {
-			return x == name || x.compare(0, name.size() + 1, name + "=") == 0;
-		});
-		if (!overridden)
-			env.push_back(entry);
-	}
-	std::vector<char *> envp;
-	for (std::string &entry : env)
-		envp.push_back(entry.data());
-	envp.push_back(nullptr);
-
-	pid_t pid = -1;
-	int err = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data());
-	posix_spawn_file_actions_destroy(&actions);
-	if (err == 0)
-		waitpid(pid, &result.status, 0);
-	off_t size = lseek(out, 0, SEEK_END);
-	if (size > 0) {
-		result.output.resize(size_t(size));
-		if (pread(out, result.output.data(), result.output.size(), 0) < 0)
-			result.output.clear();
-	}
-	close(out);
-	return result;
+	return cudasim_selftest::run_child("DISABLED_Child", test, "CUDASIM_RULES_CHILD=1", extra_env);
 }
 
 // The primary context of device 0, current on the test's thread for the fixture's life.

@@ -140,61 +140,14 @@ std::string cpu_permissions(CUdeviceptr address)
 	return "unmapped";
 }
 
-struct ChildResult {
-	int status = -1;
-	std::string output; // its stdout and stderr
-};
+using cudasim_selftest::ChildResult;
+using cudasim_selftest::exited_cleanly;
 
 // Runs DISABLED_IpcChild.<test> in a new process of this binary, with extra environment
 // entries ("NAME=value").
 ChildResult run_child(const std::string &test, const std::vector<std::string> &extra_env)
 {
-	ChildResult result;
-	int out = memfd_create("cudasim-ipc-child-output", MFD_CLOEXEC);
-	if (out < 0)
-		return result;
-	posix_spawn_file_actions_t actions;
-	posix_spawn_file_actions_init(&actions);
-	posix_spawn_file_actions_adddup2(&actions, out, STDOUT_FILENO);
-	posix_spawn_file_actions_adddup2(&actions, out, STDERR_FILENO);
-
-	std::string exe = "/proc/self/exe";
-	std::string all = "--gtest_also_run_disabled_tests";
-	std::string filter = "--gtest_filter=DISABLED_IpcChild." + test;
-	char *argv[] = { exe.data(), all.data(), filter.data(), nullptr };
-	// The parent's settings (test_cudasim.cpp), which a child keeps.
-	std::vector<std::string> env = extra_env;
-	env.push_back("CUDASIM_SELFTEST_CHILD=1");
-	for (char **e = environ; *e; e++) {
-		std::string entry(*e);
-		std::string name = entry.substr(0, entry.find('=') + 1);
-		bool overridden = false;
-		for (const std::string &x : env)
-			overridden |= x.compare(0, name.size(), name) == 0;
-		if (!overridden)
-			env.push_back(entry);
-	}
-	std::vector<char *> envp;
-	for (std::string &entry : env)
-		envp.push_back(entry.data());
-	envp.push_back(nullptr);
-
-	pid_t pid = -1;
-	int err = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data());
-	posix_spawn_file_actions_destroy(&actions);
-	if (err == 0)
-		waitpid(pid, &result.status, 0);
-	char buffer[4096];
-	off_t offset = 0;
-	for (ssize_t n; (n = pread(out, buffer, sizeof(buffer), offset)) > 0; offset += n)
-		result.output.append(buffer, size_t(n));
-	close(out);
-	return result;
-}
-
-bool exited_cleanly(const ChildResult &result)
-{
-	return WIFEXITED(result.status) && WEXITSTATUS(result.status) == 0;
+	return cudasim_selftest::run_child("DISABLED_IpcChild", test, "CUDASIM_SELFTEST_CHILD=1", extra_env);
 }
 
 // A primary context of DEVICE, current on the calling thread while it lives.
