@@ -552,14 +552,14 @@ void gst_xmem_metas_add_stats(GstStructure *stats, const GstXmemMetaCounts &coun
 /* From the Unix epoch (1970) back to NTP's (1900): 70 years, 17 of them leap. */
 static constexpr guint64 kNtpToUnix = (70ULL * 365 + 17) * 24 * 3600 * GST_SECOND;
 
-void gst_xmem_add_capture_time(GstBuffer *buffer, const xmem::FrameMeta &frame)
+void gst_xmem_add_capture_time(GstBuffer *buffer, guint64 capture_time, guint64 timestamp)
 {
-	if (frame.capture_time == 0 && frame.timestamp == 0)
+	if (capture_time == 0 && timestamp == 0)
 		return;
 	static GstStaticCaps ntp = GST_STATIC_CAPS("timestamp/x-ntp");
 	GstCaps *caps = gst_static_caps_get(&ntp);
 	if (!gst_buffer_get_reference_timestamp_meta(buffer, caps)) {
-		guint64 realtime_ns = frame.capture_time;
+		guint64 realtime_ns = capture_time;
 		if (realtime_ns == 0) {
 			/* The two clocks read back to back: their difference moves only when the
 			 * realtime clock is stepped or slewed. */
@@ -570,7 +570,7 @@ void gst_xmem_add_capture_time(GstBuffer *buffer, const xmem::FrameMeta &frame)
 			const gint64 offset =
 				(gint64(realtime.tv_sec) - gint64(monotonic.tv_sec)) * gint64(GST_SECOND) +
 				(gint64(realtime.tv_nsec) - gint64(monotonic.tv_nsec));
-			realtime_ns = guint64(gint64(frame.timestamp) + offset);
+			realtime_ns = guint64(gint64(timestamp) + offset);
 		}
 		gst_buffer_add_reference_timestamp_meta(buffer, caps, realtime_ns + kNtpToUnix, GST_CLOCK_TIME_NONE);
 	}

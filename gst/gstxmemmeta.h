@@ -79,9 +79,9 @@ void gst_xmem_metas_read(GstElement *src, std::span<const std::byte> side_data, 
  * GstReferenceTimestampMeta with caps timestamp/x-ntp (ns since 1900 on the realtime
  * clock), the form RTP's RFC 6051 header extension sends and RTSP sources make, unless
  * BUFFER has one already (the producer's own, from the side data). The time is the
- * frame's capture_time when its producer set one, else its CLOCK_MONOTONIC timestamp on
- * this host's realtime clock; nothing when it has neither. */
-void gst_xmem_add_capture_time(GstBuffer *buffer, const xmem::FrameMeta &frame);
+ * frame's CAPTURE_TIME (realtime) when its producer set one, else its TIMESTAMP
+ * (CLOCK_MONOTONIC) on this host's realtime clock; nothing when both are 0. */
+void gst_xmem_add_capture_time(GstBuffer *buffer, guint64 capture_time, guint64 timestamp);
 
 /* xmemsink: BUFFER's capture time for the frame's capture_time: realtime ns since 1970
  * from its timestamp/x-ntp or timestamp/x-unix GstReferenceTimestampMeta, 0 without one

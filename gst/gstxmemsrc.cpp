@@ -402,12 +402,13 @@ static GstFlowReturn gst_xmem_src_create(GstPushSrc *psrc, GstBuffer **out)
 				}
 				xmem::Error error;
 				auto metas = gst_xmem_metas_take(*s->pool, *frame, s->metas);
-				const xmem::FrameMeta captured = frame->meta();
+				const guint64 capture_time = frame->meta().capture_time;
+				const guint64 timestamp = frame->meta().timestamp;
 				*out = wrap_frame(self, std::move(frame.value()), &error);
 				if (*out) {
 					gst_xmem_metas_read(GST_ELEMENT(self), metas, *out, s->metas);
 					if (capture_time_wanted(s))
-						gst_xmem_add_capture_time(*out, captured);
+						gst_xmem_add_capture_time(*out, capture_time, timestamp);
 				}
 				if (!*out) {
 					GST_ELEMENT_ERROR(

@@ -5,6 +5,7 @@
 #include "layout.hpp"
 
 #include <gst/gstmeta.h>
+#include <gst/rtp/rtp.h>
 
 #include <climits>
 #include <condition_variable>
@@ -329,6 +330,49 @@ TEST_F(Metas, TheCaptureTimeCrossesRtpInItsHeaderExtensionOnly)
 	gst_caps_unref(ntp);
 	EXPECT_EQ(got, size_t(n));
 	EXPECT_GE(packets.load(), n * 10) << "each frame should span many packets";
+}
+
+// What comes off the network may be short or hostile: an extension of fewer than its 8
+// bytes is refused and adds nothing; a frame without a capture time sends none.
+TEST_F(Metas, TheCaptureTimeExtensionRefusesShortDataAndWritesNothingWithoutATime)
+{
+	GstElement *element = gst_element_factory_make("xmemrtphdrextcapture", nullptr);
+	ASSERT_NE(element, nullptr);
+	auto *ext = GST_RTP_HEADER_EXTENSION(element);
+	gst_rtp_header_extension_set_id(ext, 1); // as extmap-1 in caps sets it
+	const auto one_byte = GST_RTP_HEADER_EXTENSION_ONE_BYTE;
+	GstCaps *ntp = gst_caps_new_empty_simple(kReference);
+	const guint8 wire[8] = { 0xec, 0xd1, 0x5f, 0x00, 0x80, 0x00, 0x00, 0x00 }; // 2025-11, + 0.5 s
+
+	GstBuffer *out = gst_buffer_new();
+	EXPECT_FALSE(gst_rtp_header_extension_read(ext, one_byte, wire, 7, out));
+	EXPECT_EQ(gst_buffer_get_reference_timestamp_meta(out, ntp), nullptr);
+	EXPECT_TRUE(gst_rtp_header_extension_read(ext, one_byte, wire, 8, out));
+	GstReferenceTimestampMeta *meta = gst_buffer_get_reference_timestamp_meta(out, ntp);
+	ASSERT_NE(meta, nullptr);
+	EXPECT_EQ(meta->timestamp, 0xecd15f00ULL * GST_SECOND + GST_SECOND / 2);
+	// A second packet of the same frame: still one meta.
+	EXPECT_TRUE(gst_rtp_header_extension_read(ext, one_byte, wire, 8, out));
+	int references = 0;
+	gpointer state = nullptr;
+	while (gst_buffer_iterate_meta_filtered(out, &state, GST_REFERENCE_TIMESTAMP_META_API_TYPE))
+		references++;
+	EXPECT_EQ(references, 1);
+	gst_buffer_unref(out);
+
+	guint8 data[8] = {};
+	GstBuffer *input = gst_buffer_new();
+	GstBuffer *packet = gst_buffer_new();
+	EXPECT_EQ(gst_rtp_header_extension_write(ext, input, one_byte, packet, data, sizeof(data)), 0)
+		<< "a frame without a capture time";
+	gst_buffer_add_reference_timestamp_meta(input, ntp, 0xecd15f00ULL * GST_SECOND + GST_SECOND / 2,
+						GST_CLOCK_TIME_NONE);
+	EXPECT_EQ(gst_rtp_header_extension_write(ext, input, one_byte, packet, data, sizeof(data)), 8);
+	EXPECT_EQ(std::memcmp(data, wire, sizeof(wire)), 0);
+	gst_buffer_unref(input);
+	gst_buffer_unref(packet);
+	gst_caps_unref(ntp);
+	gst_object_unref(element);
 }
 
 namespace {
