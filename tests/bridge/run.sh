@@ -229,17 +229,20 @@ exact=$(grep -c '^frame [0-9]* [012] 1 ' "$work/far.log" || true)
 # across the bridge and the near consumer from its own pool): the median age at the far
 # consumer in B and at the near one in A, over the steady producer's frames (one kernel,
 # one clock), and what the bridge adds.
-median_age_ms() {
-	grep "^frame [0-9]* 1 " "$work/$1.log" | awk '$5 >= 0 { print $5 }' | sort -n |
-		awk '{ a[NR] = $1 } END { if (NR) printf "%d", a[int((NR + 1) / 2)] / 1000000; else print -1 }'
+# median_ms: the median of the ages (ns, one a line) on its input, in ms; -1 for none.
+median_ms() {
+	sort -n | awk '{ a[NR] = $1 } END { if (NR) printf "%d", a[int((NR + 1) / 2)] / 1000000; else print -1 }'
 }
-far_age_ms=$(median_age_ms far)
-near_age_ms=$(median_age_ms near)
+# steady_ages NAME: the ages NAME's consumer.py printed for the steady producer's frames.
+steady_ages() {
+	grep "^frame [0-9]* 1 " "$work/$1.log" | awk '$5 >= 0 { print $5 }'
+}
+far_age_ms=$(steady_ages far | median_ms)
+near_age_ms=$(steady_ages near | median_ms)
 latency_ms=$((far_age_ms - near_age_ms))
 stamped=$(awk '/^frame / && $5 >= 0' "$work/far.log" | wc -l)
 library_stamped=$(awk '$1 == "age" && $2 >= 0' "$work/library.log" | wc -l)
-library_age_ms=$(awk '$1 == "age" && $2 >= 0 { print $2 }' "$work/library.log" | sort -n |
-	awk '{ a[NR] = $1 } END { if (NR) printf "%d", a[int((NR + 1) / 2)] / 1000000; else print -1 }')
+library_age_ms=$(awk '$1 == "age" && $2 >= 0 { print $2 }' "$work/library.log" | median_ms)
 steady_lost=$((steady_sent - steady_received))
 echo "$transport 720p30: steady state: sent $steady_sent, received $steady_received, lost $steady_lost;" \
 	"in all (a producer crash and restart, a 2.5 s link cut, a receiver crash and restart):" \
